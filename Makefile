@@ -1,0 +1,34 @@
+# make demo: measure the example suite twice and write a compared report (CPU is enough).
+# make test: the test suite.   make lint: ruff and mypy.
+# Each target creates or reuses .venv and installs the pinned development dependencies.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.perfguard-installed
+
+.PHONY: demo test lint venv clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml constraints-dev.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	# torch first, pinned, so that nothing pulls a CUDA build from the registry
+	$(PY) -m pip install --quiet -c constraints-dev.txt torch
+	$(PY) -m pip install --quiet -c constraints-dev.txt -e ".[dev]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) examples/demo.py
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check perfguard tests benchmarks examples
+	$(VENV)/bin/ruff format --check perfguard tests benchmarks examples
+	$(VENV)/bin/mypy perfguard
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,55 @@
+"""perfguard: performance regression testing for PyTorch models.
+
+The public API: `measure_model` measures one model under one variant, with `MeasureSettings`, returning an
+immutable `VariantResult` that keeps the raw samples. Heavy modules (torch) load on first use,
+so `perfguard report` and `compare` work without torch.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from perfguard.records import Comparison, Metrics, Run, VariantResult
+
+__version__ = "0.1.0"
+
+
+class PerfguardWarning(UserWarning):
+    """A warning of perfguard's own; each one ends with what to do about it."""
+
+
+if TYPE_CHECKING:
+    from perfguard.measure.drift import Reference, compute_reference
+    from perfguard.measure.runner import MeasureSettings, measure_model
+    from perfguard.measure.sampling import SamplingSettings
+
+_LAZY = {
+    "measure_model": "perfguard.measure.runner",
+    "MeasureSettings": "perfguard.measure.runner",
+    "SamplingSettings": "perfguard.measure.sampling",
+    "compute_reference": "perfguard.measure.drift",
+    "Reference": "perfguard.measure.drift",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'perfguard' has no attribute {name!r}")
+
+
+__all__ = [
+    "Comparison",
+    "MeasureSettings",
+    "Metrics",
+    "PerfguardWarning",
+    "Reference",
+    "Run",
+    "SamplingSettings",
+    "VariantResult",
+    "__version__",
+    "compute_reference",
+    "measure_model",
+]

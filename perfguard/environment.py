@@ -1,0 +1,103 @@
+"""The environment a run measured in, and the machine key baselines are filed under."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+
+def _version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown-cpu"
+
+
+def _gpu_driver() -> str | None:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            version = pynvml.nvmlSystemGetDriverVersion()
+            return version.decode() if isinstance(version, bytes) else str(version)
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no NVML here: try the command line tool
+        pass
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        out = subprocess.run(
+            [smi, "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=10, check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.strip().splitlines()[0] if out.strip() else None
+
+
+def collect_environment(device: Any) -> dict[str, Any]:
+    """A fingerprint of what shapes the numbers: hardware, versions and torch's global flags."""
+    import torch
+
+    from perfguard import __version__
+
+    env: dict[str, Any] = {
+        "perfguard": __version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "torchao": _version("torchao"),
+        "onnxruntime": _version("onnxruntime"),
+        "onnx": _version("onnx"),
+        "cpu": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+        "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
+        "device_type": device.type,
+    }
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        env.update(
+            device=props.name,
+            gpu_memory_bytes=int(props.total_memory),
+            cuda=torch.version.cuda,
+            cudnn=torch.backends.cudnn.version(),
+            gpu_driver=_gpu_driver(),
+            tf32_matmul=bool(torch.backends.cuda.matmul.allow_tf32),
+        )
+    else:
+        env["device"] = env["cpu"]
+    return env
+
+
+def slug(text: str) -> str:
+    words = re.sub(r"\((?:r|tm)\)|\bcpu\b|@.*$", " ", text.lower())
+    return re.sub(r"[^a-z0-9]+", "-", words).strip("-") or "unknown"
+
+
+def machine_key(env: dict[str, Any]) -> str:
+    """`cuda-<gpu model>` or `cpu-<cpu model>-<n>c`: the default key of `--perfguard-machine`."""
+    if env.get("device_type") == "cuda":
+        return f"cuda-{slug(str(env.get('device', 'gpu')))}"
+    return f"cpu-{slug(str(env.get('cpu', 'cpu')))}-{env.get('cpu_count') or 0}c"

@@ -1,0 +1,1 @@
+"""Measuring a model: clocks, warm-up and sampling, memory, compile time, drift."""

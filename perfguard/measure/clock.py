@@ -1,0 +1,87 @@
+"""Clocks that time one call of a callable.
+
+A clock is injectable so that tests can drive the real sampling logic with a
+fake one. Every clock returns milliseconds of the *device* work for the call:
+the CUDA clock records events on the current stream and synchronizes before
+reading them; the host clock is only used where the call is synchronous.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Protocol
+
+
+class Clock(Protocol):
+    """Times one call; returns the elapsed milliseconds."""
+
+    name: str
+
+    def time_call(self, fn: Callable[[], Any]) -> float: ...
+
+
+class HostClock:
+    """`perf_counter_ns` around a call that has finished when it returns (CPU work, ORT)."""
+
+    name = "perf_counter_ns"
+
+    def time_call(self, fn: Callable[[], Any]) -> float:
+        start = time.perf_counter_ns()
+        fn()
+        return (time.perf_counter_ns() - start) / 1e6
+
+
+class CudaEventClock:
+    """CUDA events on the current stream around the call, synchronized before reading.
+
+    The host clock is never read for GPU work: kernels launch asynchronously, so
+    the host would time the launch, not the work.
+    """
+
+    name = "cuda_event"
+
+    def __init__(self, device: Any) -> None:
+        import torch
+
+        self._torch = torch
+        self._device = device
+        self._start = torch.cuda.Event(enable_timing=True)
+        self._end = torch.cuda.Event(enable_timing=True)
+
+    def time_call(self, fn: Callable[[], Any]) -> float:
+        torch = self._torch
+        stream = torch.cuda.current_stream(self._device)
+        self._start.record(stream)
+        fn()
+        self._end.record(stream)
+        self._end.synchronize()
+        return float(self._start.elapsed_time(self._end))
+
+
+class FakeClock:
+    """A scripted clock for tests: calls `fn` and returns the next duration from a script.
+
+    `durations` is any iterable of milliseconds; `noise` adds seeded Gaussian noise
+    (as a fraction of each duration) so tests can assert exact outcomes on noisy data.
+    """
+
+    name = "fake"
+
+    def __init__(self, durations: Iterable[float], *, noise: float = 0.0, seed: int = 0) -> None:
+        self._durations: Iterator[float] = iter(durations)
+        self._noise = noise
+        self._rng = random.Random(seed)
+        self.calls = 0
+
+    def time_call(self, fn: Callable[[], Any]) -> float:
+        fn()
+        self.calls += 1
+        try:
+            base = next(self._durations)
+        except StopIteration:
+            raise RuntimeError("FakeClock ran out of scripted durations") from None
+        if self._noise:
+            base *= 1.0 + self._rng.gauss(0.0, self._noise)
+        return max(base, 0.0)

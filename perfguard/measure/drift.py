@@ -1,0 +1,148 @@
+"""Numerical drift of a variant's outputs.
+
+Two references, for two questions:
+- the figures (max abs, max rel, cosine) compare against fp32 eager on the same inputs:
+  "how far from what I ship today", so eager's own drift is 0 by construction;
+- the pass/fail judgement compares against eager in fp64 where the model allows: a variant
+  passes when its error against fp64 stays within its tolerance class relative to eager's
+  own fp32 error, the way PyTorch's compiler benchmarks judge accuracy.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils import _pytree as pytree
+
+from perfguard.records import DriftCheck
+
+# class -> (multiplier of eager's own error, extra error allowed relative to the output's RMS)
+TOLERANCES: dict[str, tuple[float, float]] = {
+    "exact": (1.0, 0.0),
+    "compiled-fp32": (2.0, 1e-4),
+    "reduced-precision": (2.0, 3e-2),
+    "int8": (2.0, 1e-1),
+    "pruned": (2.0, 1.0),
+}
+
+DriftTolerance = float | Mapping[str, float] | None
+"""A user override: one relative tolerance for every class, or one per class name."""
+
+
+class NonFiniteOutputError(ValueError):
+    """The outputs hold NaN or Inf."""
+
+
+def flatten_outputs(outputs: Any) -> np.ndarray[Any, np.dtype[np.float64]]:
+    """All floating outputs (tensors or numpy arrays, nested anyhow) as one float64 vector."""
+    leaves = pytree.tree_leaves(outputs)
+    parts: list[np.ndarray[Any, np.dtype[np.float64]]] = []
+    for leaf in leaves:
+        if isinstance(leaf, torch.Tensor):
+            if leaf.is_floating_point() or leaf.is_complex():
+                parts.append(leaf.detach().to("cpu", torch.float64).reshape(-1).numpy())
+        elif isinstance(leaf, np.ndarray) and np.issubdtype(leaf.dtype, np.floating):
+            parts.append(leaf.astype(np.float64).reshape(-1))
+    if not parts:
+        raise ValueError("the model returned no floating-point tensors to compare")
+    return np.concatenate(parts)
+
+
+@dataclass(frozen=True)
+class Reference:
+    """Eager outputs in fp32 (what ships) and in fp64 (closest to exact), flattened."""
+
+    fp32: np.ndarray[Any, np.dtype[np.float64]]
+    fp64: np.ndarray[Any, np.dtype[np.float64]] | None
+    fp64_note: str = ""
+
+
+def _double(value: Any) -> Any:
+    return pytree.tree_map(
+        lambda x: x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x,
+        value,
+    )
+
+
+def compute_reference(
+    model: nn.Module, inputs: Sequence[Any], device: torch.device
+) -> Reference:
+    """Run eager fp32 and, where the model allows, eager fp64. Computed once per test."""
+    from perfguard.variants.registry import to_device
+
+    work = copy.deepcopy(model).to(device).eval()
+    args = to_device(tuple(inputs), device)
+    with torch.inference_mode():
+        fp32 = flatten_outputs(work(*args))
+    if not np.all(np.isfinite(fp32)):
+        raise NonFiniteOutputError("eager outputs hold NaN or Inf")
+    try:
+        with torch.inference_mode():
+            fp64 = flatten_outputs(work.double()(*_double(args)))
+    except (RuntimeError, TypeError, NotImplementedError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        return Reference(fp32, None, f"the model does not run in fp64 ({first}); judged on fp32")
+    if fp64.shape != fp32.shape:
+        return Reference(fp32, None, "fp64 outputs differ in shape; judged on fp32")
+    return Reference(fp32, fp64)
+
+
+@dataclass(frozen=True)
+class DriftFigures:
+    max_abs: float
+    max_rel: float
+    cosine: float
+
+
+def figures(out: np.ndarray[Any, Any], ref: np.ndarray[Any, Any]) -> DriftFigures:
+    """max abs; max rel (max abs over the reference's largest magnitude); cosine similarity."""
+    if out.shape != ref.shape:
+        raise ValueError(f"outputs have {out.size} values, the eager reference {ref.size}")
+    diff = np.abs(out - ref)
+    max_abs = float(diff.max()) if diff.size else 0.0
+    scale = float(np.abs(ref).max()) if ref.size else 0.0
+    max_rel = max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else math.inf)
+    if np.array_equal(out, ref):
+        cosine = 1.0
+    else:
+        norm = float(np.linalg.norm(out) * np.linalg.norm(ref))
+        cosine = float(np.dot(out, ref) / norm) if norm > 0 else 0.0
+    return DriftFigures(max_abs, max_rel, min(max(cosine, -1.0), 1.0))
+
+
+def _rms(x: np.ndarray[Any, Any]) -> float:
+    return float(np.sqrt(np.mean(np.square(x)))) if x.size else 0.0
+
+
+def judge(
+    out: np.ndarray[Any, Any],
+    reference: Reference,
+    tolerance_class: str,
+    override: DriftTolerance = None,
+) -> DriftCheck:
+    """Pass when error(variant, fp64) <= multiplier * error(eager fp32, fp64) + tol * rms(fp64)."""
+    multiplier, tol = TOLERANCES[tolerance_class]
+    if isinstance(override, Mapping):
+        tol = float(override.get(tolerance_class, tol))
+    elif override is not None:
+        tol = float(override)
+    high = reference.fp64 if reference.fp64 is not None else reference.fp32
+    error = _rms(out - high)
+    eager_error = _rms(reference.fp32 - high)
+    # a hair of slack so that "exact" tolerates the last bit of a reduction's order
+    allowed = multiplier * eager_error + tol * _rms(high) + 1e-12 * _rms(high)
+    return DriftCheck(
+        tolerance_class=tolerance_class,
+        passed=bool(error <= allowed),
+        error=error,
+        eager_error=eager_error,
+        allowed=allowed,
+        reference="fp64" if reference.fp64 is not None else "fp32",
+    )

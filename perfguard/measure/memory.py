@@ -1,0 +1,96 @@
+"""Peak memory of a few inference calls: CUDA allocator peaks, or the process peak RSS on CPU."""
+
+from __future__ import annotations
+
+import resource
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import torch
+
+
+@dataclass(frozen=True)
+class MemoryReading:
+    peak_bytes: int
+    reserved_bytes: int | None
+    method: str
+    start_bytes: int | None = None  # what was held when the probe started (weights, runtime)
+
+
+class MemoryProbe(Protocol):
+    def start(self) -> None: ...
+
+    def stop(self) -> MemoryReading: ...
+
+
+class CudaMemory:
+    """Reset the allocator's peak statistics, run, read max allocated and max reserved."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self._start = 0
+
+    def start(self) -> None:
+        torch.cuda.synchronize(self.device)
+        torch.cuda.reset_peak_memory_stats(self.device)
+        self._start = int(torch.cuda.memory_allocated(self.device))
+
+    def stop(self) -> MemoryReading:
+        torch.cuda.synchronize(self.device)
+        return MemoryReading(
+            peak_bytes=int(torch.cuda.max_memory_allocated(self.device)),
+            reserved_bytes=int(torch.cuda.max_memory_reserved(self.device)),
+            method="cuda max_memory_allocated",
+            start_bytes=self._start,
+        )
+
+
+def _read_status(status: Path, key: str) -> int | None:
+    try:
+        for line in status.read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+class ProcessRss:
+    """Process peak RSS: on Linux reset through /proc/self/clear_refs and read from VmHWM.
+
+    Elsewhere (or where /proc cannot be written) it falls back to getrusage's ru_maxrss,
+    which cannot be reset: the reading is then the peak of the whole process so far,
+    and `method` says so.
+    """
+
+    def __init__(self, proc: Path = Path("/proc/self")) -> None:
+        self._proc = proc
+        self._resettable = False
+        self._start: int | None = None
+
+    def start(self) -> None:
+        try:
+            (self._proc / "clear_refs").write_text("5")
+            self._resettable = _read_status(self._proc / "status", "VmHWM") is not None
+        except OSError:
+            self._resettable = False
+        self._start = _read_status(self._proc / "status", "VmRSS")
+
+    def stop(self) -> MemoryReading:
+        if self._resettable:
+            peak = _read_status(self._proc / "status", "VmHWM")
+            if peak is not None:
+                return MemoryReading(
+                    peak, None, "process VmHWM (reset before the calls)", self._start
+                )
+        usage = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        scale = 1 if sys.platform == "darwin" else 1024  # bytes on macOS, KiB on Linux
+        return MemoryReading(
+            usage * scale, None, "process ru_maxrss (not resettable here)", self._start
+        )
+
+
+def probe_for(device: torch.device) -> MemoryProbe:
+    return CudaMemory(device) if device.type == "cuda" else ProcessRss()

@@ -1,0 +1,232 @@
+"""Measure one model under one variant: the library entry point that the plugin wraps."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from perfguard.measure import drift
+from perfguard.measure.clock import Clock, CudaEventClock, HostClock
+from perfguard.measure.isolation import (
+    dynamo_counts,
+    fresh_compile_cache,
+    prime_compiler,
+    reset_dynamo,
+    torch_state,
+)
+from perfguard.measure.memory import probe_for
+from perfguard.measure.sampling import Progress, SamplingSettings, sample
+from perfguard.records import DriftCheck, Metrics, VariantResult
+from perfguard.stats.summary import summarize, tail_is_reliable
+from perfguard.variants.base import Built, VariantUnavailableError
+from perfguard.variants.registry import build_variant
+from perfguard.variants.spec import VariantSpec, parse_variant
+
+
+@dataclass(frozen=True)
+class MeasureSettings:
+    """Everything that shapes one measurement besides the model, inputs and variant."""
+
+    sampling: SamplingSettings = field(default_factory=SamplingSettings)
+    device: str = "auto"  # "auto" picks CUDA when present
+    threads: int | None = None  # torch intra-op threads during the measurement
+    drift_tolerance: drift.DriftTolerance = None
+    memory_calls: int = 3
+    warm_compile: bool = True  # also time a second compile from the now-warm cache
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise VariantUnavailableError(f"device {name!r} was asked for but CUDA is not available")
+    return device
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
+
+
+def _timed_first_call(call: Callable[[], Any], device: torch.device) -> float:
+    """Seconds of a first (compiling) call, synchronized on CUDA."""
+    start = time.perf_counter()
+    call()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - start
+
+
+@dataclass
+class _Compiled:
+    cold_s: float | None = None
+    warm_s: float | None = None
+    graph_breaks: int | None = None
+    frames_before_sampling: int = 0
+
+
+def _compile(built: Built, device: torch.device, settings: MeasureSettings,
+             progress: Progress) -> tuple[Callable[[], Any], _Compiled]:
+    info = _Compiled()
+    reset_dynamo()
+    call = built.make_call()
+    if not built.compiled:
+        return call, info
+    progress("compiling (cold cache)")
+    info.cold_s = _timed_first_call(call, device)
+    info.graph_breaks = dynamo_counts()[0]
+    if settings.warm_compile:
+        progress("compiling (warm cache)")
+        reset_dynamo()
+        call = built.make_call()
+        info.warm_s = _timed_first_call(call, device)
+    info.frames_before_sampling = dynamo_counts()[2]
+    return call, info
+
+
+def measure_model(
+    model: nn.Module,
+    example_inputs: Sequence[Any],
+    variant: str | VariantSpec = "eager",
+    settings: MeasureSettings | None = None,
+    *,
+    test: str = "",
+    reference: drift.Reference | None = None,
+    clock: Clock | None = None,
+    progress: Progress | None = None,
+) -> VariantResult:
+    """Measure `model(*example_inputs)` under `variant`; never raises for a model's failure.
+
+    A variant that cannot run here is `skipped` with the reason; a model that raises, runs
+    out of memory or returns NaN is an `error` result carrying the message. `reference`
+    (eager outputs, see `drift.compute_reference`) may be passed to share it across variants.
+    """
+    settings = settings or MeasureSettings()
+    spec = parse_variant(variant) if isinstance(variant, str) else variant
+    report = progress or (lambda _: None)
+    label = test or type(model).__name__
+    if not isinstance(example_inputs, tuple | list):
+        raise TypeError("example_inputs must be a tuple of positional arguments, e.g. (x,)")
+    try:
+        device = resolve_device(settings.device)
+        with torch_state(settings.threads):
+            return _measure(model, example_inputs, spec, settings, device, label, reference,
+                            clock, report)
+    except VariantUnavailableError as exc:
+        return VariantResult(label, spec.name, "skipped", str(exc))
+    except torch.cuda.OutOfMemoryError as exc:
+        return VariantResult(label, spec.name, "error", f"out of memory: {_first_line(exc)}")
+    except Exception as exc:  # a model's own failure becomes this variant's error result
+        return VariantResult(label, spec.name, "error", _first_line(exc))
+    finally:
+        if spec.is_compiled:
+            reset_dynamo()
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+def _measure(
+    model: nn.Module,
+    inputs: Sequence[Any],
+    spec: VariantSpec,
+    settings: MeasureSettings,
+    device: torch.device,
+    label: str,
+    reference: drift.Reference | None,
+    clock: Clock | None,
+    progress: Progress,
+) -> VariantResult:
+    if reference is None:
+        progress("eager reference")
+        reference = drift.compute_reference(model, inputs, device)
+    progress("building")
+    built = build_variant(model, inputs, spec, device)
+    if built.compiled:
+        progress("preparing the compiler")
+        prime_compiler(device)
+    if clock is None:
+        clock = CudaEventClock(device) if device.type == "cuda" and built.timing == "device" \
+            else HostClock()
+    cache = fresh_compile_cache() if built.compiled else contextlib.nullcontext()
+    with cache:
+        call, compiled = _compile(built, device, settings, progress)
+        outcome = sample(call, clock, settings.sampling, progress)
+        recompiles = dynamo_counts()[2] - compiled.frames_before_sampling if built.compiled \
+            else None
+        progress("peak memory")
+        probe = probe_for(device)
+        probe.start()
+        for _ in range(max(settings.memory_calls, 1)):
+            call()
+        memory = probe.stop()
+        progress("drift")
+        out = drift.flatten_outputs(built.outputs(call))
+    if not np.all(np.isfinite(out)):
+        raise drift.NonFiniteOutputError(f"{spec.name} returned NaN or Inf")
+    figures = drift.figures(out, reference.fp32)
+    check: DriftCheck = drift.judge(out, reference, built.tolerance_class,
+                                    settings.drift_tolerance)
+    samples = outcome.samples_ms
+    summary = summarize(samples)
+    metrics = Metrics(
+        latency_p50_ms=summary.p50,
+        latency_p95_ms=summary.p95,
+        latency_p99_ms=summary.p99,
+        latency_mean_ms=summary.mean,
+        latency_iqr_ms=summary.iqr,
+        latency_samples=summary.n,
+        latency_p95_tail=summary.p95_tail,
+        latency_p99_tail=summary.p99_tail,
+        peak_memory_bytes=memory.peak_bytes,
+        peak_memory_reserved_bytes=memory.reserved_bytes,
+        peak_memory_increase_bytes=None if memory.start_bytes is None
+        else max(memory.peak_bytes - memory.start_bytes, 0),
+        compile_time_s=compiled.cold_s,
+        compile_time_warm_s=compiled.warm_s,
+        graph_breaks=compiled.graph_breaks,
+        recompiles=recompiles,
+        drift_max_abs=figures.max_abs,
+        drift_max_rel=figures.max_rel,
+        drift_cosine=figures.cosine,
+        model_size_bytes=built.model_size_bytes,
+        sparsity=built.sparsity,
+    )
+    details: dict[str, Any] = {
+        **built.details,
+        "device": str(device),
+        "clock": clock.name,
+        "memory_method": memory.method,
+        "warmup_calls": outcome.warmup.calls,
+        "warmup_stable": outcome.warmup.stable,
+        "repeats": len(outcome.blocks_ms),
+        "tails_too_few": [
+            name for name, q in (("p95", 0.95), ("p99", 0.99)) if not tail_is_reliable(summary.n, q)
+        ],
+        "notes": list(built.notes),
+    }
+    if reference.fp64_note:
+        details["notes"].append(reference.fp64_note)
+    if not outcome.warmup.stable:
+        details["notes"].append(
+            f"timings did not settle within {outcome.warmup.calls} warm-up calls"
+        )
+    return VariantResult(
+        test=label,
+        variant=spec.name,
+        status="ok",
+        metrics=metrics,
+        samples_ms=samples,
+        repeats_ms=outcome.repeat_medians_ms,
+        drift_check=check,
+        details=details,
+    )

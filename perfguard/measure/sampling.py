@@ -1,0 +1,155 @@
+"""Warm-up until stable, then sampling in independent repeat blocks.
+
+Pure logic over a `Clock`: nothing here knows about torch, so the tests drive it
+with a `FakeClock` and assert exact outcomes.
+
+Why blocks: per-call samples inside one process are autocorrelated (caches,
+clocks, allocator state), so the statistics later work on per-repeat figures.
+Each repeat is re-warmed before it is sampled.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from perfguard.measure.clock import Clock
+
+Progress = Callable[[str], None]
+
+
+def _no_progress(_: str) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    """How long and how carefully to sample one variant. Defaults suit a CI job."""
+
+    min_warmup: int = 3  # call 1 compiles, call 2 records CUDA graphs, call 3 replays
+    max_warmup: int = 200
+    warmup_window: int = 5
+    warmup_tolerance: float = 0.05  # medians of the last two windows within 5%
+    max_warmup_ms: float = 3000.0  # measured time after `min_warmup`, then give up
+    repeats: int = 5
+    rewarm_calls: int = 2
+    min_samples_per_repeat: int = 10
+    max_samples_per_repeat: int = 5000
+    budget_s: float = 2.0  # measured time of all repeats together
+
+    def __post_init__(self) -> None:
+        positive = {
+            "max_warmup": self.max_warmup,
+            "warmup_window": self.warmup_window,
+            "repeats": self.repeats,
+            "min_samples_per_repeat": self.min_samples_per_repeat,
+            "max_samples_per_repeat": self.max_samples_per_repeat,
+        }
+        for name, value in positive.items():
+            if value < 1:
+                raise ValueError(f"sampling setting {name} must be at least 1, got {value}")
+        if self.min_warmup < 0 or self.rewarm_calls < 0:
+            raise ValueError("min_warmup and rewarm_calls must be >= 0")
+        if self.max_warmup < self.min_warmup:
+            raise ValueError("max_warmup must be >= min_warmup")
+        if self.min_samples_per_repeat > self.max_samples_per_repeat:
+            raise ValueError("min_samples_per_repeat must be <= max_samples_per_repeat")
+        if not self.budget_s > 0 or not self.max_warmup_ms >= 0:
+            raise ValueError("budget_s must be > 0 and max_warmup_ms >= 0")
+        if not 0 < self.warmup_tolerance < 1:
+            raise ValueError("warmup_tolerance must be between 0 and 1")
+
+
+@dataclass(frozen=True)
+class WarmupOutcome:
+    calls: int
+    stable: bool
+    times_ms: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class SamplingOutcome:
+    warmup: WarmupOutcome
+    blocks_ms: tuple[tuple[float, ...], ...]
+
+    @property
+    def samples_ms(self) -> tuple[float, ...]:
+        return tuple(t for block in self.blocks_ms for t in block)
+
+    @property
+    def repeat_medians_ms(self) -> tuple[float, ...]:
+        return tuple(statistics.median(block) for block in self.blocks_ms)
+
+
+def warm_up(
+    call: Callable[[], Any],
+    clock: Clock,
+    settings: SamplingSettings,
+    progress: Progress = _no_progress,
+) -> WarmupOutcome:
+    """Call until the median of the last window agrees with the one before it."""
+    times: list[float] = []
+    window = settings.warmup_window
+    spent_after_min = 0.0
+    while len(times) < settings.max_warmup:
+        elapsed = clock.time_call(call)
+        times.append(elapsed)
+        if len(times) > settings.min_warmup:
+            spent_after_min += elapsed
+        if len(times) >= max(settings.min_warmup, 2 * window):
+            last = statistics.median(times[-window:])
+            before = statistics.median(times[-2 * window : -window])
+            if before > 0 and abs(last - before) / before <= settings.warmup_tolerance:
+                return WarmupOutcome(len(times), True, tuple(times))
+        if spent_after_min > settings.max_warmup_ms:
+            break
+        if len(times) % 25 == 0:
+            progress(f"warming up ({len(times)} calls, not yet stable)")
+    return WarmupOutcome(len(times), False, tuple(times))
+
+
+def sample_block(
+    call: Callable[[], Any],
+    clock: Clock,
+    *,
+    min_samples: int,
+    max_samples: int,
+    budget_ms: float,
+) -> tuple[float, ...]:
+    """Time calls until there are `min_samples` and the budget is spent, or `max_samples`."""
+    block: list[float] = []
+    spent = 0.0
+    while len(block) < max_samples and (len(block) < min_samples or spent < budget_ms):
+        elapsed = clock.time_call(call)
+        block.append(elapsed)
+        spent += elapsed
+    return tuple(block)
+
+
+def sample(
+    call: Callable[[], Any],
+    clock: Clock,
+    settings: SamplingSettings,
+    progress: Progress = _no_progress,
+) -> SamplingOutcome:
+    """Warm up, then take `settings.repeats` re-warmed blocks within the time budget."""
+    progress("warming up")
+    warmup = warm_up(call, clock, settings, progress)
+    per_block_ms = settings.budget_s * 1000.0 / settings.repeats
+    blocks: list[tuple[float, ...]] = []
+    for index in range(settings.repeats):
+        progress(f"sampling (repeat {index + 1}/{settings.repeats})")
+        for _ in range(settings.rewarm_calls):
+            call()
+        blocks.append(
+            sample_block(
+                call,
+                clock,
+                min_samples=settings.min_samples_per_repeat,
+                max_samples=settings.max_samples_per_repeat,
+                budget_ms=per_block_ms,
+            )
+        )
+    return SamplingOutcome(warmup, tuple(blocks))

@@ -1,0 +1,339 @@
+"""Plain data that flows through the pipeline: results, runs, comparisons.
+
+Everything here is immutable, validated on construction, and free of torch and
+pytest, so that the report, compare and merge commands run anywhere.
+The JSON layout is the contract of INTERFACE.md section 7; `to_json`/`from_json`
+are its only writers and readers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Literal
+
+SCHEMA_VERSION = 1
+
+Status = Literal["ok", "error", "skipped"]
+STATUSES: tuple[Status, ...] = ("ok", "error", "skipped")
+
+Verdict = Literal[
+    "regression", "improvement", "unchanged", "inconclusive", "new", "missing", "error"
+]
+VERDICTS: tuple[Verdict, ...] = (
+    "regression",
+    "improvement",
+    "unchanged",
+    "inconclusive",
+    "new",
+    "missing",
+    "error",
+)
+
+
+class RecordError(ValueError):
+    """A results or baseline document does not have the shape INTERFACE.md section 7 gives."""
+
+
+def _finite_or_none(name: str, value: float | None) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise RecordError(f"{name} must be a number or null, got {value!r}")
+    if not math.isfinite(value):
+        raise RecordError(f"{name} must be finite, got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """The headline figures of one variant of one test; `None` where a metric does not apply."""
+
+    latency_p50_ms: float | None = None
+    latency_p95_ms: float | None = None
+    latency_p99_ms: float | None = None
+    latency_mean_ms: float | None = None
+    peak_memory_bytes: float | None = None
+    compile_time_s: float | None = None
+    drift_max_abs: float | None = None
+    drift_max_rel: float | None = None
+    drift_cosine: float | None = None
+    # Beyond INTERFACE.md: more detail that the report and the verdicts use.
+    latency_iqr_ms: float | None = None
+    latency_samples: int | None = None
+    latency_p95_tail: int | None = None
+    latency_p99_tail: int | None = None
+    peak_memory_reserved_bytes: float | None = None
+    peak_memory_increase_bytes: float | None = None  # peak minus what was held before the calls
+    compile_time_warm_s: float | None = None
+    graph_breaks: int | None = None
+    recompiles: int | None = None
+    model_size_bytes: float | None = None
+    sparsity: float | None = None
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            checked = _finite_or_none(f.name, value)
+            if f.type == "int | None" and checked is not None:
+                object.__setattr__(self, f.name, int(checked))
+            else:
+                object.__setattr__(self, f.name, checked)
+        p50, p95, p99 = self.latency_p50_ms, self.latency_p95_ms, self.latency_p99_ms
+        if p50 is not None and p95 is not None and p99 is not None and not p50 <= p95 <= p99:
+            raise RecordError(f"percentiles out of order: p50={p50} p95={p95} p99={p99}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Metrics:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass(frozen=True)
+class DriftCheck:
+    """Pass or fail of a variant's numerics against the fp64 reference, by tolerance class."""
+
+    tolerance_class: str
+    passed: bool
+    error: float  # RMS error of the variant against the high-precision reference
+    eager_error: float  # RMS error of fp32 eager against the same reference
+    allowed: float  # the largest error this class allows here
+    reference: str  # "fp64" or "fp32" when the model could not run in fp64
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "tolerance_class": self.tolerance_class,
+            "passed": self.passed,
+            "error": self.error,
+            "eager_error": self.eager_error,
+            "allowed": self.allowed,
+            "reference": self.reference,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> DriftCheck:
+        try:
+            return cls(
+                tolerance_class=str(data["tolerance_class"]),
+                passed=bool(data["passed"]),
+                error=float(data["error"]),
+                eager_error=float(data["eager_error"]),
+                allowed=float(data["allowed"]),
+                reference=str(data["reference"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise RecordError(f"bad drift check {dict(data)!r}: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class VariantResult:
+    """What measuring one model under one variant produced. Keeps the raw samples."""
+
+    test: str
+    variant: str
+    status: Status
+    error: str | None = None
+    metrics: Metrics = field(default_factory=Metrics)
+    samples_ms: tuple[float, ...] = ()
+    repeats_ms: tuple[float, ...] = ()  # per-repeat medians: the independent units
+    drift_check: DriftCheck | None = None
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise RecordError(f"status must be one of {STATUSES}, got {self.status!r}")
+        if self.status != "ok" and not self.error:
+            raise RecordError(f"a result with status {self.status!r} needs an error message")
+        for name in ("samples_ms", "repeats_ms"):
+            values = tuple(float(v) for v in getattr(self, name))
+            if any(not math.isfinite(v) or v < 0 for v in values):
+                raise RecordError(f"{name} must hold finite, non-negative times")
+            object.__setattr__(self, name, values)
+        object.__setattr__(self, "details", dict(self.details))
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.test, self.variant)
+
+    def with_test(self, test: str) -> VariantResult:
+        return replace(self, test=test)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "test": self.test,
+            "variant": self.variant,
+            "status": self.status,
+            "error": self.error,
+            "metrics": self.metrics.to_json(),
+            "samples_ms": list(self.samples_ms),
+            "repeats_ms": list(self.repeats_ms),
+            "drift_check": None if self.drift_check is None else self.drift_check.to_json(),
+            "details": dict(self.details),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> VariantResult:
+        try:
+            drift = data.get("drift_check")
+            return cls(
+                test=str(data["test"]),
+                variant=str(data["variant"]),
+                status=data["status"],
+                error=data.get("error"),
+                metrics=Metrics.from_json(data.get("metrics") or {}),
+                samples_ms=tuple(data.get("samples_ms") or ()),
+                repeats_ms=tuple(data.get("repeats_ms") or ()),
+                drift_check=None if drift is None else DriftCheck.from_json(drift),
+                details=data.get("details") or {},
+            )
+        except KeyError as exc:
+            raise RecordError(f"a result lacks the key {exc.args[0]!r}") from exc
+
+
+@dataclass(frozen=True)
+class BaselineRef:
+    """Which baseline a run was compared with, and why that one."""
+
+    commit: str | None
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"commit": self.commit, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One metric of one test and variant, baseline against current, with its verdict."""
+
+    test: str
+    variant: str
+    metric: str
+    baseline: float | None
+    current: float | None
+    change_pct: float | None
+    p_value: float | None
+    cohens_d: float | None
+    verdict: Verdict
+    min_detectable_pct: float | None = None
+    gating: bool = True
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        if self.verdict not in VERDICTS:
+            raise RecordError(f"verdict must be one of {VERDICTS}, got {self.verdict!r}")
+        for name in ("baseline", "current", "change_pct", "p_value", "cohens_d"):
+            object.__setattr__(self, name, _finite_or_none(name, getattr(self, name)))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "test": self.test,
+            "variant": self.variant,
+            "metric": self.metric,
+            "baseline": self.baseline,
+            "current": self.current,
+            "change_pct": self.change_pct,
+            "p_value": self.p_value,
+            "cohens_d": self.cohens_d,
+            "verdict": self.verdict,
+            "min_detectable_pct": self.min_detectable_pct,
+            "gating": self.gating,
+            "note": self.note,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Comparison:
+        try:
+            return cls(
+                test=str(data["test"]),
+                variant=str(data["variant"]),
+                metric=str(data["metric"]),
+                baseline=data.get("baseline"),
+                current=data.get("current"),
+                change_pct=data.get("change_pct"),
+                p_value=data.get("p_value"),
+                cohens_d=data.get("cohens_d"),
+                verdict=data["verdict"],
+                min_detectable_pct=data.get("min_detectable_pct"),
+                gating=bool(data.get("gating", True)),
+                note=str(data.get("note") or ""),
+            )
+        except KeyError as exc:
+            raise RecordError(f"a comparison lacks the key {exc.args[0]!r}") from exc
+
+
+@dataclass(frozen=True)
+class Run:
+    """One session's results: the body of a results file and of a baseline file."""
+
+    commit: str | None
+    machine: str
+    environment: Mapping[str, Any]
+    results: tuple[VariantResult, ...]
+    baseline: BaselineRef = field(default_factory=lambda: BaselineRef(None, "not compared"))
+    comparisons: tuple[Comparison, ...] = ()
+    created: str | None = None
+    settings: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "results", tuple(self.results))
+        object.__setattr__(self, "comparisons", tuple(self.comparisons))
+        object.__setattr__(self, "environment", dict(self.environment))
+        object.__setattr__(self, "settings", dict(self.settings))
+        seen: set[tuple[str, str]] = set()
+        for result in self.results:
+            if result.key in seen:
+                raise RecordError(f"duplicate result for {result.test} [{result.variant}]")
+            seen.add(result.key)
+
+    def result(self, test: str, variant: str) -> VariantResult | None:
+        for r in self.results:
+            if r.key == (test, variant):
+                return r
+        return None
+
+    @property
+    def has_regression(self) -> bool:
+        return any(c.verdict == "regression" and c.gating for c in self.comparisons)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "commit": self.commit,
+            "machine": self.machine,
+            "created": self.created,
+            "environment": dict(self.environment),
+            "settings": dict(self.settings),
+            "baseline": self.baseline.to_json(),
+            "results": [r.to_json() for r in self.results],
+            "comparisons": [c.to_json() for c in self.comparisons],
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> Run:
+        """Read a current-version document. Older versions go through `store.schema` first."""
+        if not isinstance(data, Mapping):
+            raise RecordError("the document is not a JSON object")
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise RecordError(f"schema_version {version!r} is not {SCHEMA_VERSION}")
+        try:
+            baseline = data.get("baseline") or {}
+            results: Sequence[Any] = data["results"]
+            return cls(
+                commit=data.get("commit"),
+                machine=str(data["machine"]),
+                environment=data.get("environment") or {},
+                results=tuple(VariantResult.from_json(r) for r in results),
+                baseline=BaselineRef(baseline.get("commit"), str(baseline.get("reason", ""))),
+                comparisons=tuple(Comparison.from_json(c) for c in data.get("comparisons") or ()),
+                created=data.get("created"),
+                settings=data.get("settings") or {},
+            )
+        except KeyError as exc:
+            raise RecordError(f"the document lacks the key {exc.args[0]!r}") from exc
+        except (TypeError, AttributeError) as exc:
+            raise RecordError(f"the document has the wrong shape: {exc}") from exc

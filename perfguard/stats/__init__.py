@@ -1,0 +1,1 @@
+"""Statistics and verdicts: pure functions, no torch, no pytest."""

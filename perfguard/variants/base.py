@@ -1,0 +1,107 @@
+"""What a built variant is, what a family must say about itself, and shared measurements."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import torch
+from torch import nn
+
+from perfguard.variants.spec import VariantPart
+
+Timing = Literal["device", "host"]
+"""`device`: time with the device clock (CUDA events on CUDA). `host`: the call is synchronous."""
+
+
+class VariantUnavailableError(Exception):
+    """This variant cannot run here (no CUDA, a missing package, an unsupported model)."""
+
+
+@dataclass(frozen=True)
+class Requirements:
+    """What a variant needs; `unmet` says in one sentence what is missing."""
+
+    cuda: bool = False
+    packages: tuple[str, ...] = ()
+    why_cuda: str = ""
+
+    def unmet(self, name: str, device: torch.device) -> str | None:
+        if self.cuda and device.type != "cuda":
+            return f"{name} needs a CUDA device ({self.why_cuda}); this run is on {device.type}"
+        for package in self.packages:
+            if importlib.util.find_spec(package) is None:
+                return f"{name} needs the package {package!r}: pip install {package}"
+        return None
+
+
+@dataclass
+class Built:
+    """A variant ready to run: `make_call()` returns the callable that runs one inference.
+
+    Compiled variants compile lazily on the first call of a fresh `make_call()`, which is
+    how the measurer times cold and warm compilation.
+    """
+
+    make_call: Callable[[], Callable[[], Any]]
+    timing: Timing
+    tolerance_class: str
+    compiled: bool = False
+    model_size_bytes: int | None = None
+    sparsity: float | None = None
+    notes: list[str] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
+    fetch_outputs: Callable[[Callable[[], Any]], Any] | None = None
+    """How to get outputs for the drift check from a call; default: the call's return value."""
+
+    def outputs(self, call: Callable[[], Any]) -> Any:
+        return call() if self.fetch_outputs is None else self.fetch_outputs(call)
+
+
+class ModuleTransform(Protocol):
+    """A family that rewrites the module (pruning, quantization) before it runs."""
+
+    requirements: Requirements
+    tolerance_class: str
+
+    def apply(self, model: nn.Module, part: VariantPart, built_notes: list[str]) -> nn.Module: ...
+
+
+def _leaf_tensors(t: torch.Tensor) -> Iterator[torch.Tensor]:
+    """The plain tensors behind `t`, unpacking tensor subclasses (torchao's quantized weights)."""
+    if type(t) in (torch.Tensor, nn.Parameter) or not hasattr(t, "__tensor_flatten__"):
+        yield t
+        return
+    names, _ = t.__tensor_flatten__()
+    for name in names:
+        yield from _leaf_tensors(getattr(t, name))
+
+
+def model_size_bytes(model: nn.Module) -> int:
+    """Bytes held by parameters and buffers, counting what quantized weights really store."""
+    seen: set[int] = set()
+    total = 0
+    for tensor in [*model.parameters(), *model.buffers()]:
+        for leaf in _leaf_tensors(tensor):
+            key = id(leaf)
+            if key in seen:
+                continue
+            seen.add(key)
+            total += leaf.numel() * leaf.element_size()
+    return total
+
+
+def prunable_layers(model: nn.Module) -> list[nn.Module]:
+    """Linear and Conv layers with a weight: the layers pruning and int8 quantization act on."""
+    kinds = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
+    return [m for m in model.modules() if isinstance(m, kinds) and m.weight is not None]
+
+
+def weight_sparsity(model: nn.Module) -> float:
+    """Fraction of exact zeros over the weights of Linear and Conv layers."""
+    layers = prunable_layers(model)
+    zeros = sum(int((m.weight == 0).sum()) for m in layers)
+    total = sum(m.weight.numel() for m in layers)
+    return zeros / total if total else 0.0

@@ -1,0 +1,35 @@
+"""`compile-*`: `torch.compile(model, mode=...)`. Compilation happens on the first call."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from perfguard.variants.base import Requirements
+from perfguard.variants.spec import VariantPart
+
+CUDA_GRAPH_MODES = {"compile-reduce-overhead"}
+
+
+class Compile:
+    tolerance_class = "compiled-fp32"
+
+    def requirements_for(self, part: VariantPart) -> Requirements:
+        if part.name in CUDA_GRAPH_MODES:
+            return Requirements(
+                cuda=True,
+                why_cuda="its point is CUDA graphs; on a CPU it would measure compile-default",
+            )
+        return Requirements()
+
+    def unavailable_reason(self, part: VariantPart, device: torch.device) -> str | None:
+        if not hasattr(torch, "compile"):
+            return f"{part.name}: this torch has no torch.compile"
+        return self.requirements_for(part).unmet(part.name, device)
+
+    def compiler(self, part: VariantPart) -> Callable[[nn.Module], Callable[..., Any]]:
+        mode = part.name.removeprefix("compile-")
+        return lambda model: torch.compile(model, mode=mode)

@@ -1,0 +1,132 @@
+"""`onnxruntime`: export with the dynamo-based ONNX exporter, run in an ONNX Runtime session.
+
+Export and session creation happen at build time and are reported as such, never
+timed as inference. The CUDA provider is used when the run is on CUDA and the
+installed onnxruntime offers it; then inputs and outputs stay on the GPU through
+IO binding, so the timed call is inference, not host copies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from perfguard.variants.base import Requirements, VariantUnavailableError
+from perfguard.variants.spec import VariantPart
+
+
+def _numpy_dtype(dtype: torch.dtype) -> Any:
+    return torch.empty(0, dtype=dtype).numpy().dtype
+
+
+class OnnxRuntime:
+    requirements = Requirements(packages=("onnxruntime", "onnx", "onnxscript"))
+    tolerance_class = "compiled-fp32"
+
+    def unavailable_reason(self, part: VariantPart, device: torch.device) -> str | None:
+        return self.requirements.unmet(part.name, device)
+
+    def build(
+        self, model: nn.Module, inputs: Sequence[Any], device: torch.device, details: dict[str, Any]
+    ) -> tuple[Callable[[], Callable[[], Any]], Callable[[Callable[[], Any]], Any] | None]:
+        """Export and open a session; return `make_call` and, on CUDA, how to read outputs."""
+        import onnxruntime as ort
+
+        if not all(isinstance(x, torch.Tensor) for x in inputs):
+            raise VariantUnavailableError(
+                "onnxruntime: only tensor positional inputs can be fed to an ONNX session"
+            )
+        started = time.perf_counter()
+        try:
+            program = _export(model, tuple(inputs))
+        except Exception as exc:  # the exporter raises many kinds; all mean "cannot export"
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise VariantUnavailableError(f"onnxruntime: the ONNX export failed: {first}") from exc
+        data = program.model_proto.SerializeToString()
+        details["export_time_s"] = time.perf_counter() - started
+        details["onnx_model_bytes"] = len(data)
+
+        available = ort.get_available_providers()
+        use_cuda = device.type == "cuda" and "CUDAExecutionProvider" in available
+        if device.type == "cuda" and not use_cuda:
+            raise VariantUnavailableError(
+                "onnxruntime: this run is on CUDA but the installed onnxruntime has no "
+                "CUDAExecutionProvider (pip install onnxruntime-gpu)"
+            )
+        providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if use_cuda else [
+            "CPUExecutionProvider"
+        ]
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        started = time.perf_counter()
+        session = ort.InferenceSession(data, sess_options=options, providers=providers)
+        details["session_create_time_s"] = time.perf_counter() - started
+        details["ort_provider"] = session.get_providers()[0]
+        names = [i.name for i in session.get_inputs()]
+        if len(names) != len(inputs):
+            raise VariantUnavailableError(
+                f"onnxruntime: the exported graph takes {len(names)} inputs, "
+                f"the example has {len(inputs)}"
+            )
+        tensors = [t.contiguous() for t in inputs]
+        if use_cuda:
+            return _cuda_call(session, names, tensors, device)
+        feeds = {name: t.detach().cpu().numpy() for name, t in zip(names, tensors, strict=True)}
+
+        def make_call() -> Callable[[], Any]:
+            return lambda: session.run(None, feeds)
+
+        return make_call, None
+
+
+def _export(model: nn.Module, inputs: tuple[Any, ...]) -> Any:
+    # The exporter prints progress lines and logs warnings about torchvision ops: keep them quiet.
+    quiet = io.StringIO()
+    loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch.export", "onnxscript")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
+            return torch.onnx.export(model, inputs, dynamo=True, verbose=False)
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)
+
+
+def _cuda_call(
+    session: Any, names: Sequence[str], tensors: Sequence[torch.Tensor], device: torch.device
+) -> tuple[Callable[[], Callable[[], Any]], Callable[[Callable[[], Any]], Any]]:
+    binding = session.io_binding()
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    for name, t in zip(names, tensors, strict=True):
+        binding.bind_input(
+            name=name,
+            device_type="cuda",
+            device_id=index,
+            element_type=_numpy_dtype(t.dtype),
+            shape=tuple(t.shape),
+            buffer_ptr=t.data_ptr(),
+        )
+    for out in session.get_outputs():
+        binding.bind_output(out.name, "cuda", index)
+
+    def run() -> None:
+        session.run_with_iobinding(binding)  # synchronous: returns when outputs are ready
+
+    def make_call() -> Callable[[], Any]:
+        return run
+
+    def fetch_outputs(call: Callable[[], Any]) -> list[np.ndarray[Any, Any]]:
+        call()
+        return [np.asarray(o) for o in binding.copy_outputs_to_cpu()]
+
+    return make_call, fetch_outputs

@@ -1,0 +1,133 @@
+"""The one registry: from a variant name to a built, runnable variant."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils import _pytree as pytree
+
+from perfguard.variants.amp import Amp
+from perfguard.variants.base import (
+    Built,
+    ModuleTransform,
+    VariantUnavailableError,
+    model_size_bytes,
+    weight_sparsity,
+)
+from perfguard.variants.compile import Compile
+from perfguard.variants.ort import OnnxRuntime
+from perfguard.variants.prune import Prune
+from perfguard.variants.quantize import Quantize
+from perfguard.variants.spec import VariantSpec
+
+TRANSFORMS: dict[str, ModuleTransform] = {"prune": Prune(), "quantize": Quantize()}
+AMP = Amp()
+COMPILE = Compile()
+ORT = OnnxRuntime()
+
+TOLERANCE_ORDER = ("exact", "compiled-fp32", "reduced-precision", "int8", "pruned")
+"""Tolerance classes from strictest to loosest; a combined variant takes its loosest part's."""
+
+_CLASS_OF_FAMILY = {
+    "eager": "exact",
+    "compile": COMPILE.tolerance_class,
+    "amp": AMP.tolerance_class,
+    "quantize": Quantize.tolerance_class,
+    "prune": Prune.tolerance_class,
+    "onnxruntime": ORT.tolerance_class,
+}
+
+
+def tolerance_class(spec: VariantSpec) -> str:
+    classes = [_CLASS_OF_FAMILY[p.family] for p in spec.parts]
+    return max(classes, key=TOLERANCE_ORDER.index)
+
+
+def unavailable_reason(spec: VariantSpec, device: torch.device) -> str | None:
+    """Why `spec` cannot run on `device`, or None when it can (as far as can be told unbuilt)."""
+    for part in spec.parts:
+        if part.family in TRANSFORMS:
+            reason = TRANSFORMS[part.family].requirements.unmet(part.name, device)
+        elif part.family == "amp":
+            reason = AMP.unavailable_reason(part, device)
+        elif part.family == "compile":
+            reason = COMPILE.unavailable_reason(part, device)
+        elif part.family == "onnxruntime":
+            reason = ORT.unavailable_reason(part, device)
+        else:
+            reason = None
+        if reason:
+            return reason
+    return None
+
+
+def to_device(value: Any, device: torch.device) -> Any:
+    return pytree.tree_map(
+        lambda x: x.to(device) if isinstance(x, torch.Tensor) else x, value
+    )
+
+
+def build_variant(
+    model: nn.Module, example_inputs: Sequence[Any], spec: VariantSpec, device: torch.device
+) -> Built:
+    """Build `spec` from a copy of `model` (the caller's model is never modified)."""
+    reason = unavailable_reason(spec, device)
+    if reason:
+        raise VariantUnavailableError(reason)
+    work = copy.deepcopy(model).to(device).eval()
+    inputs = tuple(to_device(tuple(example_inputs), device))
+    notes: list[str] = []
+    details: dict[str, Any] = {}
+    for part in spec.parts:
+        if part.family in TRANSFORMS:
+            work = TRANSFORMS[part.family].apply(work, part, notes)
+    pruned = spec.part("prune") is not None
+    size = model_size_bytes(work)
+    sparsity = weight_sparsity(work) if pruned else None
+    klass = tolerance_class(spec)
+
+    if spec.part("onnxruntime") is not None:
+        make_call, fetch = ORT.build(work, inputs, device, details)
+        return Built(
+            make_call=make_call,
+            timing="host",
+            tolerance_class=klass,
+            model_size_bytes=details.get("onnx_model_bytes", size),
+            sparsity=sparsity,
+            notes=notes,
+            details=details,
+            fetch_outputs=fetch,
+        )
+
+    amp_part = spec.part("amp")
+    autocast: Callable[[], contextlib.AbstractContextManager[object]] = (
+        AMP.context(amp_part, device) if amp_part is not None else contextlib.nullcontext
+    )
+    compile_part = spec.part("compile")
+    compiler = COMPILE.compiler(compile_part) if compile_part is not None else None
+    module = work
+
+    def make_call() -> Callable[[], Any]:
+        fn: Callable[..., Any] = compiler(module) if compiler is not None else module
+
+        def call() -> Any:
+            with torch.inference_mode(), autocast():
+                return fn(*inputs)
+
+        return call
+
+    return Built(
+        make_call=make_call,
+        timing="device",
+        tolerance_class=klass,
+        compiled=compiler is not None,
+        model_size_bytes=size,
+        sparsity=sparsity,
+        notes=notes,
+        details=details,
+    )

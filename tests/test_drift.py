@@ -1,0 +1,74 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from perfguard.measure import drift
+
+
+def ref(values: list[float], high: list[float] | None = None) -> drift.Reference:
+    fp32 = np.array(values, dtype=np.float64)
+    return drift.Reference(fp32, None if high is None else np.array(high, dtype=np.float64))
+
+
+def test_figures_against_the_fp32_reference() -> None:
+    f = drift.figures(np.array([1.0, 2.0, 4.5]), np.array([1.0, 2.0, 4.0]))
+    assert f.max_abs == 0.5
+    assert f.max_rel == pytest.approx(0.5 / 4.0)
+    assert 0.99 < f.cosine < 1.0
+    same = drift.figures(np.array([1.0, -2.0]), np.array([1.0, -2.0]))
+    assert (same.max_abs, same.max_rel, same.cosine) == (0.0, 0.0, 1.0)
+
+
+def test_exact_class_passes_only_eager_itself() -> None:
+    r = ref([1.0, 2.0, 3.0], high=[1.0 + 1e-7, 2.0, 3.0])
+    assert drift.judge(r.fp32, r, "exact").passed
+    assert not drift.judge(r.fp32 + 1e-5, r, "exact").passed
+
+
+def test_classes_loosen_in_order() -> None:
+    r = ref([1.0, 2.0, 3.0, 4.0], high=[1.0, 2.0, 3.0, 4.0])
+    off = r.fp32 * 1.01  # 1% off everywhere
+    assert not drift.judge(off, r, "compiled-fp32").passed
+    assert drift.judge(off, r, "reduced-precision").passed
+    assert drift.judge(off, r, "int8").passed
+    check = drift.judge(off, r, "compiled-fp32")
+    assert check.reference == "fp64" and check.error > check.allowed
+
+
+def test_user_override_per_class_or_for_all() -> None:
+    r = ref([1.0, 2.0], high=[1.0, 2.0])
+    off = r.fp32 * 1.2
+    assert not drift.judge(off, r, "int8").passed
+    assert drift.judge(off, r, "int8", 0.5).passed
+    assert drift.judge(off, r, "int8", {"int8": 0.5}).passed
+    assert not drift.judge(off, r, "int8", {"pruned": 0.5}).passed
+
+
+def test_without_fp64_the_judgement_uses_fp32_and_says_so() -> None:
+    r = ref([1.0, 2.0])
+    check = drift.judge(r.fp32, r, "compiled-fp32")
+    assert check.passed and check.reference == "fp32" and check.eager_error == 0.0
+
+
+def test_flatten_accepts_nested_tensors_and_arrays() -> None:
+    out = drift.flatten_outputs(
+        {"a": torch.ones(2), "b": (torch.zeros(1, dtype=torch.bfloat16), np.full(2, 3.0)),
+         "ids": torch.tensor([1, 2])}
+    )
+    assert out.tolist() == [1.0, 1.0, 0.0, 3.0, 3.0]
+    with pytest.raises(ValueError, match="no floating-point"):
+        drift.flatten_outputs(torch.tensor([1, 2]))
+
+
+def test_reference_falls_back_when_the_model_refuses_fp64() -> None:
+    class Fp32Only(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            if x.dtype != torch.float32:
+                raise TypeError("this model only takes float32")
+            return x * 2
+
+    r = drift.compute_reference(Fp32Only(), (torch.ones(3),), torch.device("cpu"))
+    assert r.fp64 is None and "fp64" in r.fp64_note
+    assert r.fp32.tolist() == [2.0, 2.0, 2.0]

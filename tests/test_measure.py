@@ -1,0 +1,168 @@
+"""Every variant on the small example models, on this machine's CPU.
+
+The done-when of the engine: every CPU-capable variant is ok with ordered percentiles,
+positive memory, compile time exactly for compiled variants, drift 0 for eager and > 0 for
+int8 and pruned; CUDA-only variants state why they cannot run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+from torch import nn
+
+from perfguard import MeasureSettings, SamplingSettings, VariantResult, compute_reference
+from perfguard import measure_model as measure
+from perfguard.examples import SmallCNN, SmallEncoder, SmallMLP, example_inputs
+from perfguard.variants.spec import BASE_VARIANTS
+
+FAST = MeasureSettings(
+    sampling=SamplingSettings(budget_s=0.05, repeats=2, min_samples_per_repeat=5),
+    memory_calls=1,
+)
+CUDA_ONLY = {"compile-reduce-overhead"}
+MODELS: dict[str, Callable[[], nn.Module]] = {"mlp": SmallMLP, "cnn": SmallCNN}
+
+
+@pytest.fixture(scope="module", params=sorted(MODELS))
+def measured(request: pytest.FixtureRequest) -> dict[str, VariantResult]:
+    torch.manual_seed(0)
+    model = MODELS[request.param]().eval()
+    inputs = example_inputs(model)
+    reference = compute_reference(model, inputs, torch.device("cpu"))
+    return {v: measure(model, inputs, v, FAST, test=request.param, reference=reference)
+            for v in BASE_VARIANTS}
+
+
+def test_every_cpu_variant_is_ok_with_sane_metrics(measured: dict[str, VariantResult]) -> None:
+    for variant, r in measured.items():
+        if variant in CUDA_ONLY:
+            continue
+        m = r.metrics
+        assert r.status == "ok", (variant, r.error)
+        assert m.latency_p50_ms is not None and m.latency_p95_ms is not None
+        assert m.latency_p99_ms is not None
+        assert 0 < m.latency_p50_ms <= m.latency_p95_ms <= m.latency_p99_ms, variant
+        assert m.peak_memory_bytes is not None and m.peak_memory_bytes > 0, variant
+        compiled = variant.startswith("compile-")
+        assert (m.compile_time_s is not None and m.compile_time_s > 0) == compiled, variant
+        assert (m.compile_time_warm_s is not None) == compiled, variant
+        assert m.model_size_bytes and m.model_size_bytes > 0
+        assert len(r.samples_ms) == m.latency_samples and len(r.repeats_ms) == 2
+        assert r.drift_check is not None and r.drift_check.passed, (variant, r.drift_check)
+
+
+def test_drift_is_zero_for_eager_and_positive_for_int8_and_pruned(
+    measured: dict[str, VariantResult],
+) -> None:
+    assert measured["eager"].metrics.drift_max_abs == 0.0
+    assert measured["eager"].metrics.drift_cosine == 1.0
+    for variant in ("int8-dynamic", "int8-weight-only", "prune-l1-unstructured",
+                    "prune-ln-structured"):
+        drift = measured[variant].metrics.drift_max_abs
+        assert drift is not None and drift > 0, variant
+
+
+def test_cuda_only_variants_say_why(measured: dict[str, VariantResult]) -> None:
+    for variant in CUDA_ONLY:
+        r = measured[variant]
+        assert r.status == "skipped"
+        assert r.error is not None and "needs a CUDA device" in r.error
+
+
+def test_pruning_reports_its_sparsity_and_quantization_shrinks_the_model(
+    measured: dict[str, VariantResult],
+) -> None:
+    assert measured["prune-l1-unstructured"].metrics.sparsity == pytest.approx(0.5, abs=0.01)
+    assert measured["prune-ln-structured"].metrics.sparsity == pytest.approx(0.3, abs=0.05)
+    assert measured["eager"].metrics.sparsity is None
+    assert "no speed-up" in " ".join(measured["prune-l1-unstructured"].details["notes"])
+    eager_size = measured["eager"].metrics.model_size_bytes
+    int8_size = measured["int8-weight-only"].metrics.model_size_bytes
+    assert eager_size is not None and int8_size is not None and int8_size < eager_size
+
+
+def test_compiled_variants_count_graph_breaks_and_recompiles(
+    measured: dict[str, VariantResult],
+) -> None:
+    m = measured["compile-default"].metrics
+    assert m.graph_breaks == 0 and m.recompiles == 0
+
+
+def test_composition_and_amount() -> None:
+    model = SmallMLP().eval()
+    r = measure(model, example_inputs(model), "prune-l1-unstructured:0.7+compile-default", FAST)
+    assert r.status == "ok", r.error
+    assert r.metrics.sparsity == pytest.approx(0.7, abs=0.01)
+    assert r.metrics.compile_time_s is not None and r.metrics.compile_time_s > 0
+
+
+def test_encoder_runs_eager_int8_and_onnxruntime() -> None:
+    model = SmallEncoder().eval()
+    inputs = example_inputs(model)
+    for variant in ("eager", "int8-dynamic", "onnxruntime"):
+        r = measure(model, inputs, variant, FAST)
+        assert r.status == "ok", (variant, r.error)
+
+
+def test_onnxruntime_reports_export_and_session_time_apart() -> None:
+    model = SmallMLP().eval()
+    r = measure(model, example_inputs(model), "onnxruntime", FAST)
+    assert r.status == "ok", r.error
+    assert r.details["export_time_s"] > 0 and r.details["session_create_time_s"] > 0
+    assert r.details["ort_provider"] == "CPUExecutionProvider"
+    assert r.metrics.compile_time_s is None
+
+
+def test_the_callers_model_is_never_modified() -> None:
+    model = SmallMLP().eval()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    measure(model, example_inputs(model), "prune-l1-unstructured", FAST)
+    measure(model, example_inputs(model), "int8-dynamic", FAST)
+    after = model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+class Raises(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("shape mismatch in block 3\nmore detail")
+
+
+class NaNs(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y: torch.Tensor = self.lin(x)
+        return y * float("nan") if not torch.compiler.is_compiling() else y
+
+
+def test_a_model_that_raises_is_an_error_result_and_the_next_variant_is_fine() -> None:
+    r = measure(Raises(), (torch.ones(2),), "eager", FAST)
+    assert r.status == "error"
+    assert r.error == "RuntimeError: shape mismatch in block 3"
+    ok = measure(SmallMLP().eval(), example_inputs(SmallMLP()), "eager", FAST)
+    assert ok.status == "ok"
+
+
+def test_nan_outputs_are_an_error() -> None:
+    r = measure(NaNs(), (torch.ones(2, 4),), "eager", FAST)
+    assert r.status == "error" and "NaN" in (r.error or "")
+
+
+def test_torch_state_is_restored() -> None:
+    threads = torch.get_num_threads()
+    precision = torch.get_float32_matmul_precision()
+    settings = MeasureSettings(sampling=FAST.sampling, threads=1, memory_calls=1)
+    measure(SmallMLP().eval(), example_inputs(SmallMLP()), "eager", settings)
+    assert torch.get_num_threads() == threads
+    assert torch.get_float32_matmul_precision() == precision
+    assert torch.is_grad_enabled()
+
+
+def test_inputs_must_be_a_tuple() -> None:
+    with pytest.raises(TypeError, match="tuple of positional"):
+        measure(SmallMLP(), torch.ones(1, 256), "eager", FAST)  # type: ignore[arg-type]

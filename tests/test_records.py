@@ -1,0 +1,67 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from perfguard.records import (
+    BaselineRef,
+    Comparison,
+    Metrics,
+    RecordError,
+    Run,
+    VariantResult,
+)
+
+
+def result(variant: str = "eager", **metrics: float) -> VariantResult:
+    return VariantResult("t.py::test_a", variant, "ok", metrics=Metrics(**metrics),
+                         samples_ms=(1.0, 2.0), repeats_ms=(1.5,))
+
+
+def test_run_round_trips_through_json() -> None:
+    run = Run(
+        commit="a" * 40, machine="cpu-x-2c", environment={"torch": "2.13.0"},
+        results=(result(latency_p50_ms=1.0, latency_p95_ms=2.0, latency_p99_ms=3.0),
+                 VariantResult("t.py::test_a", "compile-default", "error", "boom")),
+        baseline=BaselineRef("b" * 40, "merge-base with main"),
+        comparisons=(Comparison("t.py::test_a", "eager", "latency_p50_ms", 1.0, 1.1, 10.0,
+                                0.01, 1.2, "regression"),),
+    )
+    doc = json.loads(json.dumps(run.to_json()))
+    assert doc["schema_version"] == 1
+    assert set(doc["results"][0]) >= {"test", "variant", "status", "error", "metrics",
+                                      "samples_ms"}
+    assert set(doc["comparisons"][0]) >= {"test", "variant", "metric", "baseline", "current",
+                                          "change_pct", "p_value", "cohens_d", "verdict"}
+    assert Run.from_json(doc) == run
+    assert run.has_regression
+
+
+def test_results_validate_on_construction() -> None:
+    with pytest.raises(RecordError, match="out of order"):
+        Metrics(latency_p50_ms=3.0, latency_p95_ms=2.0, latency_p99_ms=4.0)
+    with pytest.raises(RecordError, match="finite"):
+        Metrics(latency_p50_ms=float("nan"))
+    with pytest.raises(RecordError, match="needs an error message"):
+        VariantResult("t", "eager", "error")
+    with pytest.raises(RecordError, match="status"):
+        VariantResult("t", "eager", "fine")  # type: ignore[arg-type]
+    with pytest.raises(RecordError, match="duplicate"):
+        Run(None, "m", {}, (result(), result()))
+
+
+def test_results_are_immutable() -> None:
+    r = result()
+    with pytest.raises(AttributeError):
+        r.status = "error"  # type: ignore[misc]
+    assert isinstance(r.samples_ms, tuple)
+
+
+def test_wrong_documents_are_record_errors() -> None:
+    with pytest.raises(RecordError, match="schema_version"):
+        Run.from_json({"schema_version": 99})
+    with pytest.raises(RecordError, match="machine"):
+        Run.from_json({"schema_version": 1, "results": []})
+    with pytest.raises(RecordError, match="not a JSON object"):
+        Run.from_json([1, 2])
