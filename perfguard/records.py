@@ -140,6 +140,7 @@ class VariantResult:
     metrics: Metrics = field(default_factory=Metrics)
     samples_ms: tuple[float, ...] = ()
     repeats_ms: tuple[float, ...] = ()  # per-repeat medians: the independent units
+    block_sizes: tuple[int, ...] = ()  # how `samples_ms` splits into its repeats
     drift_check: DriftCheck | None = None
     details: Mapping[str, Any] = field(default_factory=dict)
 
@@ -153,7 +154,22 @@ class VariantResult:
             if any(not math.isfinite(v) or v < 0 for v in values):
                 raise RecordError(f"{name} must hold finite, non-negative times")
             object.__setattr__(self, name, values)
+        sizes = tuple(int(n) for n in self.block_sizes)
+        if sizes and (sum(sizes) != len(self.samples_ms) or min(sizes) < 1):
+            raise RecordError("block_sizes must be positive and add up to the number of samples")
+        object.__setattr__(self, "block_sizes", sizes)
         object.__setattr__(self, "details", dict(self.details))
+
+    def blocks(self) -> tuple[tuple[float, ...], ...]:
+        """The samples split into their repeats (one block when sizes were not kept)."""
+        if not self.block_sizes:
+            return (self.samples_ms,) if self.samples_ms else ()
+        out: list[tuple[float, ...]] = []
+        start = 0
+        for size in self.block_sizes:
+            out.append(self.samples_ms[start : start + size])
+            start += size
+        return tuple(out)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -171,6 +187,7 @@ class VariantResult:
             "metrics": self.metrics.to_json(),
             "samples_ms": list(self.samples_ms),
             "repeats_ms": list(self.repeats_ms),
+            "block_sizes": list(self.block_sizes),
             "drift_check": None if self.drift_check is None else self.drift_check.to_json(),
             "details": dict(self.details),
         }
@@ -187,6 +204,7 @@ class VariantResult:
                 metrics=Metrics.from_json(data.get("metrics") or {}),
                 samples_ms=tuple(data.get("samples_ms") or ()),
                 repeats_ms=tuple(data.get("repeats_ms") or ()),
+                block_sizes=tuple(data.get("block_sizes") or ()),
                 drift_check=None if drift is None else DriftCheck.from_json(drift),
                 details=data.get("details") or {},
             )

@@ -227,6 +227,7 @@ def _measure(
         metrics=metrics,
         samples_ms=samples,
         repeats_ms=outcome.repeat_medians_ms,
+        block_sizes=tuple(len(b) for b in outcome.blocks_ms),
         drift_check=check,
         details=details,
     )

@@ -1,0 +1,73 @@
+"""An example perf suite: three small models, written as a user would write them.
+
+    pytest examples/perf --perfguard
+
+Without --perfguard the perf items are skipped and the plain test below runs as usual.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+HIDDEN = 512  # the demo widens this on its second commit to show a regression
+
+
+class MLP(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(256, HIDDEN), nn.GELU(), nn.Linear(HIDDEN, HIDDEN),
+                                 nn.GELU(), nn.Linear(HIDDEN, 64))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+class ConvNet(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        def block(i: int, o: int) -> nn.Sequential:
+            return nn.Sequential(nn.Conv2d(i, o, 3, padding=1, bias=False), nn.BatchNorm2d(o),
+                                 nn.ReLU())
+        self.body = nn.Sequential(block(3, 16), block(16, 32), nn.MaxPool2d(2), block(32, 64),
+                                  nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x)
+
+
+class Encoder(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(64, 4, 256, dropout=0.0, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.head = nn.Linear(64, 32)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.encoder(x))
+
+
+VARIANTS = ["eager", "compile-default", "int8-dynamic", "prune-l1-unstructured", "onnxruntime"]
+
+
+@pytest.mark.perfguard(variants=VARIANTS)
+def test_mlp(perfguard):
+    perfguard.run(MLP().eval(), (torch.randn(32, 256),))
+
+
+@pytest.mark.perfguard(variants=VARIANTS)
+def test_convnet(perfguard):
+    perfguard.run(ConvNet().eval(), (torch.randn(8, 3, 32, 32),))
+
+
+@pytest.mark.perfguard(variants=["eager", "compile-default", "int8-dynamic"])
+@pytest.mark.parametrize("batch", [4])
+def test_encoder(perfguard, batch):
+    perfguard.run(Encoder().eval(), (torch.randn(batch, 16, 64),))
+
+
+def test_models_are_deterministic_in_eval():
+    model = MLP().eval()
+    x = torch.randn(2, 256)
+    assert torch.equal(model(x), model(x))

@@ -1,0 +1,156 @@
+"""Git: where HEAD is, and which commit's baseline a run compares against (INTERFACE section 5).
+
+`auto` looks, in order, at: the first parent of a pull-request merge commit (the base branch
+tip); otherwise the merge-base of HEAD with the main branch (HEAD's first parent when HEAD is
+on main); then first-parent ancestors of that start, up to a bounded depth. The first of those
+commits that has a stored baseline wins, and the reason says which and why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+DEFAULT_DEPTH = 50
+SHALLOW_HINT = (
+    "this is a shallow clone, so older commits are not here (GitHub Actions checks out one "
+    "commit by default): set `fetch-depth: 0` on actions/checkout"
+)
+
+
+class GitError(Exception):
+    """A git question that has no answer here (bad ref, no repository)."""
+
+
+@dataclass(frozen=True)
+class GitState:
+    root: Path
+    head: str | None  # None in a repository without commits
+    branch: str | None  # None on a detached HEAD
+    dirty: bool
+    shallow: bool
+
+
+@dataclass(frozen=True)
+class BaselineChoice:
+    commit: str | None
+    reason: str
+
+
+def _repo(path: Path) -> Any:
+    try:
+        import git
+    except ImportError as exc:  # gitpython needs the git executable
+        raise GitError(f"git is not usable here: {exc}") from None
+    try:
+        return git.Repo(path, search_parent_directories=True)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        raise GitError(f"{path} is not inside a git repository") from None
+
+
+def git_state(path: Path) -> GitState | None:
+    """HEAD's sha, branch and dirty state; None outside a git repository."""
+    try:
+        repo = _repo(path)
+    except GitError:
+        return None
+    try:
+        head: str | None = repo.head.commit.hexsha
+    except ValueError:  # no commits yet
+        head = None
+    branch = None if repo.head.is_detached else repo.active_branch.name
+    # untracked files do not make a measurement differ from the commit; tracked edits do
+    dirty = head is not None and repo.is_dirty(untracked_files=False)
+    shallow = Path(repo.git_dir, "shallow").exists()
+    return GitState(Path(repo.working_tree_dir or path), head, branch, dirty, shallow)
+
+
+def resolve(path: Path, ref: str) -> str:
+    repo = _repo(path)
+    try:
+        return str(repo.commit(ref).hexsha)
+    except Exception:
+        raise GitError(f"{ref!r} is not a revision of this repository") from None
+
+
+def _main_ref(repo: Any, main_branch: str) -> str | None:
+    for candidate in (main_branch, f"origin/{main_branch}", f"refs/remotes/origin/{main_branch}"):
+        try:
+            repo.commit(candidate)
+        except Exception:
+            continue
+        return candidate
+    return None
+
+
+def _first_parent_walk(repo: Any, start: str, depth: int) -> list[str]:
+    out = repo.git.rev_list("--first-parent", f"--max-count={depth + 1}", start)
+    return [line for line in str(out).splitlines() if line]
+
+
+def find_baseline(
+    path: Path,
+    has_baseline: Callable[[str], bool],
+    *,
+    main_branch: str = "main",
+    depth: int = DEFAULT_DEPTH,
+) -> BaselineChoice:
+    """The `auto` choice: the nearest commit, in INTERFACE section 5's order, with a baseline."""
+    try:
+        repo = _repo(path)
+    except GitError as exc:
+        return BaselineChoice(None, f"not compared: {exc}")
+    try:
+        head = repo.head.commit
+    except ValueError:
+        return BaselineChoice(None, "not compared: the repository has no commits yet")
+    shallow = Path(repo.git_dir, "shallow").exists()
+
+    if len(head.parents) >= 2:
+        start = head.parents[0].hexsha
+        why = f"first parent of the pull-request merge commit {head.hexsha[:10]} (the base tip)"
+    else:
+        main = _main_ref(repo, main_branch)
+        if main is None:
+            hint = f"; {SHALLOW_HINT}" if shallow else ""
+            return BaselineChoice(
+                None, f"not compared: no branch {main_branch!r} (or origin/{main_branch}) to "
+                f"find a merge-base with (set the ini option perfguard_main_branch){hint}")
+        try:
+            bases = repo.merge_base(head, main)
+        except Exception:
+            bases = []
+        if not bases:
+            hint = SHALLOW_HINT if shallow else "the histories are unrelated"
+            return BaselineChoice(None, f"not compared: no merge-base of HEAD with {main}: {hint}")
+        start = bases[0].hexsha
+        why = f"merge-base of HEAD with {main}"
+        if start == head.hexsha:
+            if not head.parents:
+                return BaselineChoice(None, "not compared: HEAD is the first commit")
+            start = head.parents[0].hexsha
+            why = f"first parent of HEAD, which is on {main}"
+
+    walk = _first_parent_walk(repo, start, depth)
+    for steps, sha in enumerate(walk):
+        if has_baseline(sha):
+            if steps == 0:
+                return BaselineChoice(sha, f"{why}: {sha[:10]}")
+            return BaselineChoice(
+                sha, f"{sha[:10]}, {steps} first-parent step(s) back from the {why} "
+                f"({start[:10]}), the nearest with a baseline")
+    searched = f"{len(walk)} commit(s) from the {why} ({start[:10]})"
+    if shallow and len(walk) <= depth:
+        return BaselineChoice(None, f"no baseline in {searched}; {SHALLOW_HINT}")
+    return BaselineChoice(None, f"no baseline in {searched} (ini perfguard_baseline_depth={depth})")
+
+
+def explicit_baseline(path: Path, ref: str, has_baseline: Callable[[str], bool]) -> BaselineChoice:
+    """`--perfguard-compare=REF`: that commit's baseline, or a reason why there is none."""
+    sha = resolve(path, ref)
+    if has_baseline(sha):
+        return BaselineChoice(sha, f"asked for with --perfguard-compare={ref} ({sha[:10]})")
+    return BaselineChoice(None, f"--perfguard-compare={ref} ({sha[:10]}) has no stored baseline "
+                                "for this machine")

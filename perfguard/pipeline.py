@@ -1,0 +1,154 @@
+"""After measuring: choose the baseline, compare, write the results and the report, save.
+
+A plain library step (no pytest): the plugin calls it at session end, and a script that
+measured with `measure_model` can call it the same way.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from perfguard.git import (
+    BaselineChoice,
+    GitError,
+    GitState,
+    explicit_baseline,
+    find_baseline,
+    git_state,
+)
+from perfguard.records import BaselineRef, Run, VariantResult
+from perfguard.report.markdown import render_markdown
+from perfguard.stats.verdicts import Thresholds, compare_runs
+from perfguard.store.baselines import BaselineError, BaselineStore, write_json_atomic
+
+WATCHED_VERSIONS = ("torch", "cuda", "gpu_driver", "cudnn", "python", "torchao", "onnxruntime")
+
+
+class PipelineError(Exception):
+    """A step that cannot go on; the message says what to do. Measurements are kept."""
+
+
+@dataclass(frozen=True)
+class FinishSettings:
+    root: Path
+    baseline_dir: Path
+    machine: str
+    compare: str = "auto"  # "auto", "none" or a git revision
+    main_branch: str = "main"
+    baseline_depth: int = 50
+    save: bool = False
+    allow_dirty: bool = False
+    report: Path | None = None
+    json: Path | None = None
+    thresholds: Thresholds = field(default_factory=Thresholds)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    run: Run
+    report_path: Path | None
+    json_path: Path | None
+    saved_path: Path | None
+    messages: tuple[str, ...]
+    error: str | None = None  # the comparison or the save could not be done
+
+
+def check_can_save(state: GitState | None, allow_dirty: bool) -> str | None:
+    """Why `--perfguard-save` must refuse here, or None."""
+    if state is None or state.head is None:
+        return ("--perfguard-save needs a git checkout with a commit: the baseline is filed "
+                "under HEAD's sha")
+    if state.dirty and not allow_dirty:
+        return ("--perfguard-save refuses a working tree with uncommitted changes: the numbers "
+                "would be filed under a commit that did not produce them. Commit or stash, or "
+                "pass --perfguard-allow-dirty")
+    return None
+
+
+def environment_differences(base: Mapping[str, Any], head: Mapping[str, Any]) -> list[str]:
+    return [
+        f"{key} differs: baseline {base.get(key)}, this run {head.get(key)}"
+        for key in WATCHED_VERSIONS
+        if base.get(key) != head.get(key) and (base.get(key) or head.get(key))
+    ]
+
+
+def choose_baseline(settings: FinishSettings, state: GitState | None,
+                    store: BaselineStore) -> BaselineChoice:
+    if settings.compare == "none":
+        return BaselineChoice(None, "comparison disabled (--perfguard-compare=none)")
+    if state is None:
+        return BaselineChoice(None, "not compared: not inside a git repository, so there is no "
+                                    "commit to find a baseline for")
+
+    def has(sha: str) -> bool:
+        return store.has(settings.machine, sha)
+
+    if settings.compare == "auto":
+        return find_baseline(settings.root, has, main_branch=settings.main_branch,
+                             depth=settings.baseline_depth)
+    try:
+        return explicit_baseline(settings.root, settings.compare, has)
+    except GitError as exc:
+        raise PipelineError(f"--perfguard-compare: {exc}") from None
+
+
+def finish_run(
+    results: Sequence[VariantResult],
+    environment: Mapping[str, Any],
+    settings: FinishSettings,
+    *,
+    extra_settings: Mapping[str, Any] | None = None,
+) -> Outcome:
+    """Compare, write and save. Results are always written, even when comparing fails."""
+    state = git_state(settings.root)
+    store = BaselineStore(settings.baseline_dir)
+    messages: list[str] = []
+    error: str | None = None
+    created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    run = Run(
+        commit=state.head if state else None,
+        machine=settings.machine,
+        environment=environment,
+        results=tuple(results),
+        created=created,
+        settings={"thresholds": settings.thresholds.to_json(), **(extra_settings or {})},
+    )
+    try:
+        choice = choose_baseline(settings, state, store)
+        base = store.load(settings.machine, choice.commit) if choice.commit else None
+        run = replace(run, baseline=BaselineRef(choice.commit, choice.reason))
+        messages.append(f"baseline: {choice.commit[:10] if choice.commit else 'none'} "
+                        f"({choice.reason})")
+        if base is not None:
+            diffs = environment_differences(base.environment, run.environment)
+            messages.extend(f"environment: {d}" for d in diffs)
+        if settings.compare != "none":
+            run = replace(run, comparisons=compare_runs(base, run, settings.thresholds))
+    except (BaselineError, PipelineError) as exc:
+        error = f"comparison stopped: {exc}"
+        run = replace(run, baseline=BaselineRef(None, error))
+
+    json_path = report_path = saved = None
+    if settings.json is not None:
+        write_json_atomic(settings.json, run.to_json())
+        json_path = settings.json
+    if settings.report is not None:
+        settings.report.parent.mkdir(parents=True, exist_ok=True)
+        settings.report.write_text(render_markdown(run, settings.thresholds), encoding="utf-8")
+        report_path = settings.report
+    if settings.save and error is None:
+        refusal = check_can_save(state, settings.allow_dirty)
+        if refusal:
+            error = refusal
+        else:
+            try:
+                saved = store.save(run)
+                messages.append(f"saved baseline {saved}")
+            except BaselineError as exc:
+                error = f"baseline not saved: {exc}"
+    return Outcome(run, report_path, json_path, saved, tuple(messages), error)

@@ -1,0 +1,253 @@
+"""pytest glue: options, the `perfguard` fixture and marker, one item per variant, session end.
+
+Registered through the `pytest11` entry point `perfguard`. Importing this module is cheap:
+torch and the measuring library load only when a perf item runs with `--perfguard`.
+"""
+
+from __future__ import annotations
+
+import random
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from perfguard import PerfguardWarning
+from perfguard.pytest_plugin.benchmark_bridge import result_from_benchmark
+from perfguard.pytest_plugin.fixture import PerfguardFixture, SessionState
+from perfguard.pytest_plugin.marker import MarkerSettings, read_marker
+from perfguard.pytest_plugin.options import Options, add_options, resolve
+from perfguard.pytest_plugin.progress import ProgressWriter
+from perfguard.variants.spec import DEFAULT_VARIANTS
+
+VARIANT_PARAM = "_perfguard_variant"
+SKIP_REASON = "perf test: measured only with --perfguard (run `pytest --perfguard`)"
+MARKER_HELP = (
+    "perfguard(variants=[...], min_change_pct=, alpha=, gate_p99=, memory_tolerance_pct=, "
+    "compile_ratio=, budget_s=, repeats=, drift_tolerance=, device=, threads=): "
+    "per-test perfguard settings"
+)
+
+state_key = pytest.StashKey[SessionState]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    add_options(parser)
+
+
+def _xdist_workers(config: pytest.Config) -> int:
+    if hasattr(config, "workerinput"):
+        return 2  # we are inside an xdist worker
+    try:
+        n = config.getoption("numprocesses")
+    except ValueError:
+        return 0
+    if n in (None, 0, "0"):
+        return 0
+    return 2 if not isinstance(n, int) else n
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", MARKER_HELP)
+    options = resolve(config)
+    if options.enabled and _xdist_workers(config) > 0:
+        raise pytest.UsageError(
+            "--perfguard cannot run under pytest-xdist (-n): measurements on one device must "
+            "not overlap. Run the perf tests in one process (drop -n, or add -p no:xdist), "
+            "and shard across machines instead (see the README, 'Sharding')")
+    if options.enabled and options.save:
+        from perfguard.git import git_state
+        from perfguard.pipeline import check_can_save
+
+        refusal = check_can_save(git_state(Path(config.rootpath)), options.allow_dirty)
+        if refusal:
+            raise pytest.UsageError(refusal)
+    config.stash[state_key] = SessionState(options, ProgressWriter(config, options.progress))
+
+
+def _variants_for(options: Options, marker: MarkerSettings) -> tuple[str, ...]:
+    """Command line > marker > ini > built-in default."""
+    if options.variants is not None and options.variants_source.startswith("--"):
+        return options.variants
+    if marker.variants is not None:
+        return marker.variants
+    if options.variants is not None:
+        return options.variants
+    return DEFAULT_VARIANTS
+
+
+def _test_name(metafunc_or_item: Any) -> str:
+    return str(metafunc_or_item.definition.nodeid if hasattr(metafunc_or_item, "definition")
+               else metafunc_or_item.nodeid)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "perfguard" not in metafunc.fixturenames:
+        return
+    state = metafunc.config.stash[state_key]
+    test = _test_name(metafunc)
+    marker = read_marker(test, metafunc.definition.get_closest_marker("perfguard"))
+    variants = _variants_for(state.options, marker)
+    if marker.thresholds:
+        state.per_test_thresholds[test] = marker.thresholds
+    metafunc.parametrize(VARIANT_PARAM, variants, ids=list(variants))
+
+
+def test_id(item: pytest.Item, variant: str) -> str:
+    """The node id without the variant part: the `test` of a result."""
+    nodeid = item.nodeid
+    head, sep, params = nodeid.partition("[")
+    if not sep:
+        return nodeid
+    params = params[:-1]
+    if params == variant:
+        return head
+    if params.endswith("-" + variant):
+        return f"{head}[{params[: -len(variant) - 1]}]"
+    if params.startswith(variant + "-"):
+        return f"{head}[{params[len(variant) + 1 :]}]"
+    return nodeid
+
+
+def _variant_of(item: pytest.Item) -> str | None:
+    callspec = getattr(item, "callspec", None)
+    if callspec is None:
+        return None
+    value = callspec.params.get(VARIANT_PARAM)
+    return None if value is None else str(value)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    state = config.stash[state_key]
+    if state.options.enabled:
+        return
+    skip = pytest.mark.skip(reason=SKIP_REASON)
+    for item in items:
+        if _variant_of(item) is not None:
+            item.add_marker(skip)
+
+
+@pytest.fixture(name=VARIANT_PARAM)
+def _perfguard_variant() -> str:
+    """Replaced by the variant of each item (pytest_generate_tests parametrizes it)."""
+    raise RuntimeError("perf tests are parametrized by variant; this default never runs")
+
+
+@pytest.fixture
+def perfguard(request: pytest.FixtureRequest, _perfguard_variant: str) -> PerfguardFixture:
+    """Measure a model under this item's variant: `perfguard.run(model, (x,))`."""
+    item = request.node
+    state = request.config.stash[state_key]
+    variant = str(_perfguard_variant)
+    marker = read_marker(_test_name(item.getparent(pytest.Function) or item),
+                         item.get_closest_marker("perfguard"))
+    seed = state.options.seed
+    random.seed(seed)
+    try:
+        import numpy as np
+
+        np.random.seed(seed)
+    except ImportError:  # pragma: no cover - numpy comes with torch
+        pass
+    import torch
+
+    torch.manual_seed(seed)
+    state.used_fixture.add(item.nodeid)
+    return PerfguardFixture(test_id(item, variant), variant, marker, state, item.nodeid)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Any:
+    outcome = yield
+    state = item.config.stash.get(state_key, None)
+    if state is None or not state.options.enabled:
+        return
+    fixture = getattr(item, "funcargs", {}).get("perfguard")
+    if isinstance(fixture, PerfguardFixture) and fixture.result is None \
+            and outcome.excinfo is None:
+        warnings.warn(PerfguardWarning(
+            f"{item.nodeid} uses the perfguard fixture but never called perfguard.run(model, "
+            "inputs): nothing was measured. Call it, or drop the fixture"), stacklevel=1)
+    bench = getattr(item, "funcargs", {}).get("benchmark")
+    if bench is not None and outcome.excinfo is None:
+        result = result_from_benchmark(item.nodeid, bench)
+        if result is not None:
+            state.record(result)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    config = session.config
+    state = config.stash.get(state_key, None)
+    if state is None or not state.options.enabled or hasattr(config, "workerinput"):
+        return
+    from perfguard.pipeline import FinishSettings, finish_run
+    from perfguard.stats.verdicts import Thresholds
+
+    o = state.options
+    environment = state.environment or _fallback_environment(o.device)
+    from perfguard.environment import machine_key
+
+    settings = FinishSettings(
+        root=Path(config.rootpath),
+        baseline_dir=o.baseline_dir,
+        machine=o.machine or machine_key(environment),
+        compare=o.compare,
+        main_branch=o.main_branch,
+        baseline_depth=o.baseline_depth,
+        save=o.save,
+        allow_dirty=o.allow_dirty,
+        report=o.report,
+        json=o.json,
+        thresholds=Thresholds(min_change_pct=o.min_change_pct, gate_p99=o.gate_p99,
+                              per_test=state.per_test_thresholds),
+    )
+    outcome = finish_run(
+        state.results, environment, settings,
+        extra_settings={"budget_s": o.budget_s, "repeats": o.repeats, "seed": o.seed},
+    )
+    config.stash[outcome_key] = outcome
+    if outcome.error is not None:
+        session.exitstatus = pytest.ExitCode.INTERRUPTED
+    elif o.fail_on == "regression" and outcome.run.has_regression \
+            and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _fallback_environment(device: str) -> dict[str, Any]:
+    from perfguard.environment import collect_environment
+    from perfguard.measure.runner import resolve_device
+
+    try:
+        return collect_environment(resolve_device(device))
+    except Exception:  # no device at all: describe the CPU
+        import torch
+
+        return collect_environment(torch.device("cpu"))
+
+
+outcome_key = pytest.StashKey[Any]()
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    outcome = config.stash.get(outcome_key, None)
+    if outcome is None:
+        return
+    from perfguard.report.terminal import summary_lines
+
+    tr = terminalreporter
+    tr.section("perfguard")
+    width = min(getattr(tr, "_tw", None).fullwidth if getattr(tr, "_tw", None) else 100, 100)
+    for line in summary_lines(outcome.run, width=max(width, 80)):
+        tr.write_line(line)
+    for message in outcome.messages:
+        tr.write_line(message)
+    if outcome.report_path:
+        tr.write_line(f"report: {outcome.report_path}")
+    if outcome.json_path:
+        tr.write_line(f"results: {outcome.json_path}")
+    if outcome.error:
+        tr.write_line(f"perfguard error: {outcome.error}", red=True, bold=True)
+    elif outcome.run.has_regression:
+        tr.write_line("perfguard: regression found", red=True, bold=True)

@@ -1,0 +1,119 @@
+"""The `perfguard` fixture object: `perfguard.run(model, example_inputs, **options)`."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from perfguard.pytest_plugin.marker import MarkerSettings
+from perfguard.pytest_plugin.options import Options
+from perfguard.pytest_plugin.progress import ProgressWriter
+from perfguard.records import VariantResult
+
+if TYPE_CHECKING:
+    from perfguard.measure.drift import Reference
+
+RUN_OPTIONS = ("budget_s", "repeats", "drift_tolerance", "device", "threads")
+REFERENCE_CACHE = 8
+
+
+@dataclass
+class SessionState:
+    """Everything the plugin keeps for a session, stored in `config.stash`."""
+
+    options: Options
+    progress: ProgressWriter
+    results: list[VariantResult] = field(default_factory=list)
+    references: OrderedDict[str, Reference] = field(default_factory=OrderedDict)
+    per_test_thresholds: dict[str, dict[str, Any]] = field(default_factory=dict)
+    environment: dict[str, Any] | None = None
+    used_fixture: set[str] = field(default_factory=set)
+
+    def record(self, result: VariantResult) -> None:
+        self.results = [r for r in self.results if r.key != result.key]
+        self.results.append(result)
+
+
+class PerfguardFixture:
+    """Measures the model of a test under the variant of the current test item."""
+
+    def __init__(self, test: str, variant: str, marker: MarkerSettings,
+                 state: SessionState, nodeid: str) -> None:
+        self.test = test
+        self.variant = variant
+        self._marker = marker
+        self._state = state
+        self._nodeid = nodeid
+        self.result: VariantResult | None = None
+
+    def run(self, model: Any, example_inputs: Any, **options: Any) -> VariantResult:
+        """Measure `model(*example_inputs)` under this item's variant and record the result.
+
+        `options` (budget_s, repeats, drift_tolerance, device, threads) override the marker's
+        and the session's. A variant that cannot run here skips the item; a model that raises
+        fails it with the model's message; drift beyond tolerance fails it.
+        """
+        from perfguard.measure.drift import compute_reference, fingerprint
+        from perfguard.measure.runner import MeasureSettings, measure_model, resolve_device
+        from perfguard.measure.sampling import SamplingSettings
+
+        unknown = set(options) - set(RUN_OPTIONS)
+        if unknown:
+            raise TypeError(f"perfguard.run() got unknown option(s) {sorted(unknown)}; "
+                            f"known: {', '.join(RUN_OPTIONS)}")
+        if self.result is not None:
+            raise RuntimeError("perfguard.run() measures one model per test item; "
+                               "it was called twice")
+        if not isinstance(example_inputs, tuple | list):
+            raise TypeError("example_inputs must be a tuple of positional arguments, e.g. (x,)")
+        o = self._state.options
+        merged: dict[str, Any] = {"budget_s": o.budget_s, "repeats": o.repeats,
+                                  "device": o.device, "threads": o.threads,
+                                  "drift_tolerance": None}
+        merged.update({k: v for k, v in self._marker.options.items() if k in RUN_OPTIONS})
+        merged.update(options)
+        settings = MeasureSettings(
+            sampling=SamplingSettings(budget_s=float(merged["budget_s"]),
+                                      repeats=int(merged["repeats"])),
+            device=str(merged["device"]),
+            threads=merged["threads"],
+            drift_tolerance=merged["drift_tolerance"],
+        )
+        progress = self._state.progress
+        progress.start(self._nodeid)
+        reference = None
+        try:
+            device = resolve_device(settings.device)
+            key = f"{device}:{fingerprint(model, example_inputs)}"
+            reference = self._state.references.get(key)
+            if reference is None:
+                progress("eager reference")
+                reference = compute_reference(model, example_inputs, device)
+                self._state.references[key] = reference
+                while len(self._state.references) > REFERENCE_CACHE:
+                    self._state.references.popitem(last=False)
+            if self._state.environment is None:
+                from perfguard.environment import collect_environment
+
+                self._state.environment = collect_environment(device)
+        except Exception:  # the model failed: measure_model turns that into an error result
+            reference = None
+        result = measure_model(model, example_inputs, self.variant, settings, test=self.test,
+                               reference=reference, progress=progress)
+        self.result = result
+        self._state.record(result)
+        if result.status == "skipped":
+            pytest.skip(f"{self.variant}: {result.error}")
+        if result.status == "error":
+            pytest.fail(f"{self.variant}: {result.error}", pytrace=False)
+        check = result.drift_check
+        if check is not None and not check.passed:
+            pytest.fail(
+                f"{self.variant}: numerical drift beyond its tolerance class "
+                f"{check.tolerance_class}: error {check.error:.3g} against the {check.reference} "
+                f"reference, allowed {check.allowed:.3g} (set drift_tolerance in the marker to "
+                "accept it)", pytrace=False)
+        return result

@@ -1,0 +1,190 @@
+"""Command-line and ini options (INTERFACE section 4), with one help text for both.
+
+Precedence: command line > ini > default; the `@pytest.mark.perfguard(...)` marker overrides
+per test where it has a key for it (variants, thresholds, budget, drift tolerance).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from perfguard.variants.spec import DEFAULT_VARIANTS, UnknownVariantError, parse_variant_list
+
+HELP = {
+    "perfguard": "measure perf tests (without it they are skipped)",
+    "variants": "comma-separated variant names for every perf test "
+                f"(default: {','.join(DEFAULT_VARIANTS)})",
+    "baseline_dir": "where baselines live (default: baselines under the rootdir)",
+    "machine": "machine key baselines are filed under (default: derived from the GPU or CPU)",
+    "save": "store the results as the baseline of the current commit (HEAD)",
+    "allow_dirty": "allow --perfguard-save on a working tree with uncommitted changes",
+    "compare": "compare against the baseline of git revision REF; 'auto' (default) picks the "
+               "base commit, 'none' disables comparison",
+    "report": "Markdown report path (default: reports/perfguard.md under the rootdir)",
+    "json": "write machine-readable results (INTERFACE section 7) to this path",
+    "fail_on": "'regression' (default): exit non-zero when a verdict is regression; 'never'",
+    "budget": "seconds of sampling per test item (default 2.0)",
+    "repeats": "independent repeat blocks per item (default 5)",
+    "device": "'auto' (default: CUDA when present), 'cpu' or 'cuda[:N]'",
+    "threads": "torch intra-op threads while measuring (default: torch's own)",
+    "min_change": "smallest latency change, in percent, that can be a regression (default 10)",
+    "gate_p99": "let p99 latency gate the verdict (default: reported only)",
+    "seed": "torch/numpy/random seed set before each perf item, so random weights match (0)",
+    "main_branch": "the main branch for the merge-base lookup (default: main)",
+    "baseline_depth": "how many first-parent ancestors auto looks back (default 50)",
+    "progress": "show measuring progress lines: auto (default), yes or no",
+}
+
+
+@dataclass(frozen=True)
+class _Opt:
+    name: str  # key in HELP and ini suffix
+    flag: str
+    kind: str  # "bool", "str"
+    default: Any
+    metavar: str | None = None
+
+
+OPTIONS: tuple[_Opt, ...] = (
+    _Opt("variants", "--perfguard-variants", "str", None, "LIST"),
+    _Opt("baseline_dir", "--perfguard-baseline-dir", "str", None, "DIR"),
+    _Opt("machine", "--perfguard-machine", "str", None, "NAME"),
+    _Opt("save", "--perfguard-save", "bool", False),
+    _Opt("allow_dirty", "--perfguard-allow-dirty", "bool", False),
+    _Opt("compare", "--perfguard-compare", "str", "auto", "REF"),
+    _Opt("report", "--perfguard-report", "str", None, "PATH"),
+    _Opt("json", "--perfguard-json", "str", None, "PATH"),
+    _Opt("fail_on", "--perfguard-fail-on", "str", "regression", "regression|never"),
+    _Opt("budget", "--perfguard-budget", "str", "2.0", "SECONDS"),
+    _Opt("repeats", "--perfguard-repeats", "str", "5", "N"),
+    _Opt("device", "--perfguard-device", "str", "auto", "DEVICE"),
+    _Opt("threads", "--perfguard-threads", "str", None, "N"),
+    _Opt("min_change", "--perfguard-min-change", "str", "10", "PCT"),
+    _Opt("gate_p99", "--perfguard-gate-p99", "bool", False),
+    _Opt("seed", "--perfguard-seed", "str", "0", "N"),
+    _Opt("main_branch", "--perfguard-main-branch", "str", "main", "NAME"),
+    _Opt("baseline_depth", "--perfguard-baseline-depth", "str", "50", "N"),
+    _Opt("progress", "--perfguard-progress", "str", "auto", "auto|yes|no"),
+)
+
+
+def add_options(parser: pytest.Parser) -> None:
+    group = parser.getgroup("perfguard", "performance regression testing of PyTorch models")
+    group.addoption("--perfguard", action="store_true", default=False, help=HELP["perfguard"])
+    for opt in OPTIONS:
+        if opt.kind == "bool":
+            group.addoption(opt.flag, action="store_true", default=None, help=HELP[opt.name])
+            parser.addini(f"perfguard_{opt.name}", HELP[opt.name], type="bool",
+                          default=opt.default)
+        else:
+            group.addoption(opt.flag, action="store", default=None, metavar=opt.metavar,
+                            help=HELP[opt.name])
+            parser.addini(f"perfguard_{opt.name}", HELP[opt.name], type="string",
+                          default=opt.default if opt.default is not None else "")
+
+
+@dataclass(frozen=True)
+class Options:
+    """The resolved options of a session; `source` says where each value came from."""
+
+    enabled: bool
+    variants: tuple[str, ...] | None  # None: the built-in default, unless a marker says
+    variants_source: str
+    baseline_dir: Path
+    machine: str | None
+    save: bool
+    allow_dirty: bool
+    compare: str
+    report: Path
+    json: Path | None
+    fail_on: str
+    budget_s: float
+    repeats: int
+    device: str
+    threads: int | None
+    min_change_pct: float
+    gate_p99: bool
+    seed: int
+    main_branch: str
+    baseline_depth: int
+    progress: str
+
+
+def _raw(config: pytest.Config, opt: _Opt) -> tuple[Any, str]:
+    value = config.getoption(opt.flag)
+    if value is not None:
+        return value, opt.flag
+    ini = config.getini(f"perfguard_{opt.name}")
+    if opt.kind == "bool":
+        return bool(ini), f"ini perfguard_{opt.name}"
+    text = str(ini).strip()
+    if text:
+        return text, f"ini perfguard_{opt.name}"
+    return opt.default, "default"
+
+
+def _number(config: pytest.Config, opt: _Opt, kind: type, low: float) -> Any:
+    value, source = _raw(config, opt)
+    try:
+        number = kind(value)
+    except (TypeError, ValueError):
+        raise pytest.UsageError(
+            f"{source}: expected a {'whole ' if kind is int else ''}number, got {value!r}"
+        ) from None
+    if number < low:
+        raise pytest.UsageError(f"{source}: must be at least {low}, got {value!r}")
+    return number
+
+
+def _choice(config: pytest.Config, opt: _Opt, choices: tuple[str, ...]) -> str:
+    value, source = _raw(config, opt)
+    if value not in choices:
+        raise pytest.UsageError(f"{source}: must be one of {', '.join(choices)}, got {value!r}")
+    return str(value)
+
+
+def resolve(config: pytest.Config) -> Options:
+    """Read and validate every option; a bad value is a usage error naming where it came from."""
+    by_name = {o.name: o for o in OPTIONS}
+    root = Path(config.rootpath)
+    variants_raw, variants_source = _raw(config, by_name["variants"])
+    variants = None
+    if variants_raw:
+        try:
+            variants = parse_variant_list(str(variants_raw))
+        except UnknownVariantError as exc:
+            raise pytest.UsageError(f"{variants_source}: {exc}") from None
+        if not variants:
+            raise pytest.UsageError(f"{variants_source}: no variant names in {variants_raw!r}")
+    baseline_dir, _ = _raw(config, by_name["baseline_dir"])
+    report, _ = _raw(config, by_name["report"])
+    json_path, _ = _raw(config, by_name["json"])
+    machine, _ = _raw(config, by_name["machine"])
+    threads_raw, _ = _raw(config, by_name["threads"])
+    return Options(
+        enabled=bool(config.getoption("--perfguard")),
+        variants=variants,
+        variants_source=variants_source,
+        baseline_dir=root / (baseline_dir or "baselines"),
+        machine=str(machine) if machine else None,
+        save=bool(_raw(config, by_name["save"])[0]),
+        allow_dirty=bool(_raw(config, by_name["allow_dirty"])[0]),
+        compare=str(_raw(config, by_name["compare"])[0]),
+        report=root / (report or "reports/perfguard.md"),
+        json=root / json_path if json_path else None,
+        fail_on=_choice(config, by_name["fail_on"], ("regression", "never")),
+        budget_s=_number(config, by_name["budget"], float, 0.001),
+        repeats=_number(config, by_name["repeats"], int, 1),
+        device=str(_raw(config, by_name["device"])[0]),
+        threads=None if threads_raw in (None, "") else _number(config, by_name["threads"], int, 1),
+        min_change_pct=_number(config, by_name["min_change"], float, 0.0),
+        gate_p99=bool(_raw(config, by_name["gate_p99"])[0]),
+        seed=_number(config, by_name["seed"], int, 0),
+        main_branch=str(_raw(config, by_name["main_branch"])[0]),
+        baseline_depth=_number(config, by_name["baseline_depth"], int, 0),
+        progress=_choice(config, by_name["progress"], ("auto", "yes", "no")),
+    )

@@ -1,0 +1,51 @@
+"""Progress lines while measuring, written past pytest's output capture."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+
+MAIN_PHASES = ("eager reference", "compiling", "warming up", "sampling (repeat 1/")
+"""What `auto` shows; `yes` shows every phase (each repeat, memory, drift)."""
+
+
+class ProgressWriter:
+    """Writes `[perfguard] <item>: <phase>` lines where pytest shows output.
+
+    pytest captures output during a test, so lines go through the terminal reporter with
+    capture suspended, the way pytest's live logging does. `mode`: auto (on unless -q -q
+    or output is not shown), yes, no.
+    """
+
+    def __init__(self, config: pytest.Config, mode: str) -> None:
+        self._config = config
+        verbose = config.get_verbosity()
+        self._on = mode == "yes" or (mode == "auto" and verbose > -2)
+        self._mode = mode
+        self._item = ""
+        self._start = time.monotonic()
+
+    def start(self, item: str) -> None:
+        self._item = item
+        self._start = time.monotonic()
+
+    def __call__(self, phase: str) -> None:
+        if not self._on:
+            return
+        if self._mode == "auto" and not phase.startswith(MAIN_PHASES):
+            return
+        reporter = self._config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is None:
+            return
+        capman = self._config.pluginmanager.get_plugin("capturemanager")
+        elapsed = time.monotonic() - self._start
+        line = f"[perfguard] {self._item}: {phase} ({elapsed:.1f}s)"
+        if capman is not None:
+            with capman.global_and_fixture_disabled():
+                reporter.ensure_newline()
+                reporter.write_line(line)
+        else:
+            reporter.ensure_newline()
+            reporter.write_line(line)

@@ -1,0 +1,89 @@
+"""Units and escaping for reports. Pure functions of values."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+
+from perfguard.records import Comparison, VariantResult
+
+SEVERITY = ("regression", "error", "inconclusive", "improvement", "missing", "new", "unchanged")
+"""Verdicts from the worst news to the least; a row shows its worst."""
+
+
+def ms(value: float | None) -> str:
+    if value is None:
+        return "–"
+    if value >= 100:
+        return f"{value:.0f} ms"
+    if value >= 1:
+        return f"{value:.2f} ms"
+    return f"{value * 1000:.1f} µs"
+
+
+def seconds(value: float | None) -> str:
+    return "–" if value is None else f"{value:.2f} s"
+
+
+def size(value: float | None) -> str:
+    if value is None:
+        return "–"
+    units = ("B", "KiB", "MiB", "GiB", "TiB")
+    v = float(value)
+    for unit in units:
+        if abs(v) < 1024 or unit == units[-1]:
+            return f"{v:.0f} {unit}" if unit == "B" else f"{v:.1f} {unit}"
+        v /= 1024
+    return f"{v:.1f} TiB"
+
+
+def pct(value: float | None, signed: bool = True) -> str:
+    if value is None or math.isnan(value):
+        return "–"
+    return f"{value:+.1f}%" if signed else f"{value:.1f}%"
+
+
+def sci(value: float | None) -> str:
+    if value is None:
+        return "–"
+    if value == 0:
+        return "0"
+    return f"{value:.2g}" if abs(value) >= 1e-3 else f"{value:.1e}"
+
+
+def metric_value(metric: str, value: float | None) -> str:
+    if metric.endswith("_ms"):
+        return ms(value)
+    if metric.endswith("_bytes"):
+        return size(value)
+    if metric.endswith("_s"):
+        return seconds(value)
+    return sci(value)
+
+
+_CELL = re.compile(r"[\\`*_{}\[\]<>|#!~&]")
+
+
+def cell(text: object) -> str:
+    """Text from a test (node ids, exception text) made safe inside a Markdown table cell."""
+    raw = " ".join(str(text).split())  # newlines and runs of spaces become one space
+    escaped = _CELL.sub(lambda m: f"&#{ord(m.group(0))};", raw)
+    return escaped
+
+
+def worst(verdicts: Iterable[str]) -> str:
+    found = set(verdicts)
+    for verdict in SEVERITY:
+        if verdict in found:
+            return verdict
+    return "–"
+
+
+def row_verdict(result: VariantResult, comparisons: Iterable[Comparison]) -> str:
+    if result.status == "error":
+        return "error"
+    if result.status == "skipped":
+        return "skipped"
+    mine = [c.verdict for c in comparisons if (c.test, c.variant) == result.key and c.gating]
+    return worst(mine) if mine else "–"

@@ -1,0 +1,93 @@
+"""Welch's t-test, Cohen's d, multiple-comparison corrections, minimum detectable change."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+from scipy import stats as sps
+
+
+def welch_t_test(a: Sequence[float], b: Sequence[float]) -> tuple[float, float, float]:
+    """(t, two-sided p, Welch-Satterthwaite df) for the difference of means of b and a.
+
+    Identical constant samples give t=0, p=1; different constant samples give p=0.
+    """
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if x.size < 2 or y.size < 2:
+        raise ValueError("Welch's t-test needs at least two values on each side")
+    vx, vy = x.var(ddof=1) / x.size, y.var(ddof=1) / y.size
+    diff = y.mean() - x.mean()
+    se2 = vx + vy
+    if se2 == 0:
+        return (0.0, 1.0, float(x.size + y.size - 2)) if diff == 0 else (
+            math.copysign(math.inf, diff), 0.0, float(x.size + y.size - 2))
+    t = diff / math.sqrt(se2)
+    df = se2**2 / (vx**2 / (x.size - 1) + vy**2 / (y.size - 1))
+    p = 2.0 * float(sps.t.sf(abs(t), df))
+    return float(t), p, float(df)
+
+
+def cohens_d(a: Sequence[float], b: Sequence[float], *, hedges: bool = True) -> float:
+    """Standardized difference (b - a) / pooled SD, with Hedges' small-sample correction."""
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    nx, ny = x.size, y.size
+    if nx < 2 or ny < 2:
+        raise ValueError("Cohen's d needs at least two values on each side")
+    pooled = math.sqrt(((nx - 1) * x.var(ddof=1) + (ny - 1) * y.var(ddof=1)) / (nx + ny - 2))
+    diff = float(y.mean() - x.mean())
+    if pooled == 0:
+        return 0.0 if diff == 0 else math.copysign(math.inf, diff)
+    d = diff / pooled
+    if hedges:
+        d *= 1.0 - 3.0 / (4.0 * (nx + ny) - 9.0)
+    return d
+
+
+def benjamini_hochberg(p_values: Sequence[float]) -> list[float]:
+    """Benjamini-Hochberg adjusted p-values (false discovery rate), in the input order."""
+    p = np.asarray(p_values, dtype=float)
+    n = p.size
+    if n == 0:
+        return []
+    order = np.argsort(p)
+    ranked = p[order] * n / np.arange(1, n + 1)
+    adjusted = np.minimum.accumulate(ranked[::-1])[::-1]
+    out = np.empty(n)
+    out[order] = np.minimum(adjusted, 1.0)
+    return [float(v) for v in out]
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm-Bonferroni adjusted p-values (family-wise error), in the input order."""
+    p = np.asarray(p_values, dtype=float)
+    n = p.size
+    if n == 0:
+        return []
+    order = np.argsort(p)
+    stepped = np.maximum.accumulate(p[order] * (n - np.arange(n)))
+    out = np.empty(n)
+    out[order] = np.minimum(stepped, 1.0)
+    return [float(v) for v in out]
+
+
+def min_detectable_pct(
+    a: Sequence[float], b: Sequence[float], *, alpha: float = 0.05, power: float = 0.8
+) -> float:
+    """The smallest change of the mean (in % of a's mean) a Welch test would flag with `power`.
+
+    Normal-theory approximation with Student quantiles at the Welch df:
+    (t_{1-alpha/2} + t_{power}) * SE / mean(a).
+    """
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if x.size < 2 or y.size < 2 or x.mean() == 0:
+        return math.inf
+    se2 = x.var(ddof=1) / x.size + y.var(ddof=1) / y.size
+    if se2 == 0:
+        return 0.0
+    vx, vy = x.var(ddof=1) / x.size, y.var(ddof=1) / y.size
+    denom = (vx**2 / (x.size - 1) if vx else 0.0) + (vy**2 / (y.size - 1) if vy else 0.0)
+    df = se2**2 / denom if denom else float(x.size + y.size - 2)
+    q = float(sps.t.ppf(1 - alpha / 2, df) + sps.t.ppf(power, df))
+    return 100.0 * q * math.sqrt(se2) / abs(float(x.mean()))

@@ -1,0 +1,261 @@
+"""Verdicts per metric, baseline against current. Pure: two `Run`s in, `Comparison`s out.
+
+Latency is judged on independent repeats (per-repeat percentiles), never on raw per-call
+samples, which are autocorrelated within a process. A regression needs all of:
+- statistical significance after a Benjamini-Hochberg correction over the whole run;
+- a practical minimum change (`min_change_pct`, settable per test);
+- a change beyond the noise floor learned from history, where one is known.
+Memory uses a small relative tolerance, compile time a generous ratio, and drift its
+tolerance class (every run) and the baseline's drift.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from perfguard.records import Comparison, Run, VariantResult, Verdict
+from perfguard.stats.tests import benjamini_hochberg, cohens_d, min_detectable_pct, welch_t_test
+
+LATENCY_METRICS: dict[str, float] = {
+    "latency_p50_ms": 50.0,
+    "latency_p95_ms": 95.0,
+    "latency_p99_ms": 99.0,
+}
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """The rules in force; all of them appear in the report's methodology note."""
+
+    alpha: float = 0.05
+    min_change_pct: float = 10.0
+    min_repeats: int = 3
+    gate_p99: bool = False
+    memory_tolerance_pct: float = 5.0
+    compile_ratio: float = 1.5
+    drift_growth: float = 2.0  # drift may grow by this factor over the baseline's ...
+    drift_floor_rel: float = 1e-4  # ... or stay below this relative size, without a verdict
+    per_test: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+
+    def for_test(self, test: str) -> Thresholds:
+        """These thresholds with one test's overrides (from its marker) applied."""
+        overrides = self.per_test.get(test)
+        if not overrides:
+            return self
+        known = {"alpha", "min_change_pct", "min_repeats", "memory_tolerance_pct",
+                 "compile_ratio", "gate_p99"}
+        return replace(self, **{k: v for k, v in overrides.items() if k in known})
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "alpha": self.alpha,
+            "min_change_pct": self.min_change_pct,
+            "min_repeats": self.min_repeats,
+            "gate_p99": self.gate_p99,
+            "memory_tolerance_pct": self.memory_tolerance_pct,
+            "compile_ratio": self.compile_ratio,
+            "drift_growth": self.drift_growth,
+            "drift_floor_rel": self.drift_floor_rel,
+            "per_test": {k: dict(v) for k, v in self.per_test.items()},
+        }
+
+
+NoiseFloor = Mapping[tuple[str, str, str], float]
+"""(test, variant, metric) -> typical % change between successive baselines on main."""
+
+
+def _change_pct(base: float | None, cur: float | None) -> float | None:
+    if base is None or cur is None or base == 0:
+        return None
+    return 100.0 * (cur - base) / base
+
+
+def block_percentiles(result: VariantResult, q: float) -> list[float]:
+    return [float(np.percentile(block, q)) for block in result.blocks() if block]
+
+
+@dataclass
+class _Pending:
+    """A latency comparison waiting for the run-wide correction of its p-value."""
+
+    comparison: Comparison
+    practical_pct: float
+    raw_p: float
+
+
+def _latency(
+    test: str, variant: str, base: VariantResult, head: VariantResult, th: Thresholds,
+    noise: NoiseFloor,
+) -> list[_Pending | Comparison]:
+    out: list[_Pending | Comparison] = []
+    for metric, q in LATENCY_METRICS.items():
+        gating = metric != "latency_p99_ms" or th.gate_p99
+        b_val, h_val = getattr(base.metrics, metric), getattr(head.metrics, metric)
+        change = _change_pct(b_val, h_val)
+        a, b = block_percentiles(base, q), block_percentiles(head, q)
+        common = dict(test=test, variant=variant, metric=metric, baseline=b_val,
+                      current=h_val, change_pct=change, gating=gating)
+        if len(a) < th.min_repeats or len(b) < th.min_repeats:
+            out.append(Comparison(**common, p_value=None, cohens_d=None,  # type: ignore[arg-type]
+                                  verdict="inconclusive",
+                                  note=f"too few repeats ({len(a)} vs {len(b)}; "
+                                       f"need {th.min_repeats})"))
+            continue
+        _, p, _ = welch_t_test(a, b)
+        d = cohens_d(a, b)
+        mde = min_detectable_pct(a, b, alpha=th.alpha)
+        floor = noise.get((test, variant, metric), 0.0)
+        practical = max(th.min_change_pct, floor)
+        comparison = Comparison(
+            **common,  # type: ignore[arg-type]
+            p_value=p, cohens_d=None if math.isinf(d) else d, verdict="unchanged",
+            min_detectable_pct=None if math.isinf(mde) else mde,
+            note=f"noise floor {floor:.1f}%" if floor else "",
+        )
+        out.append(_Pending(comparison, practical, p))
+    return out
+
+
+def _decide(pending: _Pending, adjusted_p: float, alpha: float) -> Comparison:
+    c = pending.comparison
+    change = c.change_pct or 0.0
+    significant = adjusted_p < alpha
+    practical = abs(change) >= pending.practical_pct
+    verdict: Verdict
+    note = c.note
+    if significant and practical:
+        verdict = "regression" if change > 0 else "improvement"
+    elif practical:
+        verdict = "inconclusive"
+        note = (note + "; " if note else "") + "change is large but within the noise"
+    else:
+        verdict = "unchanged"
+    if adjusted_p != pending.raw_p:
+        note = (note + "; " if note else "") + f"p adjusted (BH) {adjusted_p:.3g}"
+    return replace(c, verdict=verdict, note=note)
+
+
+def _ratio_verdict(
+    test: str, variant: str, metric: str, b_val: float | None, h_val: float | None,
+    worse: Callable[[float, float], bool], better: Callable[[float, float], bool], note: str,
+) -> Comparison | None:
+    if b_val is None or h_val is None:
+        return None
+    verdict: Verdict = "unchanged"
+    if worse(b_val, h_val):
+        verdict = "regression"
+    elif better(b_val, h_val):
+        verdict = "improvement"
+    return Comparison(test, variant, metric, b_val, h_val, _change_pct(b_val, h_val), None, None,
+                      verdict, note=note)
+
+
+def _memory(test: str, variant: str, base: VariantResult, head: VariantResult,
+            th: Thresholds) -> Comparison | None:
+    """CUDA allocator peaks gate; a CPU process's peak RSS depends on everything the process
+    loaded before this test, so there it is reported only."""
+    tol = th.memory_tolerance_pct / 100.0
+    exact = all(str(r.details.get("memory_method", "")).startswith("cuda") for r in (base, head))
+    c = _ratio_verdict(
+        test, variant, "peak_memory_bytes",
+        base.metrics.peak_memory_bytes, head.metrics.peak_memory_bytes,
+        lambda b, h: h > b * (1 + tol), lambda b, h: h < b * (1 - tol),
+        f"tolerance {th.memory_tolerance_pct:g}%" if exact
+        else "process peak RSS: reported, not gating",
+    )
+    return c if c is None or exact else replace(c, gating=False)
+
+
+def _compile(test: str, variant: str, base: VariantResult, head: VariantResult,
+             th: Thresholds) -> Comparison | None:
+    r = th.compile_ratio
+    return _ratio_verdict(
+        test, variant, "compile_time_s", base.metrics.compile_time_s, head.metrics.compile_time_s,
+        lambda b, h: h > b * r, lambda b, h: h < b / r, f"ratio {r:g}x",
+    )
+
+
+def _drift(test: str, variant: str, base: VariantResult | None, head: VariantResult,
+           th: Thresholds) -> Comparison | None:
+    check = head.drift_check
+    if check is None:
+        return None
+    b_val = None if base is None else base.metrics.drift_max_rel
+    h_val = head.metrics.drift_max_rel
+    verdict: Verdict
+    if not check.passed:
+        verdict = "regression"
+        note = (f"outside its tolerance class {check.tolerance_class}: error {check.error:.3g} "
+                f"> allowed {check.allowed:.3g} against {check.reference}")
+    elif b_val is None:
+        verdict = "new" if base is None else "unchanged"
+        note = f"within tolerance class {check.tolerance_class}"
+    elif h_val is not None and h_val > max(b_val * th.drift_growth, th.drift_floor_rel):
+        verdict = "regression"
+        note = f"drift grew more than {th.drift_growth:g}x over the baseline's"
+    else:
+        verdict = "unchanged"
+        note = f"within tolerance class {check.tolerance_class}"
+    return Comparison(test, variant, "drift_max_rel", b_val, h_val, _change_pct(b_val, h_val),
+                      None, None, verdict, note=note)
+
+
+def compare_runs(
+    base: Run | None, head: Run, thresholds: Thresholds | None = None,
+    noise: NoiseFloor | None = None,
+) -> tuple[Comparison, ...]:
+    """All comparisons of `head` against `base` (None: everything is `new`)."""
+    th_all = thresholds or Thresholds()
+    floor = noise or {}
+    items: list[_Pending | Comparison] = []
+    head_keys = {r.key for r in head.results}
+    for r in head.results:
+        th = th_all.for_test(r.test)
+        b = None if base is None else base.result(r.test, r.variant)
+        if r.status == "error":
+            items.append(Comparison(r.test, r.variant, "latency_p50_ms",
+                                    None if b is None else b.metrics.latency_p50_ms, None, None,
+                                    None, None, "error", note=r.error or ""))
+            continue
+        if r.status == "skipped":
+            if b is not None and b.status == "ok":
+                items.append(Comparison(r.test, r.variant, "latency_p50_ms",
+                                        b.metrics.latency_p50_ms, None, None, None, None,
+                                        "missing", note=f"skipped here: {r.error}"))
+            continue
+        if b is None or b.status != "ok":
+            why = "no baseline" if b is None else f"baseline was {b.status}"
+            items.append(Comparison(r.test, r.variant, "latency_p50_ms", None,
+                                    r.metrics.latency_p50_ms, None, None, None, "new", note=why))
+            drift = _drift(r.test, r.variant, None, r, th)
+            if drift is not None and drift.verdict == "regression":
+                items.append(drift)
+            continue
+        items.extend(_latency(r.test, r.variant, b, r, th, floor))
+        for extra in (_memory(r.test, r.variant, b, r, th), _compile(r.test, r.variant, b, r, th),
+                      _drift(r.test, r.variant, b, r, th)):
+            if extra is not None:
+                items.append(extra)
+    if base is not None:
+        for r in base.results:
+            if r.key not in head_keys and r.status == "ok":
+                items.append(Comparison(r.test, r.variant, "latency_p50_ms",
+                                        r.metrics.latency_p50_ms, None, None, None, None,
+                                        "missing", note="in the baseline, not in this run"))
+    pending = [i for i in items if isinstance(i, _Pending)]
+    adjusted = benjamini_hochberg([p.raw_p for p in pending])
+    decided = {id(p): _decide(p, q, th_all.for_test(p.comparison.test).alpha)
+               for p, q in zip(pending, adjusted, strict=True)}
+    return tuple(decided[id(i)] if isinstance(i, _Pending) else i for i in items)
+
+
+def summarize_verdicts(comparisons: Sequence[Comparison]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for c in comparisons:
+        counts[c.verdict] = counts.get(c.verdict, 0) + 1
+    return counts

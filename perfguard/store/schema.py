@@ -1,0 +1,49 @@
+"""The stored JSON format's versions, and how an older file is brought up to date.
+
+History:
+- 1 (perfguard 0.1): INTERFACE.md section 7: schema_version, commit, machine, environment,
+  baseline, results (with raw samples_ms), comparisons; extra keys repeats_ms, block_sizes,
+  drift_check, details, settings, created.
+
+A newer version than this perfguard knows is refused (upgrade perfguard). An older one is
+migrated in memory by the steps below, one version at a time; the file on disk is left as it
+is until it is saved again. There is no older version yet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from perfguard.records import SCHEMA_VERSION
+
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+"""version N -> a function turning a version-N document into a version-(N+1) one."""
+
+
+class SchemaError(ValueError):
+    pass
+
+
+def upgrade(doc: Any) -> dict[str, Any]:
+    """Return `doc` in the current schema version, or raise `SchemaError` saying what to do."""
+    if not isinstance(doc, dict):
+        raise SchemaError("it is not a JSON object")
+    version = doc.get("schema_version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise SchemaError(f"it has no integer schema_version (found {version!r})")
+    if version > SCHEMA_VERSION:
+        raise SchemaError(
+            f"it has schema_version {version}, newer than this perfguard reads "
+            f"({SCHEMA_VERSION}): upgrade perfguard (pip install -U perfguard)"
+        )
+    while version < SCHEMA_VERSION:
+        step = MIGRATIONS.get(version)
+        if step is None:
+            raise SchemaError(
+                f"schema_version {version} is unknown to this perfguard (it reads "
+                f"{SCHEMA_VERSION}); re-create the file by measuring that commit again"
+            )
+        doc = step(doc)
+        version = doc["schema_version"]
+    return doc

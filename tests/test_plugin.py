@@ -1,0 +1,331 @@
+"""The pytest plugin end to end, through `pytester`: wiring, ids, precedence, exit codes, JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+FAST = ("--perfguard-budget=0.02", "--perfguard-repeats=3", "-p", "no:cacheprovider")
+
+# Written only from INTERFACE.md, as a user would.
+USER_SUITE = '''
+import pytest, torch
+
+class MyEncoder(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(16, 16)
+    def forward(self, x):
+        return torch.relu(self.lin(x))
+
+@pytest.mark.perfguard(variants=["eager", "int8-dynamic"])
+def test_encoder(perfguard):
+    model = MyEncoder().eval()
+    x = torch.randn(8, 4, 16)
+    perfguard.run(model, (x,))
+
+def test_plain():
+    assert 1 + 1 == 2
+'''
+
+
+def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return pytester.runpytest_subprocess(*FAST, *args)
+
+
+def test_user_suite_measures_one_item_per_variant(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_user=USER_SUITE)
+    result = run(pytester, "--perfguard", "--perfguard-json", "out.json", "-v")
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines([
+        "*test_user.py::test_encoder[[]eager[]] PASSED*",
+        "*test_user.py::test_encoder[[]int8-dynamic[]] PASSED*",
+        "*test_user.py::test_plain PASSED*",
+        "*perfguard*",
+        "*test_user.py::test_encoder*",
+    ])
+    doc = json.loads((pytester.path / "out.json").read_text())
+    assert doc["schema_version"] == 1
+    assert set(doc) >= {"commit", "machine", "environment", "baseline", "results", "comparisons"}
+    assert doc["commit"] is None  # not a git checkout
+    assert "not inside a git repository" in doc["baseline"]["reason"]
+    assert {r["variant"] for r in doc["results"]} == {"eager", "int8-dynamic"}
+    for r in doc["results"]:
+        assert r["test"] == "test_user.py::test_encoder"
+        assert r["status"] == "ok" and r["error"] is None
+        m = r["metrics"]
+        for key in ("latency_p50_ms", "latency_p95_ms", "latency_p99_ms", "latency_mean_ms",
+                    "peak_memory_bytes", "compile_time_s", "drift_max_abs", "drift_max_rel",
+                    "drift_cosine"):
+            assert key in m
+        assert m["compile_time_s"] is None
+        assert len(r["samples_ms"]) == m["latency_samples"]
+    assert {c["verdict"] for c in doc["comparisons"]} == {"new"}
+    assert (pytester.path / "reports" / "perfguard.md").is_file()
+
+
+def test_without_the_flag_perf_items_skip_and_plain_tests_run(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_user=USER_SUITE)
+    result = run(pytester, "-rs")
+    assert result.ret == 0
+    result.assert_outcomes(passed=1, skipped=2)
+    result.stdout.fnmatch_lines(["*SKIPPED*--perfguard*"])
+    assert not (pytester.path / "reports").exists()
+
+
+SUITE_NO_VARIANTS = '''
+import pytest, torch
+
+@pytest.mark.perfguard
+def test_a(perfguard):
+    pass
+
+@pytest.mark.perfguard(variants=["int8-dynamic"])
+def test_marked(perfguard):
+    pass
+
+@pytest.mark.parametrize("batch", [1, 4])
+def test_params(perfguard, batch):
+    pass
+'''
+
+
+def collected(pytester: pytest.Pytester, *args: str) -> list[str]:
+    result = pytester.runpytest_subprocess("--collect-only", "-q", *args)
+    assert result.ret == 0, result.stdout.str() + result.stderr.str()
+    return [line for line in result.stdout.lines if "::" in line]
+
+
+def test_variant_precedence_default_ini_marker_command_line(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_p=SUITE_NO_VARIANTS)
+    ids = collected(pytester)
+    assert "test_p.py::test_a[eager]" in ids and "test_p.py::test_a[compile-default]" in ids
+    assert "test_p.py::test_marked[int8-dynamic]" in ids and len(
+        [i for i in ids if "test_marked" in i]) == 1
+    assert {"test_p.py::test_params[1-eager]", "test_p.py::test_params[4-compile-default]"} <= set(
+        ids)
+
+    pytester.makeini("[pytest]\nperfguard_variants = amp-bf16\n")
+    ids = collected(pytester)
+    assert "test_p.py::test_a[amp-bf16]" in ids  # ini over default
+    assert "test_p.py::test_marked[int8-dynamic]" in ids  # marker over ini
+
+    ids = collected(pytester, "--perfguard-variants=onnxruntime,eager")
+    assert [i for i in ids if "test_marked" in i] == [  # command line over marker
+        "test_p.py::test_marked[onnxruntime]", "test_p.py::test_marked[eager]"]
+
+
+@pytest.mark.parametrize(
+    ("args", "ini", "message"),
+    [
+        (("--perfguard-variants=eager,turbo",), "", "--perfguard-variants: unknown variant 'turbo'"),
+        ((), "perfguard_variants = fast", "ini perfguard_variants: unknown variant 'fast'"),
+        (("--perfguard-fail-on=maybe",), "", "--perfguard-fail-on: must be one of"),
+        (("--perfguard-budget=soon",), "", "--perfguard-budget: expected a number"),
+    ],
+)
+def test_bad_options_are_usage_errors_naming_their_source(
+    pytester: pytest.Pytester, args: tuple[str, ...], ini: str, message: str
+) -> None:
+    pytester.makepyfile(test_user=USER_SUITE)
+    if ini:
+        pytester.makeini(f"[pytest]\n{ini}\n")
+    result = pytester.runpytest_subprocess(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert message in result.stderr.str()
+
+
+@pytest.mark.parametrize(
+    ("marker", "message"),
+    [
+        ('variants=["eager", "warp-speed"]', "test_m.py::test_x: @pytest.mark.perfguard: "
+                                             "unknown variant 'warp-speed'"),
+        ("budget=3", "test_m.py::test_x: @pytest.mark.perfguard: unknown key 'budget'"),
+        ('repeats="many"', "repeats must be a whole number of repeats"),
+        ("min_change_pct=-1, alpha=2.0", "alpha must be between 0 and 1"),
+    ],
+)
+def test_bad_markers_name_the_test_and_the_key(
+    pytester: pytest.Pytester, marker: str, message: str
+) -> None:
+    pytester.makepyfile(test_m=f"""
+import pytest
+
+@pytest.mark.perfguard({marker})
+def test_x(perfguard):
+    pass
+""")
+    result = pytester.runpytest_subprocess()
+    assert result.ret != 0
+    assert message in result.stdout.str() + result.stderr.str()
+
+
+def test_a_model_that_raises_fails_its_item_and_others_go_on(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_r='''
+import pytest, torch
+
+class Broken(torch.nn.Module):
+    def forward(self, x):
+        raise ValueError("weights for layer 7 are missing")
+
+@pytest.mark.perfguard(variants=["eager"])
+def test_broken(perfguard):
+    perfguard.run(Broken(), (torch.ones(2),))
+
+@pytest.mark.perfguard(variants=["eager", "compile-reduce-overhead"])
+def test_fine(perfguard):
+    perfguard.run(torch.nn.Linear(4, 4).eval(), (torch.ones(2, 4),))
+''')
+    result = run(pytester, "--perfguard", "--perfguard-json=out.json", "-rs")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(passed=1, failed=1, skipped=1)
+    result.stdout.fnmatch_lines([
+        "*eager: ValueError: weights for layer 7 are missing*",
+        "*SKIPPED*compile-reduce-overhead needs a CUDA device*",
+    ])
+    doc = json.loads((pytester.path / "out.json").read_text())
+    by_variant = {(r["test"].split("::")[1], r["variant"]): r for r in doc["results"]}
+    broken = by_variant[("test_broken", "eager")]
+    assert broken["status"] == "error" and "layer 7" in broken["error"]
+    assert by_variant[("test_fine", "compile-reduce-overhead")]["status"] == "skipped"
+    assert by_variant[("test_fine", "eager")]["status"] == "ok"
+
+
+def test_drift_beyond_tolerance_fails_the_item(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_d='''
+import pytest, torch
+
+@pytest.mark.perfguard(variants=["prune-l1-unstructured:0.9"], drift_tolerance=1e-6)
+def test_pruned(perfguard):
+    perfguard.run(torch.nn.Linear(32, 32).eval(), (torch.randn(4, 32),))
+''')
+    result = run(pytester, "--perfguard")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*numerical drift beyond its tolerance class pruned*"])
+
+
+def test_xdist_is_refused_with_advice(pytester: pytest.Pytester) -> None:
+    pytest.importorskip("xdist")
+    pytester.makepyfile(test_user=USER_SUITE)
+    result = pytester.runpytest_subprocess("--perfguard", "-n", "2")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "cannot run under pytest-xdist" in result.stderr.str()
+    without = pytester.runpytest_subprocess("-n", "2")  # no --perfguard: xdist is fine
+    assert without.ret == 0
+
+
+def test_pytest_benchmark_tests_are_recorded(pytester: pytest.Pytester) -> None:
+    pytest.importorskip("pytest_benchmark")
+    pytester.makepyfile(test_b='''
+def work():
+    return sum(i * i for i in range(2000))
+
+def test_sum(benchmark):
+    assert benchmark(work) > 0
+''')
+    result = run(pytester, "--perfguard", "--perfguard-json=out.json", "--benchmark-min-rounds=20")
+    assert result.ret == 0, result.stdout.str()
+    doc = json.loads((pytester.path / "out.json").read_text())
+    (r,) = doc["results"]
+    assert r["variant"] == "pytest-benchmark" and r["test"] == "test_b.py::test_sum"
+    assert len(r["samples_ms"]) >= 20 and r["metrics"]["latency_p50_ms"] > 0
+    result.stdout.fnmatch_lines(["*benchmark: 1 tests*", "*test_sum*"])  # its own table too
+
+
+def test_a_fixture_user_that_never_measures_is_warned(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_w='''
+import pytest
+
+@pytest.mark.perfguard(variants=["eager"])
+def test_forgot(perfguard):
+    pass
+''')
+    result = run(pytester, "--perfguard")
+    result.stdout.fnmatch_lines(["*never called perfguard.run*"])
+
+
+# ---- baselines through git ------------------------------------------------------------------
+
+SCALED = '''
+import os, pytest, torch
+
+@pytest.mark.perfguard(variants=["eager"])
+def test_model(perfguard):
+    width = int(os.environ.get("WIDTH", "64"))
+    model = torch.nn.Sequential(torch.nn.Linear(256, width), torch.nn.ReLU(),
+                                torch.nn.Linear(width, 8)).eval()
+    perfguard.run(model, (torch.randn(64, 256),))
+'''
+
+
+def git(cwd: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@e"}
+    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+@pytest.fixture
+def repo(pytester: pytest.Pytester) -> Path:
+    pytester.makepyfile(test_scaled=SCALED)
+    pytester.path.joinpath(".gitignore").write_text("reports/\nout*.json\n__pycache__/\n")
+    git(pytester.path, "init", "-q", "-b", "main")
+    git(pytester.path, "add", "-A")
+    git(pytester.path, "commit", "-q", "-m", "A")
+    return pytester.path
+
+
+def test_save_then_compare_finds_the_baseline_and_flags_a_regression(
+    pytester: pytest.Pytester, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a = git(repo, "rev-parse", "HEAD")
+    saved = run(pytester, "--perfguard", "--perfguard-save", "--perfguard-repeats=5")
+    assert saved.ret == 0, saved.stdout.str()
+    files = list((repo / "baselines").glob(f"*/{a}.json"))
+    assert len(files) == 1
+
+    git(repo, "checkout", "-q", "-b", "feature")
+    git(repo, "commit", "-q", "--allow-empty", "-m", "B")
+    monkeypatch.setenv("WIDTH", "4096")  # real extra compute
+    slower = run(pytester, "--perfguard", "--perfguard-json=out.json", "--perfguard-repeats=5")
+    assert slower.ret == pytest.ExitCode.TESTS_FAILED, slower.stdout.str()
+    slower.stdout.fnmatch_lines([f"*baseline: {a[:10]} (merge-base of HEAD with main*",
+                                 "*regression found*"])
+    doc = json.loads((repo / "out.json").read_text())
+    assert doc["baseline"]["commit"] == a
+    p50 = next(c for c in doc["comparisons"] if c["metric"] == "latency_p50_ms")
+    assert p50["verdict"] == "regression" and p50["change_pct"] > 50
+    assert p50["p_value"] < 0.05 and p50["cohens_d"] > 0
+
+    never = run(pytester, "--perfguard", "--perfguard-fail-on=never", "--perfguard-repeats=5")
+    assert never.ret == 0
+
+
+def test_a_corrupt_baseline_stops_the_comparison_naming_the_file(
+    pytester: pytest.Pytester, repo: Path
+) -> None:
+    a = git(repo, "rev-parse", "HEAD")
+    assert run(pytester, "--perfguard", "--perfguard-save").ret == 0
+    (baseline,) = (repo / "baselines").glob(f"*/{a}.json")
+    text = baseline.read_text()
+    baseline.write_text(text[: len(text) // 2])  # truncated
+    git(repo, "commit", "-q", "--allow-empty", "-m", "B")
+    result = run(pytester, "--perfguard", "--perfguard-json=out.json")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines([f"*comparison stopped: {baseline}: it looks truncated*"])
+    assert baseline.read_text() == text[: len(text) // 2]  # untouched
+    doc = json.loads((repo / "out.json").read_text())  # the measurements are not lost
+    assert doc["results"][0]["status"] == "ok"
+
+
+def test_save_refuses_a_dirty_tree_unless_allowed(pytester: pytest.Pytester, repo: Path) -> None:
+    (repo / "test_scaled.py").write_text(SCALED + "\n# edited\n")
+    result = pytester.runpytest_subprocess("--perfguard", "--perfguard-save")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "uncommitted changes" in result.stderr.str()
+    allowed = run(pytester, "--perfguard", "--perfguard-save", "--perfguard-allow-dirty")
+    assert allowed.ret == 0
