@@ -50,8 +50,7 @@ def perfguard_median(call: Callable[[], Any], clock: Clock) -> float:
 
 
 def timer_median(call: Callable[[], Any]) -> float:
-    timer = tbench.Timer(stmt="call()", globals={"call": call},
-                         num_threads=torch.get_num_threads())
+    timer = tbench.Timer(stmt="call()", globals={"call": call}, num_threads=torch.get_num_threads())
     return float(timer.blocked_autorange(min_run_time=1.0).median * 1e3)
 
 
@@ -65,6 +64,7 @@ def do_bench_median(call: Callable[[], Any]) -> float | None:
 
 def overhead_ns(clock: Clock, n: int = 20000) -> float:
     """Per-sample cost of perfguard's loop around an empty call, minus the bare clock read."""
+
     def empty() -> None:
         return None
 
@@ -89,9 +89,11 @@ def main() -> None:
     device = torch.device(args.device)
     clock: Clock = CudaEventClock(device) if device.type == "cuda" else HostClock()
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model()
-    print(f"# timer accuracy on {where} ({device.type}), torch {torch.__version__}, "
-          f"python {platform.python_version()}, {torch.get_num_threads()} threads, "
-          f"{args.rounds} rounds\n")
+    print(
+        f"# timer accuracy on {where} ({device.type}), torch {torch.__version__}, "
+        f"python {platform.python_version()}, {torch.get_num_threads()} threads, "
+        f"{args.rounds} rounds\n"
+    )
     print("| workload | perfguard median (ms) | Timer median (ms) | difference | do_bench (ms) |")
     print("| --- | ---: | ---: | ---: | ---: |")
     for name, call in workloads(device).items():

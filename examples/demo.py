@@ -25,14 +25,30 @@ RESULTS = REPO / "reports" / "perfguard.json"
 
 
 def git(cwd: Path, *args: str) -> None:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "perfguard demo", "GIT_AUTHOR_EMAIL": "demo@example.com",
-           "GIT_COMMITTER_NAME": "perfguard demo", "GIT_COMMITTER_EMAIL": "demo@example.com"}
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "perfguard demo",
+        "GIT_AUTHOR_EMAIL": "demo@example.com",
+        "GIT_COMMITTER_NAME": "perfguard demo",
+        "GIT_COMMITTER_EMAIL": "demo@example.com",
+    }
     subprocess.run(["git", *args], cwd=cwd, env=env, check=True, stdout=subprocess.DEVNULL)
 
 
 def pytest(cwd: Path, *args: str) -> int:
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests", "--perfguard",
-           "--perfguard-baseline-dir", str(cwd.parent / "baselines"), *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "tests",
+        "--perfguard",
+        "--perfguard-baseline-dir",
+        str(cwd.parent / "baselines"),
+        *args,
+    ]
     print(f"\n$ {' '.join(cmd[2:])}", flush=True)
     return subprocess.run(cmd, cwd=cwd, check=False).returncode
 
@@ -55,8 +71,7 @@ def main() -> int:
         print(f"demo: measuring commit A failed (pytest exit {code})", file=sys.stderr)
         return 1
 
-    print("\n== 2/2: a branch widens the MLP (512 -> 1024 hidden); measure and compare",
-          flush=True)
+    print("\n== 2/2: a branch widens the MLP (512 -> 1024 hidden); measure and compare", flush=True)
     git(repo, "checkout", "-q", "-b", "wider-mlp")
     suite = repo / "tests" / "test_models.py"
     suite.write_text(suite.read_text().replace("HIDDEN = 512", "HIDDEN = 1024"))
@@ -65,8 +80,9 @@ def main() -> int:
     if code not in (0, 1):  # 1: a regression was found, which is what this demo shows
         print(f"demo: measuring commit B failed (pytest exit {code})", file=sys.stderr)
         return 1
-    headline = next((line for line in REPORT.read_text().splitlines()
-                     if line.startswith("## ")), "")
+    headline = next(
+        (line for line in REPORT.read_text().splitlines() if line.startswith("## ")), ""
+    )
     print(f"\n{headline.lstrip('# ')}")
     print(f"report:  {REPORT}")
     print(f"results: {RESULTS}")

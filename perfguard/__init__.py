@@ -1,8 +1,9 @@
 """perfguard: performance regression testing for PyTorch models.
 
-The public API: `measure_model` measures one model under one variant, with `MeasureSettings`, returning an
-immutable `VariantResult` that keeps the raw samples. Heavy modules (torch) load on first use,
-so `perfguard report` and `compare` work without torch.
+The public API: `measure_model` measures one model under one variant, with
+`MeasureSettings`, returning an immutable `VariantResult` that keeps the raw samples.
+Heavy modules (torch) load on first use, so `perfguard report` and `compare` work
+without torch.
 """
 
 from __future__ import annotations

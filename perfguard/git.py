@@ -116,8 +116,10 @@ def find_baseline(
         if main is None:
             hint = f"; {SHALLOW_HINT}" if shallow else ""
             return BaselineChoice(
-                None, f"not compared: no branch {main_branch!r} (or origin/{main_branch}) to "
-                f"find a merge-base with (set the ini option perfguard_main_branch){hint}")
+                None,
+                f"not compared: no branch {main_branch!r} (or origin/{main_branch}) to "
+                f"find a merge-base with (set the ini option perfguard_main_branch){hint}",
+            )
         try:
             bases = repo.merge_base(head, main)
         except Exception:
@@ -139,8 +141,10 @@ def find_baseline(
             if steps == 0:
                 return BaselineChoice(sha, f"{why}: {sha[:10]}")
             return BaselineChoice(
-                sha, f"{sha[:10]}, {steps} first-parent step(s) back from the {why} "
-                f"({start[:10]}), the nearest with a baseline")
+                sha,
+                f"{sha[:10]}, {steps} first-parent step(s) back from the {why} "
+                f"({start[:10]}), the nearest with a baseline",
+            )
     searched = f"{len(walk)} commit(s) from the {why} ({start[:10]})"
     if shallow and len(walk) <= depth:
         return BaselineChoice(None, f"no baseline in {searched}; {SHALLOW_HINT}")
@@ -152,5 +156,6 @@ def explicit_baseline(path: Path, ref: str, has_baseline: Callable[[str], bool])
     sha = resolve(path, ref)
     if has_baseline(sha):
         return BaselineChoice(sha, f"asked for with --perfguard-compare={ref} ({sha[:10]})")
-    return BaselineChoice(None, f"--perfguard-compare={ref} ({sha[:10]}) has no stored baseline "
-                                "for this machine")
+    return BaselineChoice(
+        None, f"--perfguard-compare={ref} ({sha[:10]}) has no stored baseline for this machine"
+    )

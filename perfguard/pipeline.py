@@ -60,12 +60,16 @@ class Outcome:
 def check_can_save(state: GitState | None, allow_dirty: bool) -> str | None:
     """Why `--perfguard-save` must refuse here, or None."""
     if state is None or state.head is None:
-        return ("--perfguard-save needs a git checkout with a commit: the baseline is filed "
-                "under HEAD's sha")
+        return (
+            "--perfguard-save needs a git checkout with a commit: the baseline is filed "
+            "under HEAD's sha"
+        )
     if state.dirty and not allow_dirty:
-        return ("--perfguard-save refuses a working tree with uncommitted changes: the numbers "
-                "would be filed under a commit that did not produce them. Commit or stash, or "
-                "pass --perfguard-allow-dirty")
+        return (
+            "--perfguard-save refuses a working tree with uncommitted changes: the numbers "
+            "would be filed under a commit that did not produce them. Commit or stash, or "
+            "pass --perfguard-allow-dirty"
+        )
     return None
 
 
@@ -77,20 +81,25 @@ def environment_differences(base: Mapping[str, Any], head: Mapping[str, Any]) ->
     ]
 
 
-def choose_baseline(settings: FinishSettings, state: GitState | None,
-                    store: BaselineStore) -> BaselineChoice:
+def choose_baseline(
+    settings: FinishSettings, state: GitState | None, store: BaselineStore
+) -> BaselineChoice:
     if settings.compare == "none":
         return BaselineChoice(None, "comparison disabled (--perfguard-compare=none)")
     if state is None:
-        return BaselineChoice(None, "not compared: not inside a git repository, so there is no "
-                                    "commit to find a baseline for")
+        return BaselineChoice(
+            None,
+            "not compared: not inside a git repository, so there is no "
+            "commit to find a baseline for",
+        )
 
     def has(sha: str) -> bool:
         return store.has(settings.machine, sha)
 
     if settings.compare == "auto":
-        return find_baseline(settings.root, has, main_branch=settings.main_branch,
-                             depth=settings.baseline_depth)
+        return find_baseline(
+            settings.root, has, main_branch=settings.main_branch, depth=settings.baseline_depth
+        )
     try:
         return explicit_baseline(settings.root, settings.compare, has)
     except GitError as exc:
@@ -122,8 +131,9 @@ def finish_run(
         choice = choose_baseline(settings, state, store)
         base = store.load(settings.machine, choice.commit) if choice.commit else None
         run = replace(run, baseline=BaselineRef(choice.commit, choice.reason))
-        messages.append(f"baseline: {choice.commit[:10] if choice.commit else 'none'} "
-                        f"({choice.reason})")
+        messages.append(
+            f"baseline: {choice.commit[:10] if choice.commit else 'none'} ({choice.reason})"
+        )
         if base is not None:
             diffs = environment_differences(base.environment, run.environment)
             messages.extend(f"environment: {d}" for d in diffs)

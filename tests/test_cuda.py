@@ -59,8 +59,9 @@ def test_every_variant_runs_on_cuda(model_cls: type[torch.nn.Module]) -> None:
         assert m.latency_p50_ms <= m.latency_p95_ms <= m.latency_p99_ms
         assert m.peak_memory_bytes and m.peak_memory_bytes > 0
         assert m.peak_memory_reserved_bytes is not None
-        assert r.details["clock"] == ("perf_counter_ns" if variant == "onnxruntime"
-                                      else "cuda_event")
+        assert r.details["clock"] == (
+            "perf_counter_ns" if variant == "onnxruntime" else "cuda_event"
+        )
         assert (m.compile_time_s is not None) == variant.startswith("compile-")
         assert r.drift_check is not None and r.drift_check.passed, (variant, r.drift_check)
 

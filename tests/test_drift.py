@@ -54,8 +54,11 @@ def test_without_fp64_the_judgement_uses_fp32_and_says_so() -> None:
 
 def test_flatten_accepts_nested_tensors_and_arrays() -> None:
     out = drift.flatten_outputs(
-        {"a": torch.ones(2), "b": (torch.zeros(1, dtype=torch.bfloat16), np.full(2, 3.0)),
-         "ids": torch.tensor([1, 2])}
+        {
+            "a": torch.ones(2),
+            "b": (torch.zeros(1, dtype=torch.bfloat16), np.full(2, 3.0)),
+            "ids": torch.tensor([1, 2]),
+        }
     )
     assert out.tolist() == [1.0, 1.0, 0.0, 3.0, 3.0]
     with pytest.raises(ValueError, match="no floating-point"):

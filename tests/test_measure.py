@@ -32,8 +32,10 @@ def measured(request: pytest.FixtureRequest) -> dict[str, VariantResult]:
     model = MODELS[request.param]().eval()
     inputs = example_inputs(model)
     reference = compute_reference(model, inputs, torch.device("cpu"))
-    return {v: measure(model, inputs, v, FAST, test=request.param, reference=reference)
-            for v in BASE_VARIANTS}
+    return {
+        v: measure(model, inputs, v, FAST, test=request.param, reference=reference)
+        for v in BASE_VARIANTS
+    }
 
 
 def test_every_cpu_variant_is_ok_with_sane_metrics(measured: dict[str, VariantResult]) -> None:
@@ -59,8 +61,12 @@ def test_drift_is_zero_for_eager_and_positive_for_int8_and_pruned(
 ) -> None:
     assert measured["eager"].metrics.drift_max_abs == 0.0
     assert measured["eager"].metrics.drift_cosine == 1.0
-    for variant in ("int8-dynamic", "int8-weight-only", "prune-l1-unstructured",
-                    "prune-ln-structured"):
+    for variant in (
+        "int8-dynamic",
+        "int8-weight-only",
+        "prune-l1-unstructured",
+        "prune-ln-structured",
+    ):
         drift = measured[variant].metrics.drift_max_abs
         assert drift is not None and drift > 0, variant
 

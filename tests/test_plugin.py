@@ -12,7 +12,7 @@ import pytest
 FAST = ("--perfguard-budget=0.02", "--perfguard-repeats=3", "-p", "no:cacheprovider")
 
 # Written only from INTERFACE.md, as a user would.
-USER_SUITE = '''
+USER_SUITE = """
 import pytest, torch
 
 class MyEncoder(torch.nn.Module):
@@ -30,7 +30,7 @@ def test_encoder(perfguard):
 
 def test_plain():
     assert 1 + 1 == 2
-'''
+"""
 
 
 def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
@@ -41,13 +41,15 @@ def test_user_suite_measures_one_item_per_variant(pytester: pytest.Pytester) -> 
     pytester.makepyfile(test_user=USER_SUITE)
     result = run(pytester, "--perfguard", "--perfguard-json", "out.json", "-v")
     assert result.ret == 0, result.stdout.str()
-    result.stdout.fnmatch_lines([
-        "*test_user.py::test_encoder[[]eager[]] PASSED*",
-        "*test_user.py::test_encoder[[]int8-dynamic[]] PASSED*",
-        "*test_user.py::test_plain PASSED*",
-        "*perfguard*",
-        "*test_user.py::test_encoder*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*test_user.py::test_encoder[[]eager[]] PASSED*",
+            "*test_user.py::test_encoder[[]int8-dynamic[]] PASSED*",
+            "*test_user.py::test_plain PASSED*",
+            "*perfguard*",
+            "*test_user.py::test_encoder*",
+        ]
+    )
     doc = json.loads((pytester.path / "out.json").read_text())
     assert doc["schema_version"] == 1
     assert set(doc) >= {"commit", "machine", "environment", "baseline", "results", "comparisons"}
@@ -58,9 +60,17 @@ def test_user_suite_measures_one_item_per_variant(pytester: pytest.Pytester) -> 
         assert r["test"] == "test_user.py::test_encoder"
         assert r["status"] == "ok" and r["error"] is None
         m = r["metrics"]
-        for key in ("latency_p50_ms", "latency_p95_ms", "latency_p99_ms", "latency_mean_ms",
-                    "peak_memory_bytes", "compile_time_s", "drift_max_abs", "drift_max_rel",
-                    "drift_cosine"):
+        for key in (
+            "latency_p50_ms",
+            "latency_p95_ms",
+            "latency_p99_ms",
+            "latency_mean_ms",
+            "peak_memory_bytes",
+            "compile_time_s",
+            "drift_max_abs",
+            "drift_max_rel",
+            "drift_cosine",
+        ):
             assert key in m
         assert m["compile_time_s"] is None
         assert len(r["samples_ms"]) == m["latency_samples"]
@@ -77,7 +87,7 @@ def test_without_the_flag_perf_items_skip_and_plain_tests_run(pytester: pytest.P
     assert not (pytester.path / "reports").exists()
 
 
-SUITE_NO_VARIANTS = '''
+SUITE_NO_VARIANTS = """
 import pytest, torch
 
 @pytest.mark.perfguard
@@ -91,7 +101,7 @@ def test_marked(perfguard):
 @pytest.mark.parametrize("batch", [1, 4])
 def test_params(perfguard, batch):
     pass
-'''
+"""
 
 
 def collected(pytester: pytest.Pytester, *args: str) -> list[str]:
@@ -104,10 +114,13 @@ def test_variant_precedence_default_ini_marker_command_line(pytester: pytest.Pyt
     pytester.makepyfile(test_p=SUITE_NO_VARIANTS)
     ids = collected(pytester)
     assert "test_p.py::test_a[eager]" in ids and "test_p.py::test_a[compile-default]" in ids
-    assert "test_p.py::test_marked[int8-dynamic]" in ids and len(
-        [i for i in ids if "test_marked" in i]) == 1
+    assert (
+        "test_p.py::test_marked[int8-dynamic]" in ids
+        and len([i for i in ids if "test_marked" in i]) == 1
+    )
     assert {"test_p.py::test_params[1-eager]", "test_p.py::test_params[4-compile-default]"} <= set(
-        ids)
+        ids
+    )
 
     pytester.makeini("[pytest]\nperfguard_variants = amp-bf16\n")
     ids = collected(pytester)
@@ -116,13 +129,19 @@ def test_variant_precedence_default_ini_marker_command_line(pytester: pytest.Pyt
 
     ids = collected(pytester, "--perfguard-variants=onnxruntime,eager")
     assert [i for i in ids if "test_marked" in i] == [  # command line over marker
-        "test_p.py::test_marked[onnxruntime]", "test_p.py::test_marked[eager]"]
+        "test_p.py::test_marked[onnxruntime]",
+        "test_p.py::test_marked[eager]",
+    ]
 
 
 @pytest.mark.parametrize(
     ("args", "ini", "message"),
     [
-        (("--perfguard-variants=eager,turbo",), "", "--perfguard-variants: unknown variant 'turbo'"),
+        (
+            ("--perfguard-variants=eager,turbo",),
+            "",
+            "--perfguard-variants: unknown variant 'turbo'",
+        ),
         ((), "perfguard_variants = fast", "ini perfguard_variants: unknown variant 'fast'"),
         (("--perfguard-fail-on=maybe",), "", "--perfguard-fail-on: must be one of"),
         (("--perfguard-budget=soon",), "", "--perfguard-budget: expected a number"),
@@ -142,8 +161,10 @@ def test_bad_options_are_usage_errors_naming_their_source(
 @pytest.mark.parametrize(
     ("marker", "message"),
     [
-        ('variants=["eager", "warp-speed"]', "test_m.py::test_x: @pytest.mark.perfguard: "
-                                             "unknown variant 'warp-speed'"),
+        (
+            'variants=["eager", "warp-speed"]',
+            "test_m.py::test_x: @pytest.mark.perfguard: unknown variant 'warp-speed'",
+        ),
         ("budget=3", "test_m.py::test_x: @pytest.mark.perfguard: unknown key 'budget'"),
         ('repeats="many"', "repeats must be a whole number of repeats"),
         ("min_change_pct=-1, alpha=2.0", "alpha must be between 0 and 1"),
@@ -152,20 +173,23 @@ def test_bad_options_are_usage_errors_naming_their_source(
 def test_bad_markers_name_the_test_and_the_key(
     pytester: pytest.Pytester, marker: str, message: str
 ) -> None:
-    pytester.makepyfile(test_m=f"""
+    pytester.makepyfile(
+        test_m=f"""
 import pytest
 
 @pytest.mark.perfguard({marker})
 def test_x(perfguard):
     pass
-""")
+"""
+    )
     result = pytester.runpytest_subprocess()
     assert result.ret != 0
     assert message in result.stdout.str() + result.stderr.str()
 
 
 def test_a_model_that_raises_fails_its_item_and_others_go_on(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_r='''
+    pytester.makepyfile(
+        test_r="""
 import pytest, torch
 
 class Broken(torch.nn.Module):
@@ -179,14 +203,17 @@ def test_broken(perfguard):
 @pytest.mark.perfguard(variants=["eager", "compile-reduce-overhead"])
 def test_fine(perfguard):
     perfguard.run(torch.nn.Linear(4, 4).eval(), (torch.ones(2, 4),))
-''')
+"""
+    )
     result = run(pytester, "--perfguard", "--perfguard-json=out.json", "-rs")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.assert_outcomes(passed=1, failed=1, skipped=1)
-    result.stdout.fnmatch_lines([
-        "*eager: ValueError: weights for layer 7 are missing*",
-        "*SKIPPED*compile-reduce-overhead needs a CUDA device*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*eager: ValueError: weights for layer 7 are missing*",
+            "*SKIPPED*compile-reduce-overhead needs a CUDA device*",
+        ]
+    )
     doc = json.loads((pytester.path / "out.json").read_text())
     by_variant = {(r["test"].split("::")[1], r["variant"]): r for r in doc["results"]}
     broken = by_variant[("test_broken", "eager")]
@@ -196,13 +223,15 @@ def test_fine(perfguard):
 
 
 def test_drift_beyond_tolerance_fails_the_item(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_d='''
+    pytester.makepyfile(
+        test_d="""
 import pytest, torch
 
 @pytest.mark.perfguard(variants=["prune-l1-unstructured:0.9"], drift_tolerance=1e-6)
 def test_pruned(perfguard):
     perfguard.run(torch.nn.Linear(32, 32).eval(), (torch.randn(4, 32),))
-''')
+"""
+    )
     result = run(pytester, "--perfguard")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(["*numerical drift beyond its tolerance class pruned*"])
@@ -220,13 +249,15 @@ def test_xdist_is_refused_with_advice(pytester: pytest.Pytester) -> None:
 
 def test_pytest_benchmark_tests_are_recorded(pytester: pytest.Pytester) -> None:
     pytest.importorskip("pytest_benchmark")
-    pytester.makepyfile(test_b='''
+    pytester.makepyfile(
+        test_b="""
 def work():
     return sum(i * i for i in range(2000))
 
 def test_sum(benchmark):
     assert benchmark(work) > 0
-''')
+"""
+    )
     result = run(pytester, "--perfguard", "--perfguard-json=out.json", "--benchmark-min-rounds=20")
     assert result.ret == 0, result.stdout.str()
     doc = json.loads((pytester.path / "out.json").read_text())
@@ -237,20 +268,22 @@ def test_sum(benchmark):
 
 
 def test_a_fixture_user_that_never_measures_is_warned(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_w='''
+    pytester.makepyfile(
+        test_w="""
 import pytest
 
 @pytest.mark.perfguard(variants=["eager"])
 def test_forgot(perfguard):
     pass
-''')
+"""
+    )
     result = run(pytester, "--perfguard")
     result.stdout.fnmatch_lines(["*never called perfguard.run*"])
 
 
 # ---- baselines through git ------------------------------------------------------------------
 
-SCALED = '''
+SCALED = """
 import os, pytest, torch
 
 @pytest.mark.perfguard(variants=["eager"])
@@ -259,14 +292,20 @@ def test_model(perfguard):
     model = torch.nn.Sequential(torch.nn.Linear(256, width), torch.nn.ReLU(),
                                 torch.nn.Linear(width, 8)).eval()
     perfguard.run(model, (torch.randn(64, 256),))
-'''
+"""
 
 
 def git(cwd: Path, *args: str) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@e"}
-    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True,
-                          text=True).stdout.strip()
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@e",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@e",
+    }
+    return subprocess.run(
+        ["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 @pytest.fixture
@@ -293,8 +332,9 @@ def test_save_then_compare_finds_the_baseline_and_flags_a_regression(
     monkeypatch.setenv("WIDTH", "4096")  # real extra compute
     slower = run(pytester, "--perfguard", "--perfguard-json=out.json", "--perfguard-repeats=5")
     assert slower.ret == pytest.ExitCode.TESTS_FAILED, slower.stdout.str()
-    slower.stdout.fnmatch_lines([f"*baseline: {a[:10]} (merge-base of HEAD with main*",
-                                 "*regression found*"])
+    slower.stdout.fnmatch_lines(
+        [f"*baseline: {a[:10]} (merge-base of HEAD with main*", "*regression found*"]
+    )
     doc = json.loads((repo / "out.json").read_text())
     assert doc["baseline"]["commit"] == a
     p50 = next(c for c in doc["comparisons"] if c["metric"] == "latency_p50_ms")

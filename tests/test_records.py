@@ -15,25 +15,46 @@ from perfguard.records import (
 
 
 def result(variant: str = "eager", **metrics: float) -> VariantResult:
-    return VariantResult("t.py::test_a", variant, "ok", metrics=Metrics(**metrics),
-                         samples_ms=(1.0, 2.0), repeats_ms=(1.5,))
+    return VariantResult(
+        "t.py::test_a",
+        variant,
+        "ok",
+        metrics=Metrics(**metrics),
+        samples_ms=(1.0, 2.0),
+        repeats_ms=(1.5,),
+    )
 
 
 def test_run_round_trips_through_json() -> None:
     run = Run(
-        commit="a" * 40, machine="cpu-x-2c", environment={"torch": "2.13.0"},
-        results=(result(latency_p50_ms=1.0, latency_p95_ms=2.0, latency_p99_ms=3.0),
-                 VariantResult("t.py::test_a", "compile-default", "error", "boom")),
+        commit="a" * 40,
+        machine="cpu-x-2c",
+        environment={"torch": "2.13.0"},
+        results=(
+            result(latency_p50_ms=1.0, latency_p95_ms=2.0, latency_p99_ms=3.0),
+            VariantResult("t.py::test_a", "compile-default", "error", "boom"),
+        ),
         baseline=BaselineRef("b" * 40, "merge-base with main"),
-        comparisons=(Comparison("t.py::test_a", "eager", "latency_p50_ms", 1.0, 1.1, 10.0,
-                                0.01, 1.2, "regression"),),
+        comparisons=(
+            Comparison(
+                "t.py::test_a", "eager", "latency_p50_ms", 1.0, 1.1, 10.0, 0.01, 1.2, "regression"
+            ),
+        ),
     )
     doc = json.loads(json.dumps(run.to_json()))
     assert doc["schema_version"] == 1
-    assert set(doc["results"][0]) >= {"test", "variant", "status", "error", "metrics",
-                                      "samples_ms"}
-    assert set(doc["comparisons"][0]) >= {"test", "variant", "metric", "baseline", "current",
-                                          "change_pct", "p_value", "cohens_d", "verdict"}
+    assert set(doc["results"][0]) >= {"test", "variant", "status", "error", "metrics", "samples_ms"}
+    assert set(doc["comparisons"][0]) >= {
+        "test",
+        "variant",
+        "metric",
+        "baseline",
+        "current",
+        "change_pct",
+        "p_value",
+        "cohens_d",
+        "verdict",
+    }
     assert Run.from_json(doc) == run
     assert run.has_regression
 

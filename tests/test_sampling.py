@@ -39,29 +39,38 @@ def test_warm_up_gives_up_after_its_time_budget() -> None:
 
 
 def test_block_meets_min_samples_even_when_calls_are_slow() -> None:
-    block = sample_block(lambda: None, FakeClock([50.0] * 20), min_samples=4,
-                         max_samples=100, budget_ms=10.0)
+    block = sample_block(
+        lambda: None, FakeClock([50.0] * 20), min_samples=4, max_samples=100, budget_ms=10.0
+    )
     assert block == (50.0,) * 4
 
 
 def test_block_fills_its_budget() -> None:
-    block = sample_block(lambda: None, FakeClock([2.0] * 100), min_samples=1,
-                         max_samples=100, budget_ms=10.0)
+    block = sample_block(
+        lambda: None, FakeClock([2.0] * 100), min_samples=1, max_samples=100, budget_ms=10.0
+    )
     assert len(block) == 5
 
 
 def test_block_stops_at_max_samples() -> None:
-    block = sample_block(lambda: None, FakeClock([0.001] * 100), min_samples=1,
-                         max_samples=7, budget_ms=1000.0)
+    block = sample_block(
+        lambda: None, FakeClock([0.001] * 100), min_samples=1, max_samples=7, budget_ms=1000.0
+    )
     assert len(block) == 7
 
 
 def test_sample_takes_rewarmed_repeats_within_budget() -> None:
     seen: list[int] = []
     clock = FakeClock([1.0] * 1000, noise=0.05, seed=3)
-    settings = SamplingSettings(min_warmup=3, warmup_window=2, warmup_tolerance=0.5,
-                                repeats=4, rewarm_calls=2, min_samples_per_repeat=3,
-                                budget_s=0.02)
+    settings = SamplingSettings(
+        min_warmup=3,
+        warmup_window=2,
+        warmup_tolerance=0.5,
+        repeats=4,
+        rewarm_calls=2,
+        min_samples_per_repeat=3,
+        budget_s=0.02,
+    )
     out = sample(lambda: seen.append(1), clock, settings)
     assert out.warmup.stable and out.warmup.calls == 4
     assert len(out.blocks_ms) == 4
@@ -81,17 +90,24 @@ def test_sample_reports_progress() -> None:
 
 
 def test_noisy_fake_clock_is_reproducible() -> None:
-    a = sample(lambda: None, FakeClock([1.0] * 500, noise=0.1, seed=7), SamplingSettings(
-        budget_s=0.05))
-    b = sample(lambda: None, FakeClock([1.0] * 500, noise=0.1, seed=7), SamplingSettings(
-        budget_s=0.05))
+    a = sample(
+        lambda: None, FakeClock([1.0] * 500, noise=0.1, seed=7), SamplingSettings(budget_s=0.05)
+    )
+    b = sample(
+        lambda: None, FakeClock([1.0] * 500, noise=0.1, seed=7), SamplingSettings(budget_s=0.05)
+    )
     assert a == b
 
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("repeats", 0), ("warmup_window", 0), ("budget_s", 0.0), ("warmup_tolerance", 1.5),
-     ("min_warmup", -1)],
+    [
+        ("repeats", 0),
+        ("warmup_window", 0),
+        ("budget_s", 0.0),
+        ("warmup_tolerance", 1.5),
+        ("min_warmup", -1),
+    ],
 )
 def test_bad_settings_are_refused(field: str, value: float) -> None:
     with pytest.raises(ValueError, match=field.split("_")[0]):

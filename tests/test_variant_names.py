@@ -17,16 +17,28 @@ def test_every_interface_name_parses(name: str) -> None:
 
 def test_interface_names_are_exactly_section_3() -> None:
     assert set(BASE_VARIANTS) == {
-        "eager", "compile-default", "compile-reduce-overhead", "compile-max-autotune",
-        "compile-max-autotune-no-cudagraphs", "amp-bf16", "amp-fp16", "int8-dynamic",
-        "int8-weight-only", "prune-l1-unstructured", "prune-ln-structured", "onnxruntime",
+        "eager",
+        "compile-default",
+        "compile-reduce-overhead",
+        "compile-max-autotune",
+        "compile-max-autotune-no-cudagraphs",
+        "amp-bf16",
+        "amp-fp16",
+        "int8-dynamic",
+        "int8-weight-only",
+        "prune-l1-unstructured",
+        "prune-ln-structured",
+        "onnxruntime",
     }
 
 
 def test_composition_and_amounts() -> None:
     spec = parse_variant("prune-l1-unstructured:0.7+int8-dynamic+compile-max-autotune")
     assert [p.name for p in spec.parts] == [
-        "prune-l1-unstructured", "int8-dynamic", "compile-max-autotune"]
+        "prune-l1-unstructured",
+        "int8-dynamic",
+        "compile-max-autotune",
+    ]
     assert spec.part("prune") is not None and spec.part("prune").amount == 0.7  # type: ignore[union-attr]
     assert spec.compile_mode == "max-autotune"
     assert parse_variant("prune-ln-structured").parts[0].amount == 0.3

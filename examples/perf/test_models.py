@@ -17,8 +17,13 @@ HIDDEN = 512  # the demo widens this on its second commit to show a regression
 class MLP(nn.Module):
     def __init__(self) -> None:
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(256, HIDDEN), nn.GELU(), nn.Linear(HIDDEN, HIDDEN),
-                                 nn.GELU(), nn.Linear(HIDDEN, 64))
+        self.net = nn.Sequential(
+            nn.Linear(256, HIDDEN),
+            nn.GELU(),
+            nn.Linear(HIDDEN, HIDDEN),
+            nn.GELU(),
+            nn.Linear(HIDDEN, 64),
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
@@ -27,11 +32,21 @@ class MLP(nn.Module):
 class ConvNet(nn.Module):
     def __init__(self) -> None:
         super().__init__()
+
         def block(i: int, o: int) -> nn.Sequential:
-            return nn.Sequential(nn.Conv2d(i, o, 3, padding=1, bias=False), nn.BatchNorm2d(o),
-                                 nn.ReLU())
-        self.body = nn.Sequential(block(3, 16), block(16, 32), nn.MaxPool2d(2), block(32, 64),
-                                  nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10))
+            return nn.Sequential(
+                nn.Conv2d(i, o, 3, padding=1, bias=False), nn.BatchNorm2d(o), nn.ReLU()
+            )
+
+        self.body = nn.Sequential(
+            block(3, 16),
+            block(16, 32),
+            nn.MaxPool2d(2),
+            block(32, 64),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+            nn.Linear(64, 10),
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.body(x)

@@ -71,9 +71,7 @@ def _double(value: Any) -> Any:
     )
 
 
-def compute_reference(
-    model: nn.Module, inputs: Sequence[Any], device: torch.device
-) -> Reference:
+def compute_reference(model: nn.Module, inputs: Sequence[Any], device: torch.device) -> Reference:
     """Run eager fp32 and, where the model allows, eager fp64. Computed once per test."""
     from perfguard.variants.registry import to_device
 
@@ -154,8 +152,10 @@ def fingerprint(model: nn.Module, inputs: Sequence[Any]) -> str:
 
     digest = hashlib.blake2b(digest_size=16)
     digest.update(type(model).__qualname__.encode())
-    tensors = [*model.state_dict().items(), *(
-        (f"input{i}", x) for i, x in enumerate(pytree.tree_leaves(tuple(inputs))))]
+    tensors = [
+        *model.state_dict().items(),
+        *((f"input{i}", x) for i, x in enumerate(pytree.tree_leaves(tuple(inputs)))),
+    ]
     for name, value in tensors:
         digest.update(name.encode())
         if isinstance(value, torch.Tensor):

@@ -74,8 +74,9 @@ class _Compiled:
     frames_before_sampling: int = 0
 
 
-def _compile(built: Built, device: torch.device, settings: MeasureSettings,
-             progress: Progress) -> tuple[Callable[[], Any], _Compiled]:
+def _compile(
+    built: Built, device: torch.device, settings: MeasureSettings, progress: Progress
+) -> tuple[Callable[[], Any], _Compiled]:
     info = _Compiled()
     reset_dynamo()
     call = built.make_call()
@@ -119,8 +120,9 @@ def measure_model(
     try:
         device = resolve_device(settings.device)
         with torch_state(settings.threads):
-            return _measure(model, example_inputs, spec, settings, device, label, reference,
-                            clock, report)
+            return _measure(
+                model, example_inputs, spec, settings, device, label, reference, clock, report
+            )
     except VariantUnavailableError as exc:
         return VariantResult(label, spec.name, "skipped", str(exc))
     except torch.cuda.OutOfMemoryError as exc:
@@ -155,14 +157,18 @@ def _measure(
         progress("preparing the compiler")
         prime_compiler(device)
     if clock is None:
-        clock = CudaEventClock(device) if device.type == "cuda" and built.timing == "device" \
+        clock = (
+            CudaEventClock(device)
+            if device.type == "cuda" and built.timing == "device"
             else HostClock()
+        )
     cache = fresh_compile_cache() if built.compiled else contextlib.nullcontext()
     with cache:
         call, compiled = _compile(built, device, settings, progress)
         outcome = sample(call, clock, settings.sampling, progress)
-        recompiles = dynamo_counts()[2] - compiled.frames_before_sampling if built.compiled \
-            else None
+        recompiles = (
+            dynamo_counts()[2] - compiled.frames_before_sampling if built.compiled else None
+        )
         progress("peak memory")
         probe = probe_for(device)
         probe.start()
@@ -174,8 +180,7 @@ def _measure(
     if not np.all(np.isfinite(out)):
         raise drift.NonFiniteOutputError(f"{spec.name} returned NaN or Inf")
     figures = drift.figures(out, reference.fp32)
-    check: DriftCheck = drift.judge(out, reference, built.tolerance_class,
-                                    settings.drift_tolerance)
+    check: DriftCheck = drift.judge(out, reference, built.tolerance_class, settings.drift_tolerance)
     samples = outcome.samples_ms
     summary = summarize(samples)
     metrics = Metrics(
@@ -189,7 +194,8 @@ def _measure(
         latency_p99_tail=summary.p99_tail,
         peak_memory_bytes=memory.peak_bytes,
         peak_memory_reserved_bytes=memory.reserved_bytes,
-        peak_memory_increase_bytes=None if memory.start_bytes is None
+        peak_memory_increase_bytes=None
+        if memory.start_bytes is None
         else max(memory.peak_bytes - memory.start_bytes, 0),
         compile_time_s=compiled.cold_s,
         compile_time_warm_s=compiled.warm_s,

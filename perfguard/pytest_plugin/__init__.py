@@ -55,7 +55,8 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(
             "--perfguard cannot run under pytest-xdist (-n): measurements on one device must "
             "not overlap. Run the perf tests in one process (drop -n, or add -p no:xdist), "
-            "and shard across machines instead (see the README, 'Sharding')")
+            "and shard across machines instead (see the README, 'Sharding')"
+        )
     if options.enabled and options.save:
         from perfguard.git import git_state
         from perfguard.pipeline import check_can_save
@@ -78,8 +79,11 @@ def _variants_for(options: Options, marker: MarkerSettings) -> tuple[str, ...]:
 
 
 def _test_name(metafunc_or_item: Any) -> str:
-    return str(metafunc_or_item.definition.nodeid if hasattr(metafunc_or_item, "definition")
-               else metafunc_or_item.nodeid)
+    return str(
+        metafunc_or_item.definition.nodeid
+        if hasattr(metafunc_or_item, "definition")
+        else metafunc_or_item.nodeid
+    )
 
 
 @pytest.hookimpl(trylast=True)
@@ -141,8 +145,9 @@ def perfguard(request: pytest.FixtureRequest, _perfguard_variant: str) -> Perfgu
     item = request.node
     state = request.config.stash[state_key]
     variant = str(_perfguard_variant)
-    marker = read_marker(_test_name(item.getparent(pytest.Function) or item),
-                         item.get_closest_marker("perfguard"))
+    marker = read_marker(
+        _test_name(item.getparent(pytest.Function) or item), item.get_closest_marker("perfguard")
+    )
     seed = state.options.seed
     random.seed(seed)
     try:
@@ -165,11 +170,14 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
     if state is None or not state.options.enabled:
         return
     fixture = getattr(item, "funcargs", {}).get("perfguard")
-    if isinstance(fixture, PerfguardFixture) and fixture.result is None \
-            and outcome.excinfo is None:
-        warnings.warn(PerfguardWarning(
-            f"{item.nodeid} uses the perfguard fixture but never called perfguard.run(model, "
-            "inputs): nothing was measured. Call it, or drop the fixture"), stacklevel=1)
+    if isinstance(fixture, PerfguardFixture) and fixture.result is None and outcome.excinfo is None:
+        warnings.warn(
+            PerfguardWarning(
+                f"{item.nodeid} uses the perfguard fixture but never called perfguard.run(model, "
+                "inputs): nothing was measured. Call it, or drop the fixture"
+            ),
+            stacklevel=1,
+        )
     bench = getattr(item, "funcargs", {}).get("benchmark")
     if bench is not None and outcome.excinfo is None:
         result = result_from_benchmark(item.nodeid, bench)
@@ -200,18 +208,24 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         allow_dirty=o.allow_dirty,
         report=o.report,
         json=o.json,
-        thresholds=Thresholds(min_change_pct=o.min_change_pct, gate_p99=o.gate_p99,
-                              per_test=state.per_test_thresholds),
+        thresholds=Thresholds(
+            min_change_pct=o.min_change_pct, gate_p99=o.gate_p99, per_test=state.per_test_thresholds
+        ),
     )
     outcome = finish_run(
-        state.results, environment, settings,
+        state.results,
+        environment,
+        settings,
         extra_settings={"budget_s": o.budget_s, "repeats": o.repeats, "seed": o.seed},
     )
     config.stash[outcome_key] = outcome
     if outcome.error is not None:
         session.exitstatus = pytest.ExitCode.INTERRUPTED
-    elif o.fail_on == "regression" and outcome.run.has_regression \
-            and session.exitstatus == pytest.ExitCode.OK:
+    elif (
+        o.fail_on == "regression"
+        and outcome.run.has_regression
+        and session.exitstatus == pytest.ExitCode.OK
+    ):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
@@ -238,7 +252,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 
     tr = terminalreporter
     tr.section("perfguard")
-    width = min(getattr(tr, "_tw", None).fullwidth if getattr(tr, "_tw", None) else 100, 100)
+    writer = getattr(tr, "_tw", None)
+    width = min(int(getattr(writer, "fullwidth", 100)), 100)
     for line in summary_lines(outcome.run, width=max(width, 80)):
         tr.write_line(line)
     for message in outcome.messages:

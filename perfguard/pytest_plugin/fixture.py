@@ -40,8 +40,9 @@ class SessionState:
 class PerfguardFixture:
     """Measures the model of a test under the variant of the current test item."""
 
-    def __init__(self, test: str, variant: str, marker: MarkerSettings,
-                 state: SessionState, nodeid: str) -> None:
+    def __init__(
+        self, test: str, variant: str, marker: MarkerSettings, state: SessionState, nodeid: str
+    ) -> None:
         self.test = test
         self.variant = variant
         self._marker = marker
@@ -62,22 +63,30 @@ class PerfguardFixture:
 
         unknown = set(options) - set(RUN_OPTIONS)
         if unknown:
-            raise TypeError(f"perfguard.run() got unknown option(s) {sorted(unknown)}; "
-                            f"known: {', '.join(RUN_OPTIONS)}")
+            raise TypeError(
+                f"perfguard.run() got unknown option(s) {sorted(unknown)}; "
+                f"known: {', '.join(RUN_OPTIONS)}"
+            )
         if self.result is not None:
-            raise RuntimeError("perfguard.run() measures one model per test item; "
-                               "it was called twice")
+            raise RuntimeError(
+                "perfguard.run() measures one model per test item; it was called twice"
+            )
         if not isinstance(example_inputs, tuple | list):
             raise TypeError("example_inputs must be a tuple of positional arguments, e.g. (x,)")
         o = self._state.options
-        merged: dict[str, Any] = {"budget_s": o.budget_s, "repeats": o.repeats,
-                                  "device": o.device, "threads": o.threads,
-                                  "drift_tolerance": None}
+        merged: dict[str, Any] = {
+            "budget_s": o.budget_s,
+            "repeats": o.repeats,
+            "device": o.device,
+            "threads": o.threads,
+            "drift_tolerance": None,
+        }
         merged.update({k: v for k, v in self._marker.options.items() if k in RUN_OPTIONS})
         merged.update(options)
         settings = MeasureSettings(
-            sampling=SamplingSettings(budget_s=float(merged["budget_s"]),
-                                      repeats=int(merged["repeats"])),
+            sampling=SamplingSettings(
+                budget_s=float(merged["budget_s"]), repeats=int(merged["repeats"])
+            ),
             device=str(merged["device"]),
             threads=merged["threads"],
             drift_tolerance=merged["drift_tolerance"],
@@ -101,8 +110,15 @@ class PerfguardFixture:
                 self._state.environment = collect_environment(device)
         except Exception:  # the model failed: measure_model turns that into an error result
             reference = None
-        result = measure_model(model, example_inputs, self.variant, settings, test=self.test,
-                               reference=reference, progress=progress)
+        result = measure_model(
+            model,
+            example_inputs,
+            self.variant,
+            settings,
+            test=self.test,
+            reference=reference,
+            progress=progress,
+        )
         self.result = result
         self._state.record(result)
         if result.status == "skipped":
@@ -115,5 +131,7 @@ class PerfguardFixture:
                 f"{self.variant}: numerical drift beyond its tolerance class "
                 f"{check.tolerance_class}: error {check.error:.3g} against the {check.reference} "
                 f"reference, allowed {check.allowed:.3g} (set drift_tolerance in the marker to "
-                "accept it)", pytrace=False)
+                "accept it)",
+                pytrace=False,
+            )
         return result

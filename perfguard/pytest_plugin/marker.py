@@ -50,11 +50,13 @@ def read_marker(test: str, marker: pytest.Mark | None) -> MarkerSettings:
         if key not in KEYS:
             raise _fail(test, f"unknown key {key!r}; known keys: {', '.join(sorted(KEYS))}")
         types, what = KEYS[key]
-        if isinstance(value, bool) and bool not in types or not isinstance(value, types):
+        if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
             raise _fail(test, f"{key} must be {what}, got {value!r}")
-        if key in ("budget_s", "repeats", "threads", "compile_ratio") and value <= 0:
+        number = value if isinstance(value, int | float) else None
+        positive = ("budget_s", "repeats", "threads", "compile_ratio")
+        if key in positive and number is not None and number <= 0:
             raise _fail(test, f"{key} must be positive, got {value!r}")
-        if key == "alpha" and not 0 < value < 1:
+        if key == "alpha" and number is not None and not 0 < number < 1:
             raise _fail(test, f"alpha must be between 0 and 1, got {value!r}")
     variants = None
     if "variants" in marker.kwargs:

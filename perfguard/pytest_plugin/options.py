@@ -17,13 +17,13 @@ from perfguard.variants.spec import DEFAULT_VARIANTS, UnknownVariantError, parse
 HELP = {
     "perfguard": "measure perf tests (without it they are skipped)",
     "variants": "comma-separated variant names for every perf test "
-                f"(default: {','.join(DEFAULT_VARIANTS)})",
+    f"(default: {','.join(DEFAULT_VARIANTS)})",
     "baseline_dir": "where baselines live (default: baselines under the rootdir)",
     "machine": "machine key baselines are filed under (default: derived from the GPU or CPU)",
     "save": "store the results as the baseline of the current commit (HEAD)",
     "allow_dirty": "allow --perfguard-save on a working tree with uncommitted changes",
     "compare": "compare against the baseline of git revision REF; 'auto' (default) picks the "
-               "base commit, 'none' disables comparison",
+    "base commit, 'none' disables comparison",
     "report": "Markdown report path (default: reports/perfguard.md under the rootdir)",
     "json": "write machine-readable results (INTERFACE section 7) to this path",
     "fail_on": "'regression' (default): exit non-zero when a verdict is regression; 'never'",
@@ -78,13 +78,17 @@ def add_options(parser: pytest.Parser) -> None:
     for opt in OPTIONS:
         if opt.kind == "bool":
             group.addoption(opt.flag, action="store_true", default=None, help=HELP[opt.name])
-            parser.addini(f"perfguard_{opt.name}", HELP[opt.name], type="bool",
-                          default=opt.default)
+            parser.addini(f"perfguard_{opt.name}", HELP[opt.name], type="bool", default=opt.default)
         else:
-            group.addoption(opt.flag, action="store", default=None, metavar=opt.metavar,
-                            help=HELP[opt.name])
-            parser.addini(f"perfguard_{opt.name}", HELP[opt.name], type="string",
-                          default=opt.default if opt.default is not None else "")
+            group.addoption(
+                opt.flag, action="store", default=None, metavar=opt.metavar, help=HELP[opt.name]
+            )
+            parser.addini(
+                f"perfguard_{opt.name}",
+                HELP[opt.name],
+                type="string",
+                default=opt.default if opt.default is not None else "",
+            )
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,6 @@ import time
 
 import pytest
 
-
 MAIN_PHASES = ("eager reference", "compiling", "warming up", "sampling (repeat 1/")
 """What `auto` shows; `yes` shows every phase (each repeat, memory, drift)."""
 

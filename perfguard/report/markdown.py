@@ -24,7 +24,12 @@ def _environment() -> jinja2.Environment:
         keep_trailing_newline=True,
     )
     env.filters.update(
-        cell=fmt.cell, ms=fmt.ms, size=fmt.size, seconds=fmt.seconds, pct=fmt.pct, sci=fmt.sci,
+        cell=fmt.cell,
+        ms=fmt.ms,
+        size=fmt.size,
+        seconds=fmt.seconds,
+        pct=fmt.pct,
+        sci=fmt.sci,
         value=fmt.metric_value,
     )
     return env
@@ -45,10 +50,16 @@ def verdict_counts(comparisons: Sequence[Comparison]) -> str:
 
 
 def headline(run: Run) -> str:
-    counts = summarize_verdicts(c for c in run.comparisons if c.gating)
+    counts = summarize_verdicts([c for c in run.comparisons if c.gating])
     errors = sum(1 for r in run.results if r.status == "error")
     if counts.get("regression"):
-        return f"{counts['regression']} regression(s) found"
+        pairs = {
+            (c.test, c.variant) for c in run.comparisons if c.gating and c.verdict == "regression"
+        }
+        return (
+            f"{counts['regression']} regression(s) in {len(pairs)} of "
+            f"{len(run.results)} test variant(s)"
+        )
     if errors:
         return f"no regression, but {errors} variant(s) failed to measure"
     if run.baseline.commit is None:
@@ -57,13 +68,20 @@ def headline(run: Run) -> str:
 
 
 def render_markdown(run: Run, thresholds: Thresholds | None = None) -> str:
-    th = thresholds or Thresholds(**{k: v for k, v in run.settings.get("thresholds", {}).items()
-                                      if k in Thresholds.__dataclass_fields__})
+    th = thresholds or Thresholds(
+        **{
+            k: v
+            for k, v in run.settings.get("thresholds", {}).items()
+            if k in Thresholds.__dataclass_fields__
+        }
+    )
     comparisons = run.comparisons
-    regressions = sorted((c for c in comparisons if c.verdict == "regression" and c.gating),
-                         key=_severity)
-    improvements = sorted((c for c in comparisons if c.verdict == "improvement" and c.gating),
-                          key=_severity)
+    regressions = sorted(
+        (c for c in comparisons if c.verdict == "regression" and c.gating), key=_severity
+    )
+    improvements = sorted(
+        (c for c in comparisons if c.verdict == "improvement" and c.gating), key=_severity
+    )
     shown = {id(c) for c in (*regressions, *improvements)}
     counts_line = verdict_counts(comparisons)
     context: dict[str, Any] = {

@@ -8,13 +8,20 @@ from perfguard.records import Run
 from perfguard.report.format import ms, row_verdict, sci, seconds, size
 from perfguard.report.markdown import verdict_counts
 
-COLUMNS = (("p50", 9), ("p95", 9), ("p99", 9), ("memory", 10), ("compile", 8), ("drift", 8),
-           ("verdict", 12))
+COLUMNS = (
+    ("p50", 9),
+    ("p95", 9),
+    ("p99", 9),
+    ("memory", 10),
+    ("compile", 8),
+    ("drift", 8),
+    ("verdict", 12),
+)
 WIDTH = 100
 
 
 def _short(text: str, width: int) -> str:
-    return text if len(text) <= width else "…" + text[-(width - 1):]
+    return text if len(text) <= width else "…" + text[-(width - 1) :]
 
 
 def summary_lines(run: Run, width: int = WIDTH) -> list[str]:
@@ -30,16 +37,21 @@ def summary_lines(run: Run, width: int = WIDTH) -> list[str]:
             lines.append(_short(r.test, width))
         label = _short("  " + r.variant, name_w)
         m = r.metrics
-        tail = "*" if r.details.get("tails_too_few") and "p99" in r.details["tails_too_few"] \
-            else ""
+        tail = "*" if r.details.get("tails_too_few") and "p99" in r.details["tails_too_few"] else ""
         if r.status == "ok":
             values: Sequence[str] = (
-                ms(m.latency_p50_ms), ms(m.latency_p95_ms), ms(m.latency_p99_ms) + tail,
-                size(m.peak_memory_bytes), seconds(m.compile_time_s), sci(m.drift_max_rel),
+                ms(m.latency_p50_ms),
+                ms(m.latency_p95_ms),
+                ms(m.latency_p99_ms) + tail,
+                size(m.peak_memory_bytes),
+                seconds(m.compile_time_s),
+                sci(m.drift_max_rel),
                 row_verdict(r, run.comparisons),
             )
-            lines.append(f"{label:<{name_w}}" + "".join(
-                f" {v:>{w}}" for v, (_, w) in zip(values, COLUMNS, strict=True)))
+            lines.append(
+                f"{label:<{name_w}}"
+                + "".join(f" {v:>{w}}" for v, (_, w) in zip(values, COLUMNS, strict=True))
+            )
         else:
             reason = _short(" ".join((r.error or "").split()), width - name_w - 10)
             lines.append(f"{label:<{name_w}} {r.status:>8}: {reason}")

@@ -21,8 +21,11 @@ def welch_t_test(a: Sequence[float], b: Sequence[float]) -> tuple[float, float, 
     diff = y.mean() - x.mean()
     se2 = vx + vy
     if se2 == 0:
-        return (0.0, 1.0, float(x.size + y.size - 2)) if diff == 0 else (
-            math.copysign(math.inf, diff), 0.0, float(x.size + y.size - 2))
+        return (
+            (0.0, 1.0, float(x.size + y.size - 2))
+            if diff == 0
+            else (math.copysign(math.inf, diff), 0.0, float(x.size + y.size - 2))
+        )
     t = diff / math.sqrt(se2)
     df = se2**2 / (vx**2 / (x.size - 1) + vy**2 / (y.size - 1))
     p = 2.0 * float(sps.t.sf(abs(t), df))

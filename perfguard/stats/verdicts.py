@@ -47,9 +47,16 @@ class Thresholds:
         overrides = self.per_test.get(test)
         if not overrides:
             return self
-        known = {"alpha", "min_change_pct", "min_repeats", "memory_tolerance_pct",
-                 "compile_ratio", "gate_p99"}
-        return replace(self, **{k: v for k, v in overrides.items() if k in known})
+        known = {
+            "alpha",
+            "min_change_pct",
+            "min_repeats",
+            "memory_tolerance_pct",
+            "compile_ratio",
+            "gate_p99",
+        }
+        changes: dict[str, Any] = {k: v for k, v in overrides.items() if k in known}
+        return replace(self, **changes)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -89,7 +96,11 @@ class _Pending:
 
 
 def _latency(
-    test: str, variant: str, base: VariantResult, head: VariantResult, th: Thresholds,
+    test: str,
+    variant: str,
+    base: VariantResult,
+    head: VariantResult,
+    th: Thresholds,
     noise: NoiseFloor,
 ) -> list[_Pending | Comparison]:
     out: list[_Pending | Comparison] = []
@@ -98,13 +109,25 @@ def _latency(
         b_val, h_val = getattr(base.metrics, metric), getattr(head.metrics, metric)
         change = _change_pct(b_val, h_val)
         a, b = block_percentiles(base, q), block_percentiles(head, q)
-        common = dict(test=test, variant=variant, metric=metric, baseline=b_val,
-                      current=h_val, change_pct=change, gating=gating)
+        common = dict(
+            test=test,
+            variant=variant,
+            metric=metric,
+            baseline=b_val,
+            current=h_val,
+            change_pct=change,
+            gating=gating,
+        )
         if len(a) < th.min_repeats or len(b) < th.min_repeats:
-            out.append(Comparison(**common, p_value=None, cohens_d=None,  # type: ignore[arg-type]
-                                  verdict="inconclusive",
-                                  note=f"too few repeats ({len(a)} vs {len(b)}; "
-                                       f"need {th.min_repeats})"))
+            out.append(
+                Comparison(
+                    **common,
+                    p_value=None,
+                    cohens_d=None,
+                    verdict="inconclusive",
+                    note=f"too few repeats ({len(a)} vs {len(b)}; need {th.min_repeats})",
+                )
+            )
             continue
         _, p, _ = welch_t_test(a, b)
         d = cohens_d(a, b)
@@ -112,8 +135,10 @@ def _latency(
         floor = noise.get((test, variant, metric), 0.0)
         practical = max(th.min_change_pct, floor)
         comparison = Comparison(
-            **common,  # type: ignore[arg-type]
-            p_value=p, cohens_d=None if math.isinf(d) else d, verdict="unchanged",
+            **common,
+            p_value=p,
+            cohens_d=None if math.isinf(d) else d,
+            verdict="unchanged",
             min_detectable_pct=None if math.isinf(mde) else mde,
             note=f"noise floor {floor:.1f}%" if floor else "",
         )
@@ -141,8 +166,14 @@ def _decide(pending: _Pending, adjusted_p: float, alpha: float) -> Comparison:
 
 
 def _ratio_verdict(
-    test: str, variant: str, metric: str, b_val: float | None, h_val: float | None,
-    worse: Callable[[float, float], bool], better: Callable[[float, float], bool], note: str,
+    test: str,
+    variant: str,
+    metric: str,
+    b_val: float | None,
+    h_val: float | None,
+    worse: Callable[[float, float], bool],
+    better: Callable[[float, float], bool],
+    note: str,
 ) -> Comparison | None:
     if b_val is None or h_val is None:
         return None
@@ -151,37 +182,61 @@ def _ratio_verdict(
         verdict = "regression"
     elif better(b_val, h_val):
         verdict = "improvement"
-    return Comparison(test, variant, metric, b_val, h_val, _change_pct(b_val, h_val), None, None,
-                      verdict, note=note)
+    return Comparison(
+        test,
+        variant,
+        metric,
+        b_val,
+        h_val,
+        _change_pct(b_val, h_val),
+        None,
+        None,
+        verdict,
+        note=note,
+    )
 
 
-def _memory(test: str, variant: str, base: VariantResult, head: VariantResult,
-            th: Thresholds) -> Comparison | None:
+def _memory(
+    test: str, variant: str, base: VariantResult, head: VariantResult, th: Thresholds
+) -> Comparison | None:
     """CUDA allocator peaks gate; a CPU process's peak RSS depends on everything the process
     loaded before this test, so there it is reported only."""
     tol = th.memory_tolerance_pct / 100.0
     exact = all(str(r.details.get("memory_method", "")).startswith("cuda") for r in (base, head))
     c = _ratio_verdict(
-        test, variant, "peak_memory_bytes",
-        base.metrics.peak_memory_bytes, head.metrics.peak_memory_bytes,
-        lambda b, h: h > b * (1 + tol), lambda b, h: h < b * (1 - tol),
-        f"tolerance {th.memory_tolerance_pct:g}%" if exact
+        test,
+        variant,
+        "peak_memory_bytes",
+        base.metrics.peak_memory_bytes,
+        head.metrics.peak_memory_bytes,
+        lambda b, h: h > b * (1 + tol),
+        lambda b, h: h < b * (1 - tol),
+        f"tolerance {th.memory_tolerance_pct:g}%"
+        if exact
         else "process peak RSS: reported, not gating",
     )
     return c if c is None or exact else replace(c, gating=False)
 
 
-def _compile(test: str, variant: str, base: VariantResult, head: VariantResult,
-             th: Thresholds) -> Comparison | None:
+def _compile(
+    test: str, variant: str, base: VariantResult, head: VariantResult, th: Thresholds
+) -> Comparison | None:
     r = th.compile_ratio
     return _ratio_verdict(
-        test, variant, "compile_time_s", base.metrics.compile_time_s, head.metrics.compile_time_s,
-        lambda b, h: h > b * r, lambda b, h: h < b / r, f"ratio {r:g}x",
+        test,
+        variant,
+        "compile_time_s",
+        base.metrics.compile_time_s,
+        head.metrics.compile_time_s,
+        lambda b, h: h > b * r,
+        lambda b, h: h < b / r,
+        f"ratio {r:g}x",
     )
 
 
-def _drift(test: str, variant: str, base: VariantResult | None, head: VariantResult,
-           th: Thresholds) -> Comparison | None:
+def _drift(
+    test: str, variant: str, base: VariantResult | None, head: VariantResult, th: Thresholds
+) -> Comparison | None:
     check = head.drift_check
     if check is None:
         return None
@@ -190,8 +245,10 @@ def _drift(test: str, variant: str, base: VariantResult | None, head: VariantRes
     verdict: Verdict
     if not check.passed:
         verdict = "regression"
-        note = (f"outside its tolerance class {check.tolerance_class}: error {check.error:.3g} "
-                f"> allowed {check.allowed:.3g} against {check.reference}")
+        note = (
+            f"outside its tolerance class {check.tolerance_class}: error {check.error:.3g} "
+            f"> allowed {check.allowed:.3g} against {check.reference}"
+        )
     elif b_val is None:
         verdict = "new" if base is None else "unchanged"
         note = f"within tolerance class {check.tolerance_class}"
@@ -201,12 +258,24 @@ def _drift(test: str, variant: str, base: VariantResult | None, head: VariantRes
     else:
         verdict = "unchanged"
         note = f"within tolerance class {check.tolerance_class}"
-    return Comparison(test, variant, "drift_max_rel", b_val, h_val, _change_pct(b_val, h_val),
-                      None, None, verdict, note=note)
+    return Comparison(
+        test,
+        variant,
+        "drift_max_rel",
+        b_val,
+        h_val,
+        _change_pct(b_val, h_val),
+        None,
+        None,
+        verdict,
+        note=note,
+    )
 
 
 def compare_runs(
-    base: Run | None, head: Run, thresholds: Thresholds | None = None,
+    base: Run | None,
+    head: Run,
+    thresholds: Thresholds | None = None,
     noise: NoiseFloor | None = None,
 ) -> tuple[Comparison, ...]:
     """All comparisons of `head` against `base` (None: everything is `new`)."""
@@ -218,39 +287,89 @@ def compare_runs(
         th = th_all.for_test(r.test)
         b = None if base is None else base.result(r.test, r.variant)
         if r.status == "error":
-            items.append(Comparison(r.test, r.variant, "latency_p50_ms",
-                                    None if b is None else b.metrics.latency_p50_ms, None, None,
-                                    None, None, "error", note=r.error or ""))
+            items.append(
+                Comparison(
+                    r.test,
+                    r.variant,
+                    "latency_p50_ms",
+                    None if b is None else b.metrics.latency_p50_ms,
+                    None,
+                    None,
+                    None,
+                    None,
+                    "error",
+                    note=r.error or "",
+                )
+            )
             continue
         if r.status == "skipped":
             if b is not None and b.status == "ok":
-                items.append(Comparison(r.test, r.variant, "latency_p50_ms",
-                                        b.metrics.latency_p50_ms, None, None, None, None,
-                                        "missing", note=f"skipped here: {r.error}"))
+                items.append(
+                    Comparison(
+                        r.test,
+                        r.variant,
+                        "latency_p50_ms",
+                        b.metrics.latency_p50_ms,
+                        None,
+                        None,
+                        None,
+                        None,
+                        "missing",
+                        note=f"skipped here: {r.error}",
+                    )
+                )
             continue
         if b is None or b.status != "ok":
             why = "no baseline" if b is None else f"baseline was {b.status}"
-            items.append(Comparison(r.test, r.variant, "latency_p50_ms", None,
-                                    r.metrics.latency_p50_ms, None, None, None, "new", note=why))
+            items.append(
+                Comparison(
+                    r.test,
+                    r.variant,
+                    "latency_p50_ms",
+                    None,
+                    r.metrics.latency_p50_ms,
+                    None,
+                    None,
+                    None,
+                    "new",
+                    note=why,
+                )
+            )
             drift = _drift(r.test, r.variant, None, r, th)
             if drift is not None and drift.verdict == "regression":
                 items.append(drift)
             continue
         items.extend(_latency(r.test, r.variant, b, r, th, floor))
-        for extra in (_memory(r.test, r.variant, b, r, th), _compile(r.test, r.variant, b, r, th),
-                      _drift(r.test, r.variant, b, r, th)):
+        for extra in (
+            _memory(r.test, r.variant, b, r, th),
+            _compile(r.test, r.variant, b, r, th),
+            _drift(r.test, r.variant, b, r, th),
+        ):
             if extra is not None:
                 items.append(extra)
     if base is not None:
         for r in base.results:
             if r.key not in head_keys and r.status == "ok":
-                items.append(Comparison(r.test, r.variant, "latency_p50_ms",
-                                        r.metrics.latency_p50_ms, None, None, None, None,
-                                        "missing", note="in the baseline, not in this run"))
+                items.append(
+                    Comparison(
+                        r.test,
+                        r.variant,
+                        "latency_p50_ms",
+                        r.metrics.latency_p50_ms,
+                        None,
+                        None,
+                        None,
+                        None,
+                        "missing",
+                        note="in the baseline, not in this run",
+                    )
+                )
     pending = [i for i in items if isinstance(i, _Pending)]
     adjusted = benjamini_hochberg([p.raw_p for p in pending])
-    decided = {id(p): _decide(p, q, th_all.for_test(p.comparison.test).alpha)
-               for p, q in zip(pending, adjusted, strict=True)}
+    decided = {
+        id(p): _decide(p, q, th_all.for_test(p.comparison.test).alpha)
+        for p, q in zip(pending, adjusted, strict=True)
+    }
     return tuple(decided[id(i)] if isinstance(i, _Pending) else i for i in items)
 
 

@@ -34,7 +34,12 @@ def read_run_file(path: Path) -> Run:
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
-        hint = "it looks truncated" if exc.pos >= len(text.rstrip()) else "it is not valid JSON"
+        complete = text.rstrip().endswith(("}", "]"))
+        hint = (
+            "it is not valid JSON"
+            if complete or not text.lstrip().startswith("{")
+            else "it looks truncated"
+        )
         raise BaselineError(
             f"{path}: {hint} ({exc.msg} at line {exc.lineno}); move it aside and measure "
             "that commit again with --perfguard-save"
@@ -128,8 +133,9 @@ class BaselineStore:
     def machines(self) -> list[str]:
         if not self.root.is_dir():
             return []
-        return sorted(p.name for p in self.root.iterdir()
-                      if p.is_dir() and not p.name.startswith("."))
+        return sorted(
+            p.name for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(".")
+        )
 
     def files(self, machine: str | None = None) -> Iterator[tuple[str, Path]]:
         for m in [machine] if machine else self.machines():

@@ -46,4 +46,5 @@ def upgrade(doc: Any) -> dict[str, Any]:
             )
         doc = step(doc)
         version = doc["schema_version"]
-    return doc
+    upgraded: dict[str, Any] = doc
+    return upgraded

@@ -20,11 +20,7 @@ class Amp:
     def unavailable_reason(self, part: VariantPart, device: torch.device) -> str | None:
         if not torch.amp.is_autocast_available(device.type):
             return f"{part.name}: autocast is not available on {device.type}"
-        if (
-            part.name == "amp-bf16"
-            and device.type == "cuda"
-            and not torch.cuda.is_bf16_supported()
-        ):
+        if part.name == "amp-bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
             return f"{part.name}: this GPU does not support bfloat16"
         return None
 

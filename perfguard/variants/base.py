@@ -101,7 +101,7 @@ def prunable_layers(model: nn.Module) -> list[nn.Module]:
 
 def weight_sparsity(model: nn.Module) -> float:
     """Fraction of exact zeros over the weights of Linear and Conv layers."""
-    layers = prunable_layers(model)
-    zeros = sum(int((m.weight == 0).sum()) for m in layers)
-    total = sum(m.weight.numel() for m in layers)
+    weights = [m.weight for m in prunable_layers(model) if isinstance(m.weight, torch.Tensor)]
+    zeros = sum(int((w == 0).sum()) for w in weights)
+    total = sum(w.numel() for w in weights)
     return zeros / total if total else 0.0

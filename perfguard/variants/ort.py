@@ -61,9 +61,11 @@ class OnnxRuntime:
                 "onnxruntime: this run is on CUDA but the installed onnxruntime has no "
                 "CUDAExecutionProvider (pip install onnxruntime-gpu)"
             )
-        providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if use_cuda else [
-            "CPUExecutionProvider"
-        ]
+        providers = (
+            ["CUDAExecutionProvider", "CPUExecutionProvider"]
+            if use_cuda
+            else ["CPUExecutionProvider"]
+        )
         options = ort.SessionOptions()
         options.log_severity_level = 3
         started = time.perf_counter()

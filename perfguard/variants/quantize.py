@@ -1,4 +1,4 @@
-"""`int8-dynamic` and `int8-weight-only`, with torchao (not the deprecated torch.ao.quantization)."""
+"""`int8-dynamic` and `int8-weight-only` with torchao (not the deprecated torch.ao.quantization)."""
 
 from __future__ import annotations
 
@@ -42,7 +42,9 @@ class Quantize:
             quantize_(model, _config(part.name))
         except (RuntimeError, NotImplementedError, ValueError, AssertionError) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise VariantUnavailableError(f"{part.name}: torchao could not quantize: {first}") from exc
+            raise VariantUnavailableError(
+                f"{part.name}: torchao could not quantize: {first}"
+            ) from exc
         done = _quantized_count(model)
         if done == 0:
             raise VariantUnavailableError(

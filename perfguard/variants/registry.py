@@ -67,9 +67,7 @@ def unavailable_reason(spec: VariantSpec, device: torch.device) -> str | None:
 
 
 def to_device(value: Any, device: torch.device) -> Any:
-    return pytree.tree_map(
-        lambda x: x.to(device) if isinstance(x, torch.Tensor) else x, value
-    )
+    return pytree.tree_map(lambda x: x.to(device) if isinstance(x, torch.Tensor) else x, value)
 
 
 def build_variant(
@@ -92,9 +90,9 @@ def build_variant(
     klass = tolerance_class(spec)
 
     if spec.part("onnxruntime") is not None:
-        make_call, fetch = ORT.build(work, inputs, device, details)
+        ort_call, fetch = ORT.build(work, inputs, device, details)
         return Built(
-            make_call=make_call,
+            make_call=ort_call,
             timing="host",
             tolerance_class=klass,
             model_size_bytes=details.get("onnx_model_bytes", size),

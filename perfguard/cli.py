@@ -1,0 +1,176 @@
+"""The `perfguard` command: the steps that need no GPU and no torch.
+
+Exit codes: 0 fine, 1 regression found, 2 usage or input error (one line on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from perfguard import __version__
+from perfguard.records import BaselineRef, RecordError, Run
+from perfguard.report.markdown import render_markdown
+from perfguard.stats.verdicts import Thresholds, compare_runs
+from perfguard.store.baselines import BaselineError, BaselineStore, read_run_file, write_json_atomic
+
+EXIT_OK, EXIT_REGRESSION, EXIT_INPUT = 0, 1, 2
+
+
+class InputError(Exception):
+    """Bad input: reported as one line on stderr, exit 2."""
+
+
+def _write_text(path: Path | None, text: str) -> None:
+    if path is None:
+        sys.stdout.write(text)
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    print(f"wrote {path}", file=sys.stderr)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    run = read_run_file(args.results)
+    _write_text(args.output, render_markdown(run))
+    return EXIT_OK
+
+
+def compare_files(base: Run, head: Run, thresholds: Thresholds, base_path: Path) -> Run:
+    if base.machine != head.machine:
+        raise InputError(
+            f"{base_path} was measured on machine {base.machine!r}, the other file on "
+            f"{head.machine!r}: perfguard never compares numbers from different machines"
+        )
+    reason = f"perfguard compare: {base_path.name}"
+    return replace(
+        head,
+        baseline=BaselineRef(base.commit, reason),
+        comparisons=compare_runs(base, head, thresholds),
+    )
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    base, head = read_run_file(args.base), read_run_file(args.head)
+    thresholds = Thresholds(min_change_pct=args.min_change, gate_p99=args.gate_p99)
+    run = compare_files(base, head, thresholds, args.base)
+    if args.json is not None:
+        write_json_atomic(args.json, run.to_json())
+        print(f"wrote {args.json}", file=sys.stderr)
+    if args.output is not None or args.json is None:
+        _write_text(args.output, render_markdown(run, thresholds))
+    return EXIT_REGRESSION if run.has_regression else EXIT_OK
+
+
+def merge_runs(runs: Sequence[tuple[Path, Run]]) -> Run:
+    """Join shard results of one run: same commit and machine, no result measured twice."""
+    (first_path, first), rest = runs[0], runs[1:]
+    seen = {r.key: first_path for r in first.results}
+    results = list(first.results)
+    comparisons = list(first.comparisons)
+    for path, run in rest:
+        if run.commit != first.commit:
+            raise InputError(
+                f"{path} is of commit {run.commit}, {first_path} of {first.commit}: "
+                "only shards of one commit can be merged"
+            )
+        if run.machine != first.machine:
+            raise InputError(
+                f"{path} is of machine {run.machine!r}, {first_path} of "
+                f"{first.machine!r}: only shards of one machine can be merged"
+            )
+        for r in run.results:
+            if r.key in seen:
+                raise InputError(
+                    f"{r.test} [{r.variant}] is in both {seen[r.key]} and {path}: "
+                    "shards must not overlap"
+                )
+            seen[r.key] = path
+            results.append(r)
+        comparisons.extend(run.comparisons)
+    return replace(first, results=tuple(results), comparisons=tuple(comparisons))
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    runs = [(p, read_run_file(p)) for p in args.files]
+    merged = merge_runs(runs)
+    write_json_atomic(args.output, merged.to_json())
+    print(
+        f"merged {len(runs)} file(s), {len(merged.results)} results: {args.output}", file=sys.stderr
+    )
+    return EXIT_OK
+
+
+def cmd_baselines_list(args: argparse.Namespace) -> int:
+    store = BaselineStore(args.dir)
+    infos = store.list(args.machine)
+    if not infos:
+        print(f"no baselines under {args.dir}")
+        return EXIT_OK
+    print(f"{'machine':<36} {'commit':<12} {'created':<26} tests")
+    for info in sorted(infos, key=lambda i: (i.machine, i.created or "")):
+        print(f"{info.machine:<36} {info.commit[:12]:<12} {info.created or '?':<26} {info.tests}")
+    return EXIT_OK
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise InputError(f"{self.prog}: {message}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="perfguard", description="perfguard: the steps that need no GPU")
+    parser.add_argument("--version", action="version", version=f"perfguard {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    p = sub.add_parser("report", help="render the Markdown report from a results file")
+    p.add_argument("results", type=Path)
+    p.add_argument("-o", "--output", type=Path, help="write here instead of standard output")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("compare", help="compare two results or baseline files (exit 1: regression)")
+    p.add_argument("base", type=Path)
+    p.add_argument("head", type=Path)
+    p.add_argument("--json", type=Path, help="write the compared results here")
+    p.add_argument("-o", "--output", type=Path, help="write the Markdown report here")
+    p.add_argument(
+        "--min-change",
+        type=float,
+        default=Thresholds().min_change_pct,
+        help="smallest latency change in percent that can be a regression",
+    )
+    p.add_argument("--gate-p99", action="store_true", help="let p99 latency gate the verdict")
+    p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("merge", help="merge the results files of shards of one run")
+    p.add_argument("files", type=Path, nargs="+")
+    p.add_argument("-o", "--output", type=Path, required=True)
+    p.set_defaults(func=cmd_merge)
+
+    p = sub.add_parser("baselines", help="stored baselines")
+    bsub = p.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    lst = bsub.add_parser("list", help="list stored baselines (machine, commit, date, tests)")
+    lst.add_argument("--dir", type=Path, default=Path("baselines"), help="baseline directory")
+    lst.add_argument("--machine", help="only this machine key")
+    lst.set_defaults(func=cmd_baselines_list)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        code: int = args.func(args)
+        return code
+    except (InputError, BaselineError, RecordError) as exc:
+        print(f"perfguard: error: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+    except OSError as exc:
+        print(f"perfguard: error: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

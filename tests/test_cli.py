@@ -1,0 +1,119 @@
+"""The `perfguard` command: exit codes, and no torch needed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from perfguard.cli import main
+from tests.factories import result, run
+
+T = "t.py::test_m"
+
+
+def write(path: Path, r: object) -> Path:
+    path.write_text(json.dumps(r.to_json()))  # type: ignore[attr-defined]
+    return path
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> dict[str, Path]:
+    return {
+        "base": write(tmp_path / "base.json", run([result(T, "eager", 1.0, seed=1)])),
+        "same": write(
+            tmp_path / "same.json", run([result(T, "eager", 1.0, seed=2)], commit="b" * 40)
+        ),
+        "slow": write(
+            tmp_path / "slow.json", run([result(T, "eager", 1.6, seed=3)], commit="b" * 40)
+        ),
+        "other": write(
+            tmp_path / "other.json", run([result(T, "eager", 1.0)], machine="cpu-other-8c")
+        ),
+    }
+
+
+def test_compare_exit_codes(
+    files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["compare", str(files["base"]), str(files["same"])]) == 0
+    out = tmp_path / "cmp.json"
+    assert (
+        main(
+            [
+                "compare",
+                str(files["base"]),
+                str(files["slow"]),
+                "--json",
+                str(out),
+                "-o",
+                str(tmp_path / "cmp.md"),
+            ]
+        )
+        == 1
+    )
+    doc = json.loads(out.read_text())
+    assert any(c["verdict"] == "regression" for c in doc["comparisons"])
+    assert "regression" in (tmp_path / "cmp.md").read_text()
+    capsys.readouterr()
+    assert main(["compare", str(files["base"]), str(files["other"])]) == 2
+    assert "never compares numbers from different machines" in capsys.readouterr().err
+
+
+def test_report_renders_a_results_file(files: dict[str, Path], tmp_path: Path) -> None:
+    assert main(["report", str(files["base"]), "-o", str(tmp_path / "r.md")]) == 0
+    assert (tmp_path / "r.md").read_text().startswith("<!-- perfguard-report -->")
+
+
+def test_bad_input_is_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    broken = tmp_path / "broken.json"
+    broken.write_text("{")
+    assert main(["report", str(broken)]) == 2
+    err = capsys.readouterr().err
+    assert str(broken) in err and len(err.strip().splitlines()) == 1
+    assert main(["report", str(tmp_path / "absent.json")]) == 2
+    assert main(["frobnicate"]) == 2
+    assert "invalid choice" in capsys.readouterr().err
+
+
+def test_merge_joins_shards_and_refuses_mismatches(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a = write(tmp_path / "a.json", run([result("t.py::a", "eager", 1.0)]))
+    b = write(tmp_path / "b.json", run([result("t.py::b", "eager", 1.0)]))
+    out = tmp_path / "m.json"
+    assert main(["merge", str(a), str(b), "-o", str(out)]) == 0
+    assert {r["test"] for r in json.loads(out.read_text())["results"]} == {"t.py::a", "t.py::b"}
+    other = write(tmp_path / "c.json", run([result("t.py::c", "eager", 1.0)], commit="c" * 40))
+    assert main(["merge", str(a), str(other), "-o", str(out)]) == 2
+    assert "only shards of one commit" in capsys.readouterr().err
+    assert main(["merge", str(a), str(a), "-o", str(out)]) == 2
+    assert "must not overlap" in capsys.readouterr().err
+
+
+def test_baselines_list(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from perfguard.store import BaselineStore
+
+    BaselineStore(tmp_path).save(run([result(T, "eager", 1.0)]))
+    assert main(["baselines", "list", "--dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "cuda-test-gpu" in out and "a" * 12 in out
+
+
+def test_report_and_compare_run_without_torch(files: dict[str, Path], tmp_path: Path) -> None:
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "from perfguard.cli import main\n"
+        f"a = main(['report', {str(files['base'])!r}, '-o', {str(tmp_path / 'x.md')!r}])\n"
+        f"b = main(['compare', {str(files['base'])!r}, {str(files['slow'])!r}, "
+        f"'-o', {str(tmp_path / 'y.md')!r}])\n"
+        "assert 'torch' not in [m for m in sys.modules if sys.modules[m] is not None]\n"
+        "sys.exit(a * 10 + b)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 1, done.stderr

@@ -1,0 +1,86 @@
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+from perfguard.records import SCHEMA_VERSION
+from perfguard.store import BaselineError, BaselineStore, read_run_file
+from tests.factories import result, run
+
+SHA = "0123456789abcdef0123456789abcdef01234567"
+
+
+def test_save_load_and_list(tmp_path: Path) -> None:
+    store = BaselineStore(tmp_path)
+    r = run([result("t.py::a", "eager", 1.0), result("t.py::b", "eager", 1.0)], commit=SHA)
+    path = store.save(r)
+    assert path == tmp_path / "cuda-test-gpu" / f"{SHA}.json"
+    assert store.load("cuda-test-gpu", SHA) == r
+    assert store.load("cuda-test-gpu", "f" * 40) is None
+    (info,) = store.list()
+    assert (info.machine, info.commit, info.tests) == ("cuda-test-gpu", SHA, 2)
+    assert not list(tmp_path.glob("**/*.tmp"))
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('{"schema_version": 1, "machine": "m", "resul', "looks truncated"),
+        ("not json at all", "not valid JSON"),
+        ('{"schema_version": 99, "machine": "m", "results": []}', "upgrade perfguard"),
+        ('{"schema_version": 0, "machine": "m", "results": []}', "unknown to this perfguard"),
+        ('{"machine": "m"}', "no integer schema_version"),
+        ('{"schema_version": 1, "results": []}', "not a perfguard results file"),
+    ],
+)
+def test_bad_files_name_themselves_and_stay_untouched(
+    tmp_path: Path, content: str, message: str
+) -> None:
+    store = BaselineStore(tmp_path)
+    path = tmp_path / "cuda-test-gpu" / f"{SHA}.json"
+    path.parent.mkdir()
+    path.write_text(content)
+    with pytest.raises(BaselineError) as err:
+        store.load("cuda-test-gpu", SHA)
+    assert str(path) in str(err.value) and message in str(err.value)
+    with pytest.raises(BaselineError):
+        store.save(run([result("t.py::a", "eager", 1.0)], commit=SHA))
+    assert path.read_text() == content
+
+
+def test_a_good_baseline_can_be_refreshed(tmp_path: Path) -> None:
+    store = BaselineStore(tmp_path)
+    store.save(run([result("t.py::a", "eager", 1.0)], commit=SHA))
+    store.save(run([result("t.py::a", "eager", 2.0)], commit=SHA))
+    loaded = store.load("cuda-test-gpu", SHA)
+    assert loaded is not None and loaded.results[0].metrics.latency_p50_ms is not None
+    assert loaded.results[0].metrics.latency_p50_ms > 1.5
+
+
+def test_two_writers_do_not_corrupt_each_other(tmp_path: Path) -> None:
+    store = BaselineStore(tmp_path)
+    runs = [run([result(f"t.py::{i}", "eager", 1.0 + i)], commit=f"{i:040x}") for i in range(8)]
+    threads = [threading.Thread(target=store.save, args=(r,)) for r in runs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(store.list()) == 8
+
+
+def test_keys_are_checked(tmp_path: Path) -> None:
+    store = BaselineStore(tmp_path)
+    with pytest.raises(BaselineError, match="full commit sha"):
+        store.path("m", "abc123")
+    with pytest.raises(BaselineError, match="machine key"):
+        store.path("../x", SHA)
+
+
+def test_read_run_file_reads_current_schema(tmp_path: Path) -> None:
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(run([result("t.py::a", "eager", 1.0)]).to_json()))
+    assert read_run_file(path).results[0].test == "t.py::a"
+    assert json.loads(path.read_text())["schema_version"] == SCHEMA_VERSION

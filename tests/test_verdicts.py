@@ -1,0 +1,125 @@
+from __future__ import annotations
+
+from dataclasses import replace
+
+from perfguard.records import VariantResult
+from perfguard.stats.verdicts import Thresholds, compare_runs
+from tests.factories import result, run
+
+T = "t.py::test_m"
+
+
+def verdicts(
+    base: list[VariantResult], head: list[VariantResult], th: Thresholds | None = None
+) -> dict[tuple[str, str], str]:
+    return {(c.variant, c.metric): c.verdict for c in compare_runs(run(base), run(head), th)}
+
+
+def test_identical_code_is_unchanged() -> None:
+    v = verdicts([result(T, "eager", 1.0, seed=1)], [result(T, "eager", 1.0, seed=2)])
+    assert v[("eager", "latency_p50_ms")] == "unchanged"
+    assert v[("eager", "latency_p95_ms")] == "unchanged"
+    assert v[("eager", "peak_memory_bytes")] == "unchanged"
+
+
+def test_a_large_significant_slowdown_is_a_regression_and_p99_does_not_gate() -> None:
+    comps = compare_runs(
+        run([result(T, "eager", 1.0, seed=1)]), run([result(T, "eager", 1.5, seed=2)])
+    )
+    by = {c.metric: c for c in comps}
+    assert by["latency_p50_ms"].verdict == "regression"
+    assert by["latency_p50_ms"].change_pct is not None and by["latency_p50_ms"].change_pct > 40
+    assert by["latency_p50_ms"].p_value is not None and by["latency_p50_ms"].p_value < 1e-6
+    assert by["latency_p50_ms"].cohens_d is not None and by["latency_p50_ms"].cohens_d > 1
+    assert by["latency_p50_ms"].min_detectable_pct is not None
+    assert not by["latency_p99_ms"].gating
+    assert run([]).has_regression is False
+
+
+def test_a_small_significant_change_below_the_minimum_is_unchanged() -> None:
+    v = verdicts(
+        [result(T, "eager", 1.0, seed=1, spread=0.001)],
+        [result(T, "eager", 1.03, seed=2, spread=0.001)],
+    )
+    assert v[("eager", "latency_p50_ms")] == "unchanged"
+    v = verdicts(
+        [result(T, "eager", 1.0, seed=1, spread=0.001)],
+        [result(T, "eager", 1.03, seed=2, spread=0.001)],
+        Thresholds(min_change_pct=2.0),
+    )
+    assert v[("eager", "latency_p50_ms")] == "regression"
+
+
+def test_per_test_thresholds_come_from_the_marker() -> None:
+    th = Thresholds(per_test={T: {"min_change_pct": 2.0}})
+    v = verdicts(
+        [result(T, "eager", 1.0, seed=1, spread=0.001)],
+        [result(T, "eager", 1.03, seed=2, spread=0.001)],
+        th,
+    )
+    assert v[("eager", "latency_p50_ms")] == "regression"
+
+
+def test_too_few_repeats_is_inconclusive() -> None:
+    v = verdicts([result(T, "eager", 1.0, repeats=2)], [result(T, "eager", 2.0, repeats=2)])
+    assert v[("eager", "latency_p50_ms")] == "inconclusive"
+
+
+def test_new_missing_and_error() -> None:
+    err = VariantResult(T, "compile-default", "error", "RuntimeError: boom")
+    v = verdicts(
+        [result(T, "eager", 1.0), result(T, "onnxruntime", 1.0)],
+        [result(T, "eager", 1.0), result(T, "int8-dynamic", 1.0), err],
+    )
+    assert v[("int8-dynamic", "latency_p50_ms")] == "new"
+    assert v[("onnxruntime", "latency_p50_ms")] == "missing"
+    assert v[("compile-default", "latency_p50_ms")] == "error"
+    assert {c.verdict for c in compare_runs(None, run([result(T, "eager", 1.0)]))} == {"new"}
+
+
+def test_memory_gates_on_cuda_and_is_reported_only_on_cpu() -> None:
+    v = verdicts([result(T, "eager", 1.0, memory=100e6)], [result(T, "eager", 1.0, memory=110e6)])
+    assert v[("eager", "peak_memory_bytes")] == "regression"
+    comps = compare_runs(
+        run([result(T, "eager", 1.0, memory=100e6, memory_method="process VmHWM")]),
+        run([result(T, "eager", 1.0, memory=110e6, memory_method="process VmHWM")]),
+    )
+    mem = next(c for c in comps if c.metric == "peak_memory_bytes")
+    assert mem.verdict == "regression" and not mem.gating
+    assert not run([]).has_regression
+
+
+def test_compile_time_uses_a_generous_ratio() -> None:
+    v = verdicts(
+        [result(T, "compile-default", 1.0, compile_s=10.0)],
+        [result(T, "compile-default", 1.0, compile_s=14.0)],
+    )
+    assert v[("compile-default", "compile_time_s")] == "unchanged"
+    v = verdicts(
+        [result(T, "compile-default", 1.0, compile_s=10.0)],
+        [result(T, "compile-default", 1.0, compile_s=16.0)],
+    )
+    assert v[("compile-default", "compile_time_s")] == "regression"
+
+
+def test_drift_against_its_class_and_against_the_baseline() -> None:
+    base = result(T, "int8-dynamic", 1.0, drift=0.01)
+    v = verdicts([base], [result(T, "int8-dynamic", 1.0, drift=0.012)])
+    assert v[("int8-dynamic", "drift_max_rel")] == "unchanged"
+    v = verdicts([base], [result(T, "int8-dynamic", 1.0, drift=0.05)])
+    assert v[("int8-dynamic", "drift_max_rel")] == "regression"
+    v = verdicts([base], [result(T, "int8-dynamic", 1.0, drift=0.01, drift_ok=False)])
+    assert v[("int8-dynamic", "drift_max_rel")] == "regression"
+    fresh = verdicts([], [result(T, "int8-dynamic", 1.0, drift=0.5, drift_ok=False)])
+    assert fresh[("int8-dynamic", "drift_max_rel")] == "regression"
+
+
+def test_correction_over_the_run_adjusts_p_values() -> None:
+    base = [result(f"t.py::test_{i}", "eager", 1.0, seed=i) for i in range(20)]
+    head = [
+        replace(r)
+        for r in (result(f"t.py::test_{i}", "eager", 1.0, seed=100 + i) for i in range(20))
+    ]
+    comps = compare_runs(run(base), run(head))
+    assert not any(c.verdict == "regression" for c in comps)
+    assert any("adjusted (BH)" in c.note for c in comps)
