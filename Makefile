@@ -28,7 +28,7 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check perfguard tests benchmarks examples
 	$(VENV)/bin/ruff format --check perfguard tests benchmarks examples
-	$(VENV)/bin/mypy perfguard
+	$(VENV)/bin/mypy perfguard tests benchmarks examples/demo.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

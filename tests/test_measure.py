@@ -23,7 +23,11 @@ FAST = MeasureSettings(
     memory_calls=1,
 )
 CUDA_ONLY = {"compile-reduce-overhead"}
-MODELS: dict[str, Callable[[], nn.Module]] = {"mlp": SmallMLP, "cnn": SmallCNN}
+MODELS: dict[str, Callable[[], nn.Module]] = {
+    "mlp": SmallMLP,
+    "cnn": SmallCNN,
+    "encoder": SmallEncoder,
+}
 
 
 @pytest.fixture(scope="module", params=sorted(MODELS))
@@ -172,3 +176,14 @@ def test_torch_state_is_restored() -> None:
 def test_inputs_must_be_a_tuple() -> None:
     with pytest.raises(TypeError, match="tuple of positional"):
         measure(SmallMLP(), torch.ones(1, 256), "eager", FAST)  # type: ignore[arg-type]
+
+
+class OutOfMemory(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 80.00 GiB")
+
+
+def test_out_of_memory_is_an_error_result() -> None:
+    r = measure(OutOfMemory(), (torch.ones(2),), "eager", FAST)
+    assert r.status == "error"
+    assert r.error is not None and r.error.startswith("out of memory: ")

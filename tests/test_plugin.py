@@ -222,6 +222,15 @@ def test_fine(perfguard):
     assert by_variant[("test_fine", "eager")]["status"] == "ok"
 
 
+def test_the_eager_reference_is_computed_once_per_test(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_user=USER_SUITE)
+    result = run(pytester, "--perfguard", "--perfguard-progress=yes", "-s")
+    assert result.ret == 0
+    lines = [line for line in result.stdout.lines if "eager reference" in line]
+    assert len(lines) == 1 and "test_encoder[eager]" in lines[0]
+    result.stdout.fnmatch_lines(["*test_encoder[[]int8-dynamic[]]: sampling (repeat 3/3)*"])
+
+
 def test_drift_beyond_tolerance_fails_the_item(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         test_d="""

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -14,7 +15,7 @@ from perfguard.records import (
 )
 
 
-def result(variant: str = "eager", **metrics: float) -> VariantResult:
+def result(variant: str = "eager", **metrics: Any) -> VariantResult:
     return VariantResult(
         "t.py::test_a",
         variant,

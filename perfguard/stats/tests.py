@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 from scipy import stats as sps
 
+Values = Sequence[float] | NDArray[Any]
 
-def welch_t_test(a: Sequence[float], b: Sequence[float]) -> tuple[float, float, float]:
+
+def welch_t_test(a: Values, b: Values) -> tuple[float, float, float]:
     """(t, two-sided p, Welch-Satterthwaite df) for the difference of means of b and a.
 
     Identical constant samples give t=0, p=1; different constant samples give p=0.
@@ -32,7 +36,7 @@ def welch_t_test(a: Sequence[float], b: Sequence[float]) -> tuple[float, float, 
     return float(t), p, float(df)
 
 
-def cohens_d(a: Sequence[float], b: Sequence[float], *, hedges: bool = True) -> float:
+def cohens_d(a: Values, b: Values, *, hedges: bool = True) -> float:
     """Standardized difference (b - a) / pooled SD, with Hedges' small-sample correction."""
     x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     nx, ny = x.size, y.size
@@ -48,7 +52,7 @@ def cohens_d(a: Sequence[float], b: Sequence[float], *, hedges: bool = True) -> 
     return d
 
 
-def benjamini_hochberg(p_values: Sequence[float]) -> list[float]:
+def benjamini_hochberg(p_values: Values) -> list[float]:
     """Benjamini-Hochberg adjusted p-values (false discovery rate), in the input order."""
     p = np.asarray(p_values, dtype=float)
     n = p.size
@@ -62,7 +66,7 @@ def benjamini_hochberg(p_values: Sequence[float]) -> list[float]:
     return [float(v) for v in out]
 
 
-def holm(p_values: Sequence[float]) -> list[float]:
+def holm(p_values: Values) -> list[float]:
     """Holm-Bonferroni adjusted p-values (family-wise error), in the input order."""
     p = np.asarray(p_values, dtype=float)
     n = p.size
@@ -75,9 +79,7 @@ def holm(p_values: Sequence[float]) -> list[float]:
     return [float(v) for v in out]
 
 
-def min_detectable_pct(
-    a: Sequence[float], b: Sequence[float], *, alpha: float = 0.05, power: float = 0.8
-) -> float:
+def min_detectable_pct(a: Values, b: Values, *, alpha: float = 0.05, power: float = 0.8) -> float:
     """The smallest change of the mean (in % of a's mean) a Welch test would flag with `power`.
 
     Normal-theory approximation with Student quantiles at the Welch df:
