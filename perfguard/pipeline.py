@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from perfguard.environment_diff import environment_differences
 from perfguard.git import (
     BaselineChoice,
     GitError,
@@ -24,8 +25,7 @@ from perfguard.records import BaselineRef, Run, VariantResult
 from perfguard.report.markdown import render_markdown
 from perfguard.stats.verdicts import Thresholds, compare_runs
 from perfguard.store.baselines import BaselineError, BaselineStore, write_json_atomic
-
-WATCHED_VERSIONS = ("torch", "cuda", "gpu_driver", "cudnn", "python", "torchao", "onnxruntime")
+from perfguard.store.history import load_history, noise_floor
 
 
 class PipelineError(Exception):
@@ -45,6 +45,7 @@ class FinishSettings:
     report: Path | None = None
     json: Path | None = None
     thresholds: Thresholds = field(default_factory=Thresholds)
+    history_length: int = 20  # baselines the noise floor is learned from
 
 
 @dataclass(frozen=True)
@@ -71,14 +72,6 @@ def check_can_save(state: GitState | None, allow_dirty: bool) -> str | None:
             "pass --perfguard-allow-dirty"
         )
     return None
-
-
-def environment_differences(base: Mapping[str, Any], head: Mapping[str, Any]) -> list[str]:
-    return [
-        f"{key} differs: baseline {base.get(key)}, this run {head.get(key)}"
-        for key in WATCHED_VERSIONS
-        if base.get(key) != head.get(key) and (base.get(key) or head.get(key))
-    ]
 
 
 def choose_baseline(
@@ -130,15 +123,31 @@ def finish_run(
     try:
         choice = choose_baseline(settings, state, store)
         base = store.load(settings.machine, choice.commit) if choice.commit else None
-        run = replace(run, baseline=BaselineRef(choice.commit, choice.reason))
+        run = replace(
+            run,
+            baseline=BaselineRef(
+                choice.commit, choice.reason, None if base is None else base.environment
+            ),
+        )
         messages.append(
             f"baseline: {choice.commit[:10] if choice.commit else 'none'} ({choice.reason})"
         )
-        if base is not None:
+        noise: dict[tuple[str, str, str], float] = {}
+        if base is not None and choice.commit is not None:
             diffs = environment_differences(base.environment, run.environment)
-            messages.extend(f"environment: {d}" for d in diffs)
+            messages.extend(f"environment changed: {d}" for d in diffs)
+            history = load_history(
+                store,
+                settings.machine,
+                settings.root,
+                start=choice.commit,
+                last=settings.history_length,
+            )
+            noise = noise_floor(history)
+            if noise:
+                messages.append(f"noise floor learned from {history['commit'].nunique()} baselines")
         if settings.compare != "none":
-            run = replace(run, comparisons=compare_runs(base, run, settings.thresholds))
+            run = replace(run, comparisons=compare_runs(base, run, settings.thresholds, noise))
     except (BaselineError, PipelineError) as exc:
         error = f"comparison stopped: {exc}"
         run = replace(run, baseline=BaselineRef(None, error))

@@ -218,9 +218,14 @@ class BaselineRef:
 
     commit: str | None
     reason: str
+    environment: Mapping[str, Any] | None = None  # the baseline's, to show both sides
 
     def to_json(self) -> dict[str, Any]:
-        return {"commit": self.commit, "reason": self.reason}
+        return {
+            "commit": self.commit,
+            "reason": self.reason,
+            "environment": None if self.environment is None else dict(self.environment),
+        }
 
 
 @dataclass(frozen=True)
@@ -346,7 +351,11 @@ class Run:
                 machine=str(data["machine"]),
                 environment=data.get("environment") or {},
                 results=tuple(VariantResult.from_json(r) for r in results),
-                baseline=BaselineRef(baseline.get("commit"), str(baseline.get("reason", ""))),
+                baseline=BaselineRef(
+                    baseline.get("commit"),
+                    str(baseline.get("reason", "")),
+                    baseline.get("environment"),
+                ),
                 comparisons=tuple(Comparison.from_json(c) for c in data.get("comparisons") or ()),
                 created=data.get("created"),
                 settings=data.get("settings") or {},

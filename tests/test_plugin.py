@@ -378,3 +378,35 @@ def test_save_refuses_a_dirty_tree_unless_allowed(pytester: pytest.Pytester, rep
     assert "uncommitted changes" in result.stderr.str()
     allowed = run(pytester, "--perfguard", "--perfguard-save", "--perfguard-allow-dirty")
     assert allowed.ret == 0
+
+
+def test_each_checkout_picks_the_baseline_interface_section_5_says(
+    pytester: pytest.Pytester, repo: Path
+) -> None:
+    a = git(repo, "rev-parse", "HEAD")
+    assert run(pytester, "--perfguard", "--perfguard-save").ret == 0
+
+    def chosen() -> tuple[str | None, str]:
+        # verdicts are not the point here (tiny budgets are noisy): only the choice
+        result = run(
+            pytester, "--perfguard", "--perfguard-json=out.json", "--perfguard-fail-on=never"
+        )
+        assert result.ret == 0, result.stdout.str()
+        base = json.loads((repo / "out.json").read_text())["baseline"]
+        result.stdout.fnmatch_lines([f"*baseline: *({base['reason']})*"])
+        return base["commit"], base["reason"]
+
+    b = git(repo, "commit", "-q", "--allow-empty", "-m", "B") or git(repo, "rev-parse", "HEAD")
+    assert chosen() == (a, f"first parent of HEAD, which is on main: {a[:10]}")
+
+    # a branch made from an older main (A), while main moved on to B (which has a baseline)
+    assert run(pytester, "--perfguard", "--perfguard-save", "--perfguard-fail-on=never").ret == 0
+    git(repo, "checkout", "-q", "-b", "old-branch", a)
+    git(repo, "commit", "-q", "--allow-empty", "-m", "F")
+    assert chosen() == (a, f"merge-base of HEAD with main: {a[:10]}")
+
+    # GitHub's pull-request merge commit: first parent is the base tip B
+    git(repo, "checkout", "-q", "--detach", b)
+    git(repo, "merge", "-q", "--no-ff", "old-branch", "-m", "Merge PR")
+    commit_b, reason = chosen()
+    assert commit_b == b and reason.startswith("first parent of the pull-request merge commit")

@@ -35,7 +35,9 @@ def sample_run() -> object:
     )
     return replace(
         head,
-        baseline=BaselineRef("a" * 40, "merge-base of HEAD with main"),
+        baseline=BaselineRef(
+            "a" * 40, "merge-base of HEAD with main", {**base.environment, "torch": "2.12.0"}
+        ),
         comparisons=compare_runs(base, head),
     )
 

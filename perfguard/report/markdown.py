@@ -8,6 +8,7 @@ from typing import Any
 
 import jinja2
 
+from perfguard.environment_diff import environment_differences
 from perfguard.records import Comparison, Run
 from perfguard.report import format as fmt
 from perfguard.stats.verdicts import Thresholds, summarize_verdicts
@@ -95,6 +96,10 @@ def render_markdown(run: Run, thresholds: Thresholds | None = None) -> str:
         "unchanged": [c for c in comparisons if id(c) not in shown and c.verdict != "error"],
         "thresholds": th,
         "verdict_of": lambda r: fmt.row_verdict(r, comparisons),
+        "base_env": run.baseline.environment,
+        "env_differences": environment_differences(run.baseline.environment or {}, run.environment)
+        if run.baseline.environment
+        else [],
     }
     return _environment().get_template("report.md.j2").render(**context)
 

@@ -55,13 +55,17 @@ def read_run_file(path: Path) -> Run:
 
 
 def write_json_atomic(path: Path, data: object) -> None:
+    """Write `data` as JSON, all or nothing (see `write_bytes_atomic`)."""
+    write_bytes_atomic(path, (json.dumps(data, indent=1) + "\n").encode("utf-8"))
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
     """Temp file in the same folder, fsync, rename, fsync the folder: all or nothing."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=1, sort_keys=False)
-            fh.write("\n")
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -144,6 +148,22 @@ class BaselineStore:
                 for f in sorted(folder.glob("*.json")):
                     if SHA.match(f.stem):
                         yield m, f
+
+    def prune(
+        self, keep: int, machine: str | None = None, dry_run: bool = False
+    ) -> list[BaselineInfo]:
+        """Delete all but the `keep` newest baselines of each machine; return what went."""
+        if keep < 0:
+            raise BaselineError(f"--keep must be >= 0, got {keep}")
+        removed: list[BaselineInfo] = []
+        with self._lock():
+            for m in [machine] if machine else self.machines():
+                infos = sorted(self.list(m), key=lambda i: i.created or "", reverse=True)
+                for info in infos[keep:]:
+                    if not dry_run:
+                        info.path.unlink()
+                    removed.append(info)
+        return removed
 
     def list(self, machine: str | None = None) -> list[BaselineInfo]:
         """Every stored baseline; an unreadable one raises, naming the file."""

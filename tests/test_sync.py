@@ -1,0 +1,147 @@
+"""Baselines on a git branch: pull, push, concurrent pushers; history and pruning."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from perfguard.cli import main
+from perfguard.store import BaselineStore
+from perfguard.store.history import load_history, noise_floor
+from perfguard.store.sync import pull, push
+from tests.factories import result, run
+from tests.test_git import commit, git
+
+
+@pytest.fixture
+def remote(tmp_path: Path) -> Path:
+    """A bare remote with one commit on main, like a fresh project."""
+    bare = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", "-b", "main", str(bare))
+    seed = tmp_path / "seed"
+    git(tmp_path, "clone", "-q", str(bare), str(seed))
+    (seed / ".gitignore").write_text("baselines/\n")
+    git(seed, "add", ".gitignore")
+    commit(seed, "init")
+    git(seed, "push", "-q", "origin", "HEAD:main")
+    return bare
+
+
+def clone(remote: Path, where: Path) -> Path:
+    git(where.parent, "clone", "-q", str(remote), str(where))
+    return where
+
+
+def save(repo: Path, sha: str, test: str = "t.py::a") -> Path:
+    return BaselineStore(repo / "baselines").save(run([result(test, "eager", 1.0)], commit=sha))
+
+
+def test_two_clones_pushing_at_once_both_land(remote: Path, tmp_path: Path) -> None:
+    one, two = clone(remote, tmp_path / "one"), clone(remote, tmp_path / "two")
+    save(one, commit(one, "A"))
+    save(two, commit(two, "B"))
+    head_before = git(one, "rev-parse", "HEAD")
+    errors: list[BaseException] = []
+
+    def pusher(repo: Path) -> None:
+        try:
+            push(repo, repo / "baselines")
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=pusher, args=(r,)) for r in (one, two)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    files = git(
+        tmp_path, "--git-dir", str(remote), "ls-tree", "-r", "--name-only", "perfguard-baselines"
+    ).splitlines()
+    assert len(files) == 2
+    # the user's checkout is untouched: same HEAD, same branch, clean index
+    assert git(one, "rev-parse", "HEAD") == head_before
+    assert git(one, "rev-parse", "--abbrev-ref", "HEAD") == "main"
+    assert git(one, "status", "--porcelain") == ""
+
+    fresh = clone(remote, tmp_path / "fresh")
+    pulled = pull(fresh, fresh / "baselines")
+    assert len(pulled.added) == 2
+    assert len(BaselineStore(fresh / "baselines").list()) == 2
+    assert pull(fresh, fresh / "baselines").added == ()  # idempotent, byte for byte
+
+
+def test_pull_with_no_branch_yet_and_push_of_nothing(remote: Path, tmp_path: Path) -> None:
+    repo = clone(remote, tmp_path / "r")
+    assert pull(repo, repo / "baselines").added == ()
+    assert push(repo, repo / "baselines").added == ()
+
+
+def test_pull_never_overwrites_a_local_file(remote: Path, tmp_path: Path) -> None:
+    one, two = clone(remote, tmp_path / "one"), clone(remote, tmp_path / "two")
+    sha = commit(one, "A")
+    save(one, sha)
+    push(one, one / "baselines")
+    mine = save(two, sha, test="t.py::other")
+    text = mine.read_text()
+    result_ = pull(two, two / "baselines")
+    assert result_.kept == (mine.relative_to(two / "baselines").as_posix(),)
+    assert mine.read_text() == text
+
+
+def test_cli_push_and_pull(
+    remote: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    one = clone(remote, tmp_path / "one")
+    save(one, commit(one, "A"))
+    monkeypatch.chdir(one)
+    assert main(["baselines", "push"]) == 0
+    assert "pushed 1 baseline(s) to origin/perfguard-baselines" in capsys.readouterr().out
+    fresh = clone(remote, tmp_path / "fresh")
+    monkeypatch.chdir(fresh)
+    assert main(["baselines", "pull"]) == 0
+    assert "pulled 1 baseline(s)" in capsys.readouterr().out
+    assert main(["baselines", "push", "--remote", "nowhere"]) == 2
+
+
+def test_history_and_noise_floor(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    store = BaselineStore(tmp_path / "baselines")
+    shas = []
+    for i, center in enumerate([1.0, 1.02, 0.98, 1.01, 1.0, 1.03]):
+        sha = commit(repo, f"c{i}")
+        shas.append(sha)
+        if i != 2:  # a commit without a baseline is skipped
+            store.save(run([result("t.py::a", "eager", center, seed=i)], commit=sha))
+    history = load_history(store, "cuda-test-gpu", repo, last=4)
+    assert list(history["commit"].unique()) == [shas[1], shas[3], shas[4], shas[5]]
+    assert sorted(history["position"].unique()) == [0, 1, 2, 3]
+    floors = noise_floor(history)
+    p50 = floors[("t.py::a", "eager", "latency_p50_ms")]
+    assert 0.5 < p50 < 6.0
+    assert noise_floor(load_history(store, "cuda-test-gpu", repo, last=2)) == {}
+
+
+def test_prune_keeps_the_newest(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from dataclasses import replace
+
+    store = BaselineStore(tmp_path)
+    for i in range(5):
+        store.save(
+            replace(
+                run([result("t.py::a", "eager", 1.0)], commit=f"{i:040x}"),
+                created=f"2026-11-0{i + 1}T00:00:00+00:00",
+            )
+        )
+    assert main(["baselines", "prune", "--keep", "2", "--dir", str(tmp_path), "--dry-run"]) == 0
+    assert len(store.list()) == 5
+    assert main(["baselines", "prune", "--keep", "2", "--dir", str(tmp_path)]) == 0
+    assert sorted(i.commit for i in store.list()) == [f"{3:040x}", f"{4:040x}"]
+    assert "removed 3 baseline(s)" in capsys.readouterr().out
