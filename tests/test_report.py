@@ -76,3 +76,44 @@ def test_hostile_names_cannot_break_a_row() -> None:
         assert "<script>" not in row and "<img" not in row and "`" not in row
         # every cell separator is one of ours: the data's pipe is escaped
         assert row.count("|") in {5, 12}
+
+
+def _tables(markdown: str) -> list[tuple[int, list[int]]]:
+    """(header cells, cells per body row) of every table, as GitHub's cmark renders them."""
+    import re
+
+    cmarkgfm = __import__("pytest").importorskip("cmarkgfm")
+    html = cmarkgfm.github_flavored_markdown_to_html(markdown)
+    out = []
+    for table in re.findall(r"<table>.*?</table>", html, re.S):
+        head, _, body = table.partition("</thead>")
+        rows = re.findall(r"<tr>(.*?)</tr>", body, re.S)
+        out.append(
+            (len(re.findall(r"<th[ >]", head)), [len(re.findall(r"<td[ >]", r)) for r in rows])
+        )
+    return out
+
+
+def test_rendered_tables_keep_their_columns() -> None:
+    text = render_markdown(sample_run())  # type: ignore[arg-type]
+    tables = _tables(text)
+    assert len(tables) >= 4
+    for header, rows in tables:
+        assert rows and all(n == header for n in rows)
+
+
+def test_hostile_data_survives_rendering_without_markup() -> None:
+    import cmarkgfm
+
+    nasty = "m.py::test_x[a|b<script>alert(1)</script>`code`\nnext]"
+    head = run(
+        [
+            result(nasty, "eager", 1.0),
+            VariantResult(nasty, "onnxruntime", "error", "bad | thing\n<img src=x>"),
+        ]
+    )
+    text = render_markdown(head)
+    for header, rows in _tables(text):
+        assert all(n == header for n in rows)
+    html = cmarkgfm.github_flavored_markdown_to_html(text)
+    assert "<script" not in html and "<img" not in html and "<code>code" not in html
