@@ -8,6 +8,8 @@ from collections.abc import Iterable
 
 from perfguard.records import Comparison, VariantResult
 
+NBSP = "\u00a0"  # keeps a number and its unit on one line in a narrow table column
+
 SEVERITY = ("regression", "error", "inconclusive", "improvement", "missing", "new", "unchanged")
 """Verdicts from the worst news to the least; a row shows its worst."""
 
@@ -16,14 +18,14 @@ def ms(value: float | None) -> str:
     if value is None:
         return "–"
     if value >= 100:
-        return f"{value:.0f} ms"
+        return f"{value:.0f}{NBSP}ms"
     if value >= 1:
-        return f"{value:.2f} ms"
-    return f"{value * 1000:.1f} µs"
+        return f"{value:.2f}{NBSP}ms"
+    return f"{value * 1000:.1f}{NBSP}µs"
 
 
 def seconds(value: float | None) -> str:
-    return "–" if value is None else f"{value:.2f} s"
+    return "–" if value is None else f"{value:.2f}{NBSP}s"
 
 
 def size(value: float | None) -> str:
@@ -33,9 +35,9 @@ def size(value: float | None) -> str:
     v = float(value)
     for unit in units:
         if abs(v) < 1024 or unit == units[-1]:
-            return f"{v:.0f} {unit}" if unit == "B" else f"{v:.1f} {unit}"
+            return f"{v:.0f}{NBSP}{unit}" if unit == "B" else f"{v:.1f}{NBSP}{unit}"
         v /= 1024
-    return f"{v:.1f} TiB"
+    return f"{v:.1f}{NBSP}TiB"
 
 
 def pct(value: float | None, signed: bool = True) -> str:
