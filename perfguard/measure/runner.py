@@ -184,14 +184,7 @@ def _measure(
     samples = outcome.samples_ms
     summary = summarize(samples)
     metrics = Metrics(
-        latency_p50_ms=summary.p50,
-        latency_p95_ms=summary.p95,
-        latency_p99_ms=summary.p99,
-        latency_mean_ms=summary.mean,
-        latency_iqr_ms=summary.iqr,
-        latency_samples=summary.n,
-        latency_p95_tail=summary.p95_tail,
-        latency_p99_tail=summary.p99_tail,
+        **summary.metric_fields(),
         peak_memory_bytes=memory.peak_bytes,
         peak_memory_reserved_bytes=memory.reserved_bytes,
         peak_memory_increase_bytes=None

@@ -7,10 +7,11 @@ read its fixture's statistics after the test ran.
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 from perfguard.records import Metrics, VariantResult
-from perfguard.stats.summary import summarize, tail_count
+from perfguard.stats.summary import summarize
 from perfguard.variants.spec import RECORD_ONLY
 
 MIN_BLOCKS = 5
@@ -41,29 +42,18 @@ def result_from_benchmark(test: str, fixture: Any) -> VariantResult | None:
     if seconds is None:
         return None
     samples = tuple(s * 1000.0 for s in seconds)
-    summary = summarize(samples)
     sizes = _blocks(len(samples))
-    blocks, start = [], 0
-    for size in sizes:
-        block = sorted(samples[start : start + size])
-        blocks.append(block[len(block) // 2])
-        start += size
+    starts = [sum(sizes[:i]) for i in range(len(sizes))]
+    medians = tuple(
+        statistics.median(samples[s : s + n]) for s, n in zip(starts, sizes, strict=True)
+    )
     return VariantResult(
         test=test,
         variant=RECORD_ONLY,
         status="ok",
-        metrics=Metrics(
-            latency_p50_ms=summary.p50,
-            latency_p95_ms=summary.p95,
-            latency_p99_ms=summary.p99,
-            latency_mean_ms=summary.mean,
-            latency_iqr_ms=summary.iqr,
-            latency_samples=summary.n,
-            latency_p95_tail=tail_count(summary.n, 0.95),
-            latency_p99_tail=tail_count(summary.n, 0.99),
-        ),
+        metrics=Metrics(**summarize(samples).metric_fields()),
         samples_ms=samples,
-        repeats_ms=tuple(blocks),
+        repeats_ms=medians,
         block_sizes=sizes,
         details={
             "source": "pytest-benchmark",

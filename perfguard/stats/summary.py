@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -41,6 +42,19 @@ class LatencySummary:
     @property
     def p99_tail(self) -> int:
         return tail_count(self.n, 0.99)
+
+    def metric_fields(self) -> dict[str, Any]:
+        """The latency fields of `records.Metrics`, from this summary."""
+        return {
+            "latency_p50_ms": self.p50,
+            "latency_p95_ms": self.p95,
+            "latency_p99_ms": self.p99,
+            "latency_mean_ms": self.mean,
+            "latency_iqr_ms": self.iqr,
+            "latency_samples": self.n,
+            "latency_p95_tail": self.p95_tail,
+            "latency_p99_tail": self.p99_tail,
+        }
 
     @property
     def relative_iqr(self) -> float:
