@@ -59,7 +59,12 @@ def main() -> int:
     repo = scratch / "repo"
     (repo / "tests").mkdir(parents=True)
     shutil.copy(SUITE, repo / "tests" / "test_models.py")
-    (repo / "pytest.ini").write_text("[pytest]\nperfguard_budget = 1.0\n")
+    # A shared 2-core CPU moves p95 by up to ~18% between processes on unchanged code (seen in
+    # this demo); until the verdict rules are calibrated by the detection study, the demo asks
+    # for a 25% minimum change, well below the widened MLP's +45% to +200%.
+    (repo / "pytest.ini").write_text(
+        "[pytest]\nperfguard_budget = 1.0\nperfguard_min_change = 25\n"
+    )
     (repo / ".gitignore").write_text("reports/\n__pycache__/\n")
     git(repo, "init", "-q", "-b", "main")
     git(repo, "add", "-A")
