@@ -85,9 +85,14 @@ def _main_ref(repo: Any, main_branch: str) -> str | None:
     return None
 
 
-def _first_parent_walk(repo: Any, start: str, depth: int) -> list[str]:
-    out = repo.git.rev_list("--first-parent", f"--max-count={depth + 1}", start)
+def _first_parent_walk(repo: Any, start: str, limit: int) -> list[str]:
+    out = repo.git.rev_list("--first-parent", f"--max-count={limit}", start)
     return [line for line in str(out).splitlines() if line]
+
+
+def first_parent_commits(path: Path, start: str, limit: int) -> list[str]:
+    """`start` and its first-parent ancestors, newest first, at most `limit` of them."""
+    return _first_parent_walk(_repo(path), start, limit)
 
 
 def find_baseline(
@@ -135,7 +140,7 @@ def find_baseline(
             start = head.parents[0].hexsha
             why = f"first parent of HEAD, which is on {main}"
 
-    walk = _first_parent_walk(repo, start, depth)
+    walk = _first_parent_walk(repo, start, depth + 1)
     for steps, sha in enumerate(walk):
         if has_baseline(sha):
             if steps == 0:

@@ -22,6 +22,7 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 from perfguard.records import DriftCheck
+from perfguard.variants.base import first_line
 
 # class -> (multiplier of eager's own error, extra error allowed relative to the output's RMS)
 TOLERANCES: dict[str, tuple[float, float]] = {
@@ -85,7 +86,7 @@ def compute_reference(model: nn.Module, inputs: Sequence[Any], device: torch.dev
         with torch.inference_mode():
             fp64 = flatten_outputs(work.double()(*_double(args)))
     except (RuntimeError, TypeError, NotImplementedError) as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        first = first_line(exc)
         return Reference(fp32, None, f"the model does not run in fp64 ({first}); judged on fp32")
     if fp64.shape != fp32.shape:
         return Reference(fp32, None, "fp64 outputs differ in shape; judged on fp32")

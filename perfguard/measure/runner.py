@@ -26,7 +26,7 @@ from perfguard.measure.memory import probe_for
 from perfguard.measure.sampling import Progress, SamplingSettings, sample
 from perfguard.records import DriftCheck, Metrics, VariantResult
 from perfguard.stats.summary import summarize, tail_is_reliable
-from perfguard.variants.base import Built, VariantUnavailableError
+from perfguard.variants.base import Built, VariantUnavailableError, first_line
 from perfguard.variants.registry import build_variant
 from perfguard.variants.spec import VariantSpec, parse_variant
 
@@ -53,8 +53,8 @@ def resolve_device(name: str) -> torch.device:
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
+    """`Type: first line of the message`, or the type alone when there is no message."""
+    return f"{type(exc).__name__}: {first_line(exc)}" if str(exc).strip() else type(exc).__name__
 
 
 def _timed_first_call(call: Callable[[], Any], device: torch.device) -> float:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from perfguard.git import first_parent_commits
 from perfguard.records import Metrics
 from perfguard.store.baselines import BaselineStore
 
@@ -19,15 +20,6 @@ if TYPE_CHECKING:
 
 HISTORY_COLUMNS = ("position", "commit", "created", "test", "variant", "metric", "value")
 METRICS = tuple(Metrics.__dataclass_fields__)
-
-
-def first_parent_commits(root: Path, start: str, limit: int) -> list[str]:
-    """`start` and its first-parent ancestors, newest first, at most `limit` of them."""
-    from perfguard.git import _repo
-
-    repo = _repo(root)
-    out = repo.git.rev_list("--first-parent", f"--max-count={limit}", start)
-    return [line for line in str(out).splitlines() if line]
 
 
 def load_history(

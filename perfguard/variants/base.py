@@ -16,6 +16,11 @@ Timing = Literal["device", "host"]
 """`device`: time with the device clock (CUDA events on CUDA). `host`: the call is synchronous."""
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message, or its type name when it has none."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
 class VariantUnavailableError(Exception):
     """This variant cannot run here (no CUDA, a missing package, an unsupported model)."""
 

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from perfguard.variants.base import Requirements, VariantUnavailableError
+from perfguard.variants.base import Requirements, VariantUnavailableError, first_line
 from perfguard.variants.spec import VariantPart
 
 
@@ -48,7 +48,7 @@ class OnnxRuntime:
         try:
             program = _export(model, tuple(inputs))
         except Exception as exc:  # the exporter raises many kinds; all mean "cannot export"
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            first = first_line(exc)
             raise VariantUnavailableError(f"onnxruntime: the ONNX export failed: {first}") from exc
         data = program.model_proto.SerializeToString()
         details["export_time_s"] = time.perf_counter() - started

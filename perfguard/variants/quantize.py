@@ -6,7 +6,7 @@ from typing import Any
 
 from torch import nn
 
-from perfguard.variants.base import Requirements, VariantUnavailableError
+from perfguard.variants.base import Requirements, VariantUnavailableError, first_line
 from perfguard.variants.spec import VariantPart
 
 
@@ -41,7 +41,7 @@ class Quantize:
         try:
             quantize_(model, _config(part.name))
         except (RuntimeError, NotImplementedError, ValueError, AssertionError) as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            first = first_line(exc)
             raise VariantUnavailableError(
                 f"{part.name}: torchao could not quantize: {first}"
             ) from exc
