@@ -244,12 +244,28 @@ class Comparison:
     min_detectable_pct: float | None = None
     gating: bool = True
     note: str = ""
+    trend: tuple[tuple[str, float], ...] = ()  # (commit, value) of recent baselines, oldest first
+    baseline_ci: tuple[float, float] | None = None  # 95% bootstrap interval over repeats
+    current_ci: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
             raise RecordError(f"verdict must be one of {VERDICTS}, got {self.verdict!r}")
         for name in ("baseline", "current", "change_pct", "p_value", "cohens_d"):
             object.__setattr__(self, name, _finite_or_none(name, getattr(self, name)))
+        points = []
+        for commit, value in self.trend:
+            checked = _finite_or_none("trend", value)
+            if checked is not None:
+                points.append((str(commit), checked))
+        object.__setattr__(self, "trend", tuple(points))
+        for name in ("baseline_ci", "current_ci"):
+            ci = getattr(self, name)
+            if ci is not None:
+                low, high = (_finite_or_none(name, v) for v in ci)
+                if low is None or high is None or low > high:
+                    raise RecordError(f"{name} must be [low, high], got {ci!r}")
+                object.__setattr__(self, name, (low, high))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -265,6 +281,12 @@ class Comparison:
             "min_detectable_pct": self.min_detectable_pct,
             "gating": self.gating,
             "note": self.note,
+            **({"trend": [list(point) for point in self.trend]} if self.trend else {}),
+            **{
+                name: list(getattr(self, name))
+                for name in ("baseline_ci", "current_ci")
+                if getattr(self, name) is not None
+            },
         }
 
     @classmethod
@@ -283,9 +305,20 @@ class Comparison:
                 min_detectable_pct=data.get("min_detectable_pct"),
                 gating=bool(data.get("gating", True)),
                 note=str(data.get("note") or ""),
+                trend=tuple((str(c), float(v)) for c, v in data.get("trend") or ()),
+                baseline_ci=_pair(data.get("baseline_ci")),
+                current_ci=_pair(data.get("current_ci")),
             )
         except KeyError as exc:
             raise RecordError(f"a comparison lacks the key {exc.args[0]!r}") from exc
+
+
+def _pair(value: Any) -> tuple[float, float] | None:
+    if value is None:
+        return None
+    if not isinstance(value, Sequence) or isinstance(value, str) or len(value) != 2:
+        raise RecordError(f"an interval must be [low, high], got {value!r}")
+    return (value[0], value[1])
 
 
 @dataclass(frozen=True)
@@ -300,8 +333,10 @@ class Run:
     comparisons: tuple[Comparison, ...] = ()
     created: str | None = None
     settings: Mapping[str, Any] = field(default_factory=dict)
+    health: Mapping[str, Any] = field(default_factory=dict)  # {"warnings": [...], "facts": {...}}
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "health", dict(self.health))
         object.__setattr__(self, "results", tuple(self.results))
         object.__setattr__(self, "comparisons", tuple(self.comparisons))
         object.__setattr__(self, "environment", dict(self.environment))
@@ -319,6 +354,10 @@ class Run:
         return None
 
     @property
+    def health_warnings(self) -> tuple[str, ...]:
+        return tuple(str(w) for w in self.health.get("warnings") or ())
+
+    @property
     def has_regression(self) -> bool:
         return any(c.verdict == "regression" and c.gating for c in self.comparisons)
 
@@ -330,6 +369,7 @@ class Run:
             "created": self.created,
             "environment": dict(self.environment),
             "settings": dict(self.settings),
+            "health": dict(self.health),
             "baseline": self.baseline.to_json(),
             "results": [r.to_json() for r in self.results],
             "comparisons": [c.to_json() for c in self.comparisons],
@@ -359,6 +399,7 @@ class Run:
                 comparisons=tuple(Comparison.from_json(c) for c in data.get("comparisons") or ()),
                 created=data.get("created"),
                 settings=data.get("settings") or {},
+                health=data.get("health") or {},
             )
         except KeyError as exc:
             raise RecordError(f"the document lacks the key {exc.args[0]!r}") from exc

@@ -10,6 +10,7 @@ from scipy import stats as sps
 
 from perfguard.stats.tests import (
     benjamini_hochberg,
+    bootstrap_ci,
     cohens_d,
     holm,
     min_detectable_pct,
@@ -81,3 +82,32 @@ def test_min_detectable_change_is_what_welch_then_detects() -> None:
         for _ in range(1000)
     )
     assert 0.75 < hits / 1000 < 0.85
+
+
+def test_bootstrap_interval_of_the_mean_of_repeats() -> None:
+    values = [10.0, 10.2, 9.8, 10.1, 9.9]
+    low, high = bootstrap_ci(values)  # type: ignore[misc]
+    assert low < float(np.mean(values)) < high
+    # the percentile bootstrap of a mean: close to the normal-theory interval, never wider
+    # than the range of the data
+    assert low >= 9.8 and high <= 10.2
+    assert bootstrap_ci(values) == bootstrap_ci(values)  # seeded: reports are reproducible
+    assert bootstrap_ci([1.0]) is None
+    wide = bootstrap_ci([5.0, 15.0, 5.0, 15.0, 5.0, 15.0], confidence=0.99)
+    narrow = bootstrap_ci([5.0, 15.0, 5.0, 15.0, 5.0, 15.0], confidence=0.5)
+    assert wide is not None and narrow is not None
+    assert wide[0] < narrow[0] and narrow[1] < wide[1]
+    with pytest.raises(ValueError):
+        bootstrap_ci(values, confidence=1.5)
+
+
+def test_bootstrap_interval_matches_scipy_percentile_bootstrap() -> None:
+    rng = np.random.default_rng(3)
+    values = rng.normal(100.0, 5.0, size=12)
+    mine = bootstrap_ci(values, resamples=20000)
+    ref = sps.bootstrap(
+        (values,), np.mean, n_resamples=20000, method="percentile", random_state=1
+    ).confidence_interval
+    assert mine is not None
+    assert mine[0] == pytest.approx(ref.low, rel=2e-3)
+    assert mine[1] == pytest.approx(ref.high, rel=2e-3)

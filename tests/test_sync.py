@@ -145,3 +145,20 @@ def test_prune_keeps_the_newest(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert main(["baselines", "prune", "--keep", "2", "--dir", str(tmp_path)]) == 0
     assert sorted(i.commit for i in store.list()) == [f"{3:040x}", f"{4:040x}"]
     assert "removed 3 baseline(s)" in capsys.readouterr().out
+
+
+def test_regressions_carry_their_trend_over_the_recent_baselines() -> None:
+    from perfguard.stats.verdicts import compare_runs
+    from perfguard.store.history import history_frame, with_trends
+
+    history = [
+        run([result("t.py::a", "eager", c, seed=i)], commit=f"{i:040x}")
+        for i, c in enumerate([1.0, 1.01, 0.99])
+    ]
+    head = run([result("t.py::a", "eager", 1.6, seed=9)], commit="f" * 40)
+    comparisons = with_trends(compare_runs(history[-1], head), history_frame(history))
+    p50 = next(c for c in comparisons if c.metric == "latency_p50_ms")
+    assert p50.verdict == "regression"
+    assert [sha for sha, _ in p50.trend] == [f"{i:040x}" for i in range(3)]
+    assert [v for _, v in p50.trend] == [r.results[0].metrics.latency_p50_ms for r in history]
+    assert all(not c.trend for c in comparisons if c.verdict != "regression")

@@ -123,3 +123,28 @@ def test_correction_over_the_run_adjusts_p_values() -> None:
     comps = compare_runs(run(base), run(head))
     assert not any(c.verdict == "regression" for c in comps)
     assert any("adjusted (BH)" in c.note for c in comps)
+
+
+def test_the_noise_floor_from_history_raises_the_bar() -> None:
+    base, head = run([result(T, "eager", 1.0, seed=1)]), run([result(T, "eager", 1.15, seed=2)])
+    plain = {c.metric: c for c in compare_runs(base, head)}
+    assert plain["latency_p50_ms"].verdict == "regression"
+    floor = {(T, "eager", "latency_p50_ms"): 20.0}
+    noisy = {c.metric: c for c in compare_runs(base, head, noise=floor)}
+    assert noisy["latency_p50_ms"].verdict == "unchanged"
+    assert noisy["latency_p50_ms"].min_detectable_pct == 20.0  # what could have been flagged
+    assert "noise floor 20.0%" in noisy["latency_p50_ms"].note
+
+
+def test_latency_comparisons_carry_bootstrap_intervals() -> None:
+    c = next(
+        c
+        for c in compare_runs(
+            run([result(T, "eager", 1.0, seed=1)]), run([result(T, "eager", 1.5, seed=2)])
+        )
+        if c.metric == "latency_p50_ms"
+    )
+    assert c.baseline_ci is not None and c.current_ci is not None
+    assert c.baseline_ci[0] <= c.baseline_ci[1] < c.current_ci[0] <= c.current_ci[1]
+    again = type(c).from_json(c.to_json())
+    assert again == c

@@ -96,3 +96,27 @@ def min_detectable_pct(a: Values, b: Values, *, alpha: float = 0.05, power: floa
     df = se2**2 / denom if denom else float(x.size + y.size - 2)
     q = float(sps.t.ppf(1 - alpha / 2, df) + sps.t.ppf(power, df))
     return 100.0 * q * math.sqrt(se2) / abs(float(x.mean()))
+
+
+def bootstrap_ci(
+    values: Values,
+    *,
+    confidence: float = 0.95,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> tuple[float, float] | None:
+    """Percentile-bootstrap interval of the mean of `values` (per-repeat statistics).
+
+    Resampling the independent units, not the calls inside them. Seeded, so a report is
+    reproducible. None with fewer than two values.
+    """
+    x = np.asarray(values, dtype=float)
+    if x.size < 2:
+        return None
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be between 0 and 1, got {confidence}")
+    rng = np.random.default_rng(seed)
+    means = x[rng.integers(0, x.size, size=(resamples, x.size))].mean(axis=1)
+    tail = (1 - confidence) / 2
+    low, high = np.quantile(means, [tail, 1 - tail])
+    return float(low), float(high)

@@ -19,7 +19,13 @@ from typing import Any
 import numpy as np
 
 from perfguard.records import Comparison, Run, VariantResult, Verdict
-from perfguard.stats.tests import benjamini_hochberg, cohens_d, min_detectable_pct, welch_t_test
+from perfguard.stats.tests import (
+    benjamini_hochberg,
+    bootstrap_ci,
+    cohens_d,
+    min_detectable_pct,
+    welch_t_test,
+)
 
 LATENCY_METRICS: dict[str, float] = {
     "latency_p50_ms": 50.0,
@@ -57,6 +63,12 @@ class Thresholds:
         }
         changes: dict[str, Any] = {k: v for k, v in overrides.items() if k in known}
         return replace(self, **changes)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any] | None) -> Thresholds:
+        """The thresholds a run recorded in its settings (unknown keys are ignored)."""
+        known = {k: v for k, v in (data or {}).items() if k in cls.__dataclass_fields__}
+        return cls(**known)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -131,9 +143,11 @@ def _latency(
             continue
         _, p, _ = welch_t_test(a, b)
         d = cohens_d(a, b)
-        mde = min_detectable_pct(a, b, alpha=th.alpha)
         floor = noise.get((test, variant, metric), 0.0)
         practical = max(th.min_change_pct, floor)
+        # what could have been flagged: the test's power limit, and never below the
+        # practical minimum the rules demand
+        mde = max(min_detectable_pct(a, b, alpha=th.alpha), practical)
         comparison = Comparison(
             **common,
             p_value=p,
@@ -141,19 +155,24 @@ def _latency(
             verdict="unchanged",
             min_detectable_pct=None if math.isinf(mde) else mde,
             note=f"noise floor {floor:.1f}%" if floor else "",
+            baseline_ci=bootstrap_ci(a),
+            current_ci=bootstrap_ci(b),
         )
         out.append(_Pending(comparison, practical, p))
     return out
 
 
-def _decide(pending: _Pending, adjusted_p: float, alpha: float) -> Comparison:
+def _decide(pending: _Pending, adjusted_p: float, alpha: float, forbid: str) -> Comparison:
     c = pending.comparison
     change = c.change_pct or 0.0
     significant = adjusted_p < alpha
     practical = abs(change) >= pending.practical_pct
     verdict: Verdict
     note = c.note
-    if significant and practical:
+    if significant and practical and forbid:
+        verdict = "inconclusive"
+        note = (note + "; " if note else "") + forbid
+    elif significant and practical:
         verdict = "regression" if change > 0 else "improvement"
     elif practical:
         verdict = "inconclusive"
@@ -364,13 +383,40 @@ def compare_runs(
                         note="in the baseline, not in this run",
                     )
                 )
+    forbid = forbidding_change(base, head)
     pending = [i for i in items if isinstance(i, _Pending)]
     adjusted = benjamini_hochberg([p.raw_p for p in pending])
     decided = {
-        id(p): _decide(p, q, th_all.for_test(p.comparison.test).alpha)
+        id(p): _decide(p, q, th_all.for_test(p.comparison.test).alpha, forbid)
         for p, q in zip(pending, adjusted, strict=True)
     }
-    return tuple(decided[id(i)] if isinstance(i, _Pending) else i for i in items)
+    out = []
+    for i in items:
+        if isinstance(i, _Pending):
+            out.append(decided[id(i)])
+        elif forbid and i.metric != "drift_max_rel" and i.verdict in ("regression", "improvement"):
+            out.append(replace(i, verdict="inconclusive", note=f"{i.note}; {forbid}"))
+        else:
+            out.append(i)
+    return tuple(out)
+
+
+HARDWARE_KEYS = ("device", "cpu", "cpu_count", "gpu_count", "torch_threads")
+"""Environment keys whose change makes timings incomparable: no verdict across them."""
+
+
+def forbidding_change(base: Run | None, head: Run) -> str:
+    """Why no speed or memory verdict can be given between these runs ('' when it can)."""
+    if base is None or not base.environment:
+        return ""
+    changed = [
+        f"{key} {base.environment.get(key)} -> {head.environment.get(key)}"
+        for key in HARDWARE_KEYS
+        if key in base.environment
+        and key in head.environment
+        and base.environment[key] != head.environment[key]
+    ]
+    return "no verdict across a hardware change (" + ", ".join(changed) + ")" if changed else ""
 
 
 def summarize_verdicts(comparisons: Sequence[Comparison]) -> dict[str, int]:

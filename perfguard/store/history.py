@@ -6,13 +6,15 @@ and for trend charts. One row per commit, test, variant and metric.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from perfguard.git import first_parent_commits
-from perfguard.records import Metrics
+from perfguard.records import Comparison, Metrics, Run
 from perfguard.store.baselines import BaselineStore
 
 if TYPE_CHECKING:
@@ -36,26 +38,35 @@ def load_history(
     `position` counts baselines from 0 (the oldest). Only `ok` results contribute rows.
     A corrupt baseline file raises `BaselineError` naming it, as everywhere.
     """
-    import pandas as pd
-
     found = []
     for sha in first_parent_commits(root, start, search_depth):
         if store.has(machine, sha):
             found.append(sha)
             if len(found) == last:
                 break
-    rows = []
-    for position, sha in enumerate(reversed(found)):
+    runs = []
+    for sha in reversed(found):
         run = store.load(machine, sha)
-        if run is None:  # pragma: no cover - has() said it was there
-            continue
+        if run is not None:
+            runs.append(run)
+    return history_frame(runs)
+
+
+def history_frame(runs: Sequence[Run]) -> pd.DataFrame:
+    """The history DataFrame of `runs`, given oldest first (position 0 is the first)."""
+    import pandas as pd
+
+    rows = []
+    for position, run in enumerate(runs):
         for r in run.results:
             if r.status != "ok":
                 continue
             for metric in METRICS:
                 value = getattr(r.metrics, metric)
                 if value is not None:
-                    rows.append((position, sha, run.created, r.test, r.variant, metric, value))
+                    rows.append(
+                        (position, run.commit, run.created, r.test, r.variant, metric, value)
+                    )
     return pd.DataFrame(rows, columns=list(HISTORY_COLUMNS))
 
 
@@ -81,3 +92,27 @@ def noise_floor(
         changes = abs((nxt[valid] - prev[valid]) / prev[valid]) * 100.0
         floors[(str(test), str(variant), str(metric))] = float(np.quantile(changes, quantile))
     return floors
+
+
+TREND_POINTS = 10
+
+
+def with_trends(
+    comparisons: Sequence[Comparison], history: pd.DataFrame, points: int = TREND_POINTS
+) -> tuple[Comparison, ...]:
+    """The comparisons, each gating regression carrying its metric over the recent baselines."""
+    if history.empty:
+        return tuple(comparisons)
+    indexed = history.set_index(["test", "variant", "metric"]).sort_index()
+    out = []
+    for c in comparisons:
+        key = (c.test, c.variant, c.metric)
+        if c.verdict == "regression" and c.gating and key in indexed.index:
+            rows = indexed.loc[[key]].sort_values("position").tail(points)
+            trend = tuple(
+                (str(commit), float(value))
+                for commit, value in zip(rows["commit"], rows["value"], strict=True)
+            )
+            c = replace(c, trend=trend)
+        out.append(c)
+    return tuple(out)

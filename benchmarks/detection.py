@@ -1,0 +1,283 @@
+"""Detection study: how often perfguard cries wolf, and what it catches, run as CI would.
+
+Run:  .venv/bin/python benchmarks/detection.py run [--trials 40] [--dir DIR]
+      .venv/bin/python benchmarks/detection.py analyze [--dir DIR]
+
+Every measurement is its own process (a fresh Python, a fresh torch), as in CI where the
+baseline was measured on main days before the PR. The sequence is:
+
+- `--history` baselines of identical code on "main" first (the noise floor learns from them);
+- then, per trial: the PR heads with injected extra compute (+5%, +10%, +20%, +50%, in a
+  random order), each compared with the newest baseline; then the next baseline on main,
+  which is itself the identical-code comparison (it is compared with the one before it).
+
+The extra compute is real work of the same kind: each model is `DEPTH` identical blocks
+(matmul or conv), and +X% adds X% more of those blocks. The measured slowdown of each level
+is printed beside its nominal size. Comparisons go through perfguard's own code
+(`compare_runs` with the default thresholds and the noise floor from `history_frame`), and
+the naive rule (Welch on raw per-call samples, p < 0.05 and |d| > 0.2) is judged on the same
+runs. A run is a false alarm when any gating latency metric of a model is a `regression`.
+
+Runs are kept as JSON in `--dir`, so `analyze` can be repeated without measuring again, and
+`run` resumes where it stopped. Do not run anything else on the machine meanwhile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import random
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+LEVELS = (5, 10, 20, 50)
+DEPTH = 20
+MODELS = ("linear", "conv")
+HISTORY_WINDOW = 20  # baselines the noise floor is learned from, as FinishSettings does
+DEFAULT_DIR = Path("reports/detection")
+
+
+# --- the worker: one process, one measurement of both models ---------------------------
+
+
+def _build(kind: str, extra_pct: int) -> tuple[Any, tuple[Any, ...]]:
+    import torch
+    from torch import nn
+
+    blocks = DEPTH + round(DEPTH * extra_pct / 100)
+    gen = torch.Generator().manual_seed(0)
+    torch.manual_seed(0)
+    layers: list[nn.Module] = []
+    if kind == "linear":
+        for _ in range(blocks):
+            layers += [nn.Linear(256, 256), nn.ReLU()]
+        x = torch.randn(64, 256, generator=gen)
+    else:
+        for _ in range(blocks):
+            layers += [nn.Conv2d(16, 16, 3, padding=1), nn.ReLU()]
+        x = torch.randn(4, 16, 24, 24, generator=gen)
+    return nn.Sequential(*layers).eval(), (x,)
+
+
+def worker(extra_pct: int, out: Path) -> None:
+    from perfguard.environment import collect_environment, machine_key
+    from perfguard.health import Monitor
+    from perfguard.measure.runner import MeasureSettings, measure_model, resolve_device
+    from perfguard.records import Run
+
+    device = resolve_device("auto")
+    monitor = Monitor(device.type)  # runner health, as the plugin records it
+    monitor.start()
+    results = []
+    for kind in MODELS:
+        model, inputs = _build(kind, extra_pct)
+        results.append(measure_model(model, inputs, "eager", MeasureSettings(), test=kind))
+    health = monitor.stop()
+    environment = collect_environment(device)
+    run = Run(
+        commit=None,
+        machine=machine_key(environment),
+        environment=environment,
+        results=tuple(results),
+        settings={"extra_pct": extra_pct},
+        health=health.to_json(),
+    )
+    out.write_text(json.dumps(run.to_json()), encoding="utf-8")
+
+
+# --- the schedule ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str  # file stem
+    extra_pct: int
+    base: str | None  # the baseline this head is compared with (None: a warm-up baseline)
+
+
+def schedule(history: int, trials: int, seed: int) -> list[Step]:
+    rng = random.Random(seed)
+    steps = [Step(f"b{i:03d}", 0, None) for i in range(history)]
+    newest = steps[-1].name
+    for t in range(trials):
+        levels = list(LEVELS)
+        rng.shuffle(levels)
+        steps += [Step(f"t{t:03d}-plus{p:02d}", p, newest) for p in levels]
+        nxt = f"b{history + t:03d}"
+        steps.append(Step(nxt, 0, newest))
+        newest = nxt
+    return steps
+
+
+def run_study(directory: Path, history: int, trials: int, seed: int) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    steps = schedule(history, trials, seed)
+    (directory / "schedule.json").write_text(
+        json.dumps([s.__dict__ for s in steps], indent=1), encoding="utf-8"
+    )
+    todo = [s for s in steps if not (directory / f"{s.name}.json").exists()]
+    started = time.monotonic()
+    for i, step in enumerate(todo, 1):
+        out = directory / f"{step.name}.json"
+        tmp = out.with_suffix(".tmp")
+        cmd = [
+            sys.executable,
+            __file__,
+            "worker",
+            "--extra",
+            str(step.extra_pct),
+            "--out",
+            str(tmp),
+        ]
+        subprocess.run(cmd, check=True)
+        tmp.rename(out)
+        spent = time.monotonic() - started
+        eta = spent / i * (len(todo) - i)
+        print(
+            f"[{i}/{len(todo)}] {step.name} done; {spent / 60:.1f} min so far, "
+            f"about {eta / 60:.1f} min left",
+            flush=True,
+        )
+
+
+# --- the analysis ----------------------------------------------------------------------
+
+
+def naive_alarm(base: Sequence[float], head: Sequence[float]) -> bool:
+    """The rule DESIGN.md measured at 73% false alarms: raw samples, p < 0.05, |d| > 0.2."""
+    from perfguard.stats.tests import cohens_d, welch_t_test
+
+    t, p, _ = welch_t_test(base, head)
+    return p < 0.05 and abs(cohens_d(base, head)) > 0.2 and t > 0
+
+
+def analyze(directories: Sequence[Path]) -> str:
+    """The tables over every study kept in `directories` (each with its own schedule)."""
+    from perfguard.records import Run
+    from perfguard.stats.verdicts import Thresholds
+
+    thresholds = Thresholds()
+    tally: dict[int, dict[str, Any]] = {
+        p: {"n": 0, "pg": 0, "naive": 0, "improve": 0, "effect": []} for p in (0, *LEVELS)
+    }
+    processes = 0
+    any_run = None
+    for directory in directories:
+        steps = [Step(**s) for s in json.loads((directory / "schedule.json").read_text())]
+        runs: dict[str, Run] = {}
+        for s in steps:
+            path = directory / f"{s.name}.json"
+            if path.exists():
+                runs[s.name] = Run.from_json(json.loads(path.read_text()))
+        processes += len(runs)
+        any_run = any_run or next(iter(runs.values()), None)
+        _tally(steps, runs, thresholds, tally)
+    return _table(tally, processes, any_run)
+
+
+def _tally(
+    steps: Sequence[Step], runs: dict[str, Any], thresholds: Any, tally: dict[int, dict[str, Any]]
+) -> None:
+    from perfguard.stats.verdicts import compare_runs
+    from perfguard.store.history import history_frame, noise_floor
+
+    baselines = [s.name for s in steps if s.name.startswith("b")]
+    for s in steps:
+        if s.base is None or s.name not in runs or s.base not in runs:
+            continue
+        position = baselines.index(s.base)
+        window = [runs[b] for b in baselines[max(0, position - HISTORY_WINDOW + 1) : position + 1]]
+        floor = noise_floor(history_frame(window))
+        base, head = runs[s.base], runs[s.name]
+        comparisons = compare_runs(base, head, thresholds, floor)
+        row = tally[s.extra_pct]
+        for model in MODELS:
+            b, h = base.result(model, "eager"), head.result(model, "eager")
+            if b is None or h is None or b.status != "ok" or h.status != "ok":
+                continue
+            mine = [c for c in comparisons if c.test == model and c.gating]
+            row["n"] += 1
+            row["pg"] += any(c.verdict == "regression" for c in mine)
+            row["improve"] += any(c.verdict == "improvement" for c in mine)
+            row["naive"] += naive_alarm(b.samples_ms, h.samples_ms)
+            bp, hp = b.metrics.latency_p50_ms, h.metrics.latency_p50_ms
+            if bp and hp:
+                row["effect"].append(100.0 * (hp - bp) / bp)
+
+
+def _table(tally: dict[int, dict[str, Any]], processes: int, any_run: Any) -> str:
+    import numpy as np
+
+    lines = [
+        "| injected | measured p50 change (median, IQR) | comparisons | perfguard flags "
+        "| naive rule flags |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for level, row in tally.items():
+        n = row["n"]
+        if not n:
+            continue
+        eff = np.asarray(row["effect"])
+        q1, med, q3 = np.percentile(eff, [25, 50, 75])
+        name = "identical" if level == 0 else f"+{level}%"
+        lines.append(
+            f"| {name} | {med:+.1f}% ({q1:+.1f}% to {q3:+.1f}%) | {n} "
+            f"| {row['pg']} ({100 * row['pg'] / n:.1f}%) "
+            f"| {row['naive']} ({100 * row['naive'] / n:.1f}%) |"
+        )
+    ident = tally[0]
+    if ident["n"]:
+        lines.append(
+            f"\nIdentical code flagged as an improvement by perfguard: {ident['improve']} of "
+            f"{ident['n']}."
+        )
+    smallest = next(
+        (p for p in LEVELS if tally[p]["n"] and tally[p]["pg"] / tally[p]["n"] >= 0.9), None
+    )
+    lines.append(
+        "Smallest injected change flagged at least 90% of the time: "
+        + (f"+{smallest}%." if smallest else "none of the levels.")
+    )
+    if any_run is not None:
+        env = any_run.environment
+        lines.append(
+            f"Machine: {env.get('cpu')}, {env.get('cpu_count')} CPUs, torch {env.get('torch')}, "
+            f"Python {platform.python_version()}; {processes} measurement processes."
+        )
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="measure (resumes), then analyze")
+    run.add_argument("--dir", type=Path, default=DEFAULT_DIR)
+    run.add_argument("--history", type=int, default=8, help="warm-up baselines on main")
+    run.add_argument("--trials", type=int, default=40)
+    run.add_argument("--seed", type=int, default=0)
+    ana = sub.add_parser("analyze", help="tables from the runs kept in --dir (repeatable)")
+    ana.add_argument("--dir", type=Path, action="append")
+    work = sub.add_parser("worker", help="(internal) one measurement process")
+    work.add_argument("--extra", type=int, required=True)
+    work.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    if args.command == "worker":
+        worker(args.extra, args.out)
+        return 0
+    if args.command == "run":
+        run_study(args.dir, args.history, args.trials, args.seed)
+    directories = [args.dir] if isinstance(args.dir, Path) else (args.dir or [DEFAULT_DIR])
+    summary = analyze(directories)
+    (directories[0] / "summary.md").write_text(summary + "\n", encoding="utf-8")
+    print(summary)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
