@@ -6,6 +6,7 @@ Exit codes: 0 fine, 1 regression found, 2 usage or input error (one line on stde
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
@@ -13,7 +14,8 @@ from pathlib import Path
 
 from perfguard import __version__
 from perfguard.records import BaselineRef, RecordError, Run
-from perfguard.report.markdown import render_markdown
+from perfguard.report.markdown import COMMENT_LIMIT, render_markdown
+from perfguard.report.outputs import write_reports
 from perfguard.stats.verdicts import Thresholds, compare_runs
 from perfguard.store.baselines import BaselineError, BaselineStore, read_run_file, write_json_atomic
 
@@ -24,18 +26,27 @@ class InputError(Exception):
     """Bad input: reported as one line on stderr, exit 2."""
 
 
-def _write_text(path: Path | None, text: str) -> None:
-    if path is None:
-        sys.stdout.write(text)
+def _limit(args: argparse.Namespace) -> int | None:
+    if args.max_chars < 0:
+        raise InputError(f"--max-chars must be 0 (no limit) or more, got {args.max_chars}")
+    return args.max_chars or None
+
+
+def _render(args: argparse.Namespace, run: Run, thresholds: Thresholds | None = None) -> None:
+    """The report to -o (comment-sized, the full one beside it when trimmed) or stdout."""
+    if args.output is None:
+        sys.stdout.write(render_markdown(run, thresholds, limit=_limit(args)))
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    print(f"wrote {path}", file=sys.stderr)
+    written = write_reports(
+        run, args.output, thresholds, limit=_limit(args), step_summary=args.step_summary
+    )
+    print(f"wrote {args.output}", file=sys.stderr)
+    if written.full is not None:
+        print(f"trimmed to fit a comment; the full report: {written.full}", file=sys.stderr)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    run = read_run_file(args.results)
-    _write_text(args.output, render_markdown(run))
+    _render(args, read_run_file(args.results))
     return EXIT_OK
 
 
@@ -61,7 +72,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         write_json_atomic(args.json, run.to_json())
         print(f"wrote {args.json}", file=sys.stderr)
     if args.output is not None or args.json is None:
-        _write_text(args.output, render_markdown(run, thresholds))
+        _render(args, run, thresholds)
     return EXIT_REGRESSION if run.has_regression else EXIT_OK
 
 
@@ -71,6 +82,7 @@ def merge_runs(runs: Sequence[tuple[Path, Run]]) -> Run:
     seen = {r.key: first_path for r in first.results}
     results = list(first.results)
     comparisons = list(first.comparisons)
+    warnings = list(first.health_warnings)
     for path, run in rest:
         if run.commit != first.commit:
             raise InputError(
@@ -91,17 +103,69 @@ def merge_runs(runs: Sequence[tuple[Path, Run]]) -> Run:
             seen[r.key] = path
             results.append(r)
         comparisons.extend(run.comparisons)
-    return replace(first, results=tuple(results), comparisons=tuple(comparisons))
+        warnings += [w for w in run.health_warnings if w not in warnings]
+    health = {**first.health, "warnings": warnings} if warnings else dict(first.health)
+    return replace(first, results=tuple(results), comparisons=tuple(comparisons), health=health)
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
     runs = [(p, read_run_file(p)) for p in args.files]
     merged = merge_runs(runs)
-    write_json_atomic(args.output, merged.to_json())
-    print(
-        f"merged {len(runs)} file(s), {len(merged.results)} results: {args.output}", file=sys.stderr
+    if args.compare is None:
+        if args.save or args.report:
+            raise InputError("--save and --report need --compare (auto, a git revision or none)")
+        write_json_atomic(args.output, merged.to_json())
+        print(
+            f"merged {len(runs)} file(s), {len(merged.results)} results: {args.output}",
+            file=sys.stderr,
+        )
+        return EXIT_OK
+    return _finish_merged(args, merged)
+
+
+def _finish_merged(args: argparse.Namespace, merged: Run) -> int:
+    """Compare the union against one baseline (one correction over the whole run), report,
+    and save it as the baseline of HEAD when asked: as one unsharded run would."""
+    from perfguard.git import git_state
+    from perfguard.health import Health
+    from perfguard.pipeline import FinishSettings, finish_run
+
+    state = git_state(Path.cwd())
+    if state is None or state.head is None:
+        raise InputError("merge --compare needs to run inside the git checkout of the shards")
+    if merged.commit != state.head:
+        raise InputError(
+            f"the shards are of commit {merged.commit}, this checkout is at {state.head}: "
+            "run merge in a checkout of the commit that was measured"
+        )
+    settings = FinishSettings(
+        root=state.root,
+        baseline_dir=args.baseline_dir,
+        machine=merged.machine,
+        compare=args.compare,
+        main_branch=args.main_branch,
+        save=args.save,
+        allow_dirty=True,  # the shards were measured at this commit; merge adds no code
+        report=args.report,
+        json=args.output,
+        thresholds=Thresholds.from_json(merged.settings.get("thresholds")),
+        unhealthy=str(merged.settings.get("unhealthy", "warn")),
     )
-    return EXIT_OK
+    outcome = finish_run(
+        merged.results,
+        merged.environment,
+        settings,
+        extra_settings={
+            k: v for k, v in merged.settings.items() if k not in ("thresholds", "shard")
+        },
+        health=Health.from_json(merged.health),
+    )
+    for message in outcome.messages:
+        print(message, file=sys.stderr)
+    print(f"merged {len(merged.results)} results: {args.output}", file=sys.stderr)
+    if outcome.error:
+        raise InputError(outcome.error)
+    return EXIT_REGRESSION if outcome.run.has_regression else EXIT_OK
 
 
 def cmd_baselines_list(args: argparse.Namespace) -> int:
@@ -163,9 +227,52 @@ def cmd_baselines_push(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_comment(args: argparse.Namespace) -> int:
+    from perfguard.github import DEFAULT_API, Client, GitHubError, upsert_comment
+
+    token = os.environ.get("GITHUB_TOKEN", "").strip()
+    if not token:
+        raise InputError("GITHUB_TOKEN is not set: the comment step needs a token to post with")
+    if args.pr < 1:
+        raise InputError(f"--pr must be a pull-request number, got {args.pr}")
+    body = args.body_file.read_text(encoding="utf-8")
+    client = Client(
+        token,
+        api=os.environ.get("GITHUB_API_URL") or DEFAULT_API,
+        log=lambda line: print(line, file=sys.stderr),
+    )
+    try:
+        posted = upsert_comment(client, args.repo, args.pr, body)
+    except (GitHubError, ValueError) as exc:
+        raise InputError(f"comment not posted: {exc}") from None
+    print(f"{posted.action} the perfguard comment on {args.repo}#{args.pr} {posted.url}".rstrip())
+    if posted.duplicates:
+        print(
+            f"note: {posted.duplicates} older comment(s) also carry the marker; "
+            "they were left as they are",
+            file=sys.stderr,
+        )
+    return EXIT_OK
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         raise InputError(f"{self.prog}: {message}")
+
+
+def _output_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--max-chars",
+        type=int,
+        default=COMMENT_LIMIT,
+        help="trim the report to this many characters (default: GitHub's comment limit, "
+        f"{COMMENT_LIMIT}; 0: never trim); with -o the full report is written beside it",
+    )
+    p.add_argument(
+        "--step-summary",
+        action="store_true",
+        help="with -o, also append the report to $GITHUB_STEP_SUMMARY when it is set",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -176,6 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="render the Markdown report from a results file")
     p.add_argument("results", type=Path)
     p.add_argument("-o", "--output", type=Path, help="write here instead of standard output")
+    _output_options(p)
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("compare", help="compare two results or baseline files (exit 1: regression)")
@@ -190,11 +298,30 @@ def build_parser() -> argparse.ArgumentParser:
         help="smallest latency change in percent that can be a regression",
     )
     p.add_argument("--gate-p99", action="store_true", help="let p99 latency gate the verdict")
+    _output_options(p)
     p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("comment", help="create or update the one perfguard comment on a PR")
+    p.add_argument("--repo", required=True, help="OWNER/NAME")
+    p.add_argument("--pr", type=int, required=True, help="pull-request number")
+    p.add_argument("--body-file", type=Path, required=True, help="the report to post")
+    p.set_defaults(func=cmd_comment)
 
     p = sub.add_parser("merge", help="merge the results files of shards of one run")
     p.add_argument("files", type=Path, nargs="+")
     p.add_argument("-o", "--output", type=Path, required=True)
+    p.add_argument(
+        "--compare",
+        metavar="REF",
+        help="compare the merged run as one: auto, a git revision, or none "
+        "(default: keep each shard's own comparisons)",
+    )
+    p.add_argument("--baseline-dir", type=Path, default=Path("baselines"))
+    p.add_argument("--main-branch", default="main")
+    p.add_argument("--report", type=Path, help="with --compare: write the Markdown report here")
+    p.add_argument(
+        "--save", action="store_true", help="with --compare: store it as the baseline of HEAD"
+    )
     p.set_defaults(func=cmd_merge)
 
     p = sub.add_parser("baselines", help="stored baselines")

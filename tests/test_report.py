@@ -6,8 +6,12 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from perfguard.records import BaselineRef, VariantResult
+import pytest
+
+from perfguard.records import BaselineRef, Run, VariantResult
 from perfguard.report import render_markdown, summary_lines
+from perfguard.report.markdown import COMMENT_LIMIT
+from perfguard.report.outputs import write_reports
 from perfguard.stats.verdicts import compare_runs
 from tests.factories import result, run
 
@@ -75,7 +79,7 @@ def test_hostile_names_cannot_break_a_row() -> None:
     for row in rows:
         assert "<script>" not in row and "<img" not in row and "`" not in row
         # every cell separator is one of ours: the data's pipe is escaped
-        assert row.count("|") in {5, 12}
+        assert row.count("|") in {5, 13}
 
 
 def _tables(markdown: str) -> list[tuple[int, list[int]]]:
@@ -117,3 +121,110 @@ def test_hostile_data_survives_rendering_without_markup() -> None:
         assert all(n == header for n in rows)
     html = cmarkgfm.github_flavored_markdown_to_html(text)
     assert "<script" not in html and "<img" not in html and "<code>code" not in html
+
+
+def big_run(tests: int = 600, variants: int = 8, regressed: int = 150) -> Run:
+    """A suite of `tests` x `variants`; the first `regressed` tests got slower by 20% to 170%."""
+    names = [
+        "eager",
+        "compile-default",
+        "compile-max-autotune",
+        "int8-dynamic",
+        "int8-weight-only",
+        "prune-l1:0.5",
+        "amp-bf16",
+        "onnxruntime",
+    ][:variants]
+    base_results, head_results = [], []
+    for t in range(tests):
+        node = f"tests/perf/test_zoo.py::test_model[resnet_block-{t:04d}|<b>x</b>]"
+        for v, variant in enumerate(names):
+            seed = t * 100 + v
+            base_results.append(result(node, variant, 1.0 + v * 0.1, seed=seed))
+            slower = 1.0 + (0.2 + t / 100) * (t < regressed and v == 0)
+            head_results.append(result(node, variant, (1.0 + v * 0.1) * slower, seed=seed + 7))
+    base = run(base_results)
+    head = run(head_results, commit="c" * 40)
+    comparisons = compare_runs(base, head)
+    trended = tuple(
+        replace(c, trend=tuple((f"{i:040x}", 1.0 + i * 0.01) for i in range(8)))
+        if c.verdict == "regression"
+        else c
+        for c in comparisons
+    )
+    return replace(
+        head,
+        baseline=BaselineRef("a" * 40, "merge-base of HEAD with main", base.environment),
+        comparisons=trended,
+    )
+
+
+def test_a_600_by_8_suite_fits_a_comment_and_leads_with_its_worst() -> None:
+    big = big_run()
+    full = render_markdown(big, limit=None)
+    assert len(full) > COMMENT_LIMIT  # the test is only worth something if trimming is needed
+    text = render_markdown(big)
+    assert len(text) <= COMMENT_LIMIT
+    regressions = sorted(
+        (c for c in big.comparisons if c.verdict == "regression"),
+        key=lambda c: -(c.change_pct or 0),
+    )
+    assert len(regressions) > 100
+    section = text.split("### Regressions", 1)[1].split("###", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| tests/")]
+    assert len(rows) >= 20  # still lists a good number of them
+    worst = regressions[0]
+    assert f"{worst.change_pct:+.1f}%" in rows[0]  # worst first
+    assert "This report was trimmed to fit a GitHub comment" in text
+    assert "the table of all 4,800 results" in text
+    for header, body in _tables(text):
+        assert all(n == header for n in body)
+
+
+def test_trimming_degrades_step_by_step() -> None:
+    big = big_run(tests=60, variants=4, regressed=10)
+    full = render_markdown(big, limit=None)
+    assert "This report was trimmed" not in full
+    just_under = render_markdown(big, limit=len(full) - 1)
+    assert "Unchanged and other comparisons" not in just_under  # the first to go
+    assert "<summary>240 results</summary>" in just_under  # the results table stays
+    tiny = render_markdown(big, limit=3000)
+    assert len(tiny) <= 3000 and "## perfguard: 20 regression(s) in 10 of 240" in tiny
+
+
+def test_regressions_get_a_trend_chart_that_data_cannot_break() -> None:
+    text = render_markdown(big_run(tests=3, variants=1, regressed=1))
+    assert text.count("```mermaid") == 2  # p50 and p95 of the one regressed test
+    for chart in [part.split("```", 1)[0] for part in text.split("```mermaid")[1:]]:
+        assert "xychart-beta" in chart and "line [" in chart
+        title = chart.split('title "', 1)[1].split('"', 1)[0]
+        assert "<" not in title and "|" not in title and "`" not in title
+        assert '"ccccccc (this run)"' in chart
+
+
+def test_speed_up_against_eager_is_shown() -> None:
+    text = render_markdown(sample_run(), limit=None)  # type: ignore[arg-type]
+    row = next(
+        line
+        for line in text.splitlines()
+        if line.startswith("| m.py::test&#95;mlp | compile-default | ")
+    )
+    assert "×" in row
+
+
+def test_write_reports_keeps_the_full_report_and_fills_the_step_summary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    summary = tmp_path / "summary.md"
+    summary.write_text("earlier step\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    big = big_run(tests=60, variants=4, regressed=10)
+    written = write_reports(big, tmp_path / "perfguard.md", limit=20_000)
+    assert written.full == tmp_path / "perfguard-full.md"
+    assert len((tmp_path / "perfguard.md").read_text()) <= 20_000
+    assert "`perfguard-full.md` beside this report" in (tmp_path / "perfguard.md").read_text()
+    assert (tmp_path / "perfguard-full.md").read_text() == render_markdown(big, limit=None)
+    assert summary.read_text().startswith("earlier step\n<!-- perfguard-report -->")
+    # a later report that fits removes the stale full file
+    small = write_reports(sample_run(), tmp_path / "perfguard.md", step_summary=False)  # type: ignore[arg-type]
+    assert small.full is None and not (tmp_path / "perfguard-full.md").exists()

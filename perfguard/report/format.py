@@ -64,12 +64,34 @@ def metric_value(metric: str, value: float | None) -> str:
     return sci(value)
 
 
+def metric_unit(metric: str) -> tuple[str, float]:
+    """The unit a chart of `metric` is drawn in, and the factor from stored values to it."""
+    if metric.endswith("_ms"):
+        return "ms", 1.0
+    if metric.endswith("_bytes"):
+        return "MiB", 1.0 / 2**20
+    if metric.endswith("_s"):
+        return "s", 1.0
+    return "", 1.0
+
+
+def speedup(value: float | None) -> str:
+    return "–" if value is None else f"{value:.2f}×"
+
+
+def count(value: int) -> str:
+    return f"{value:,}"
+
+
 _CELL = re.compile(r"[\\`*_{}\[\]<>|#!~&]")
+CELL_CHARS = 300  # longer text (a traceback pasted into a message) is cut, with an ellipsis
 
 
 def cell(text: object) -> str:
     """Text from a test (node ids, exception text) made safe inside a Markdown table cell."""
     raw = " ".join(str(text).split())  # newlines and runs of spaces become one space
+    if len(raw) > CELL_CHARS:
+        raw = raw[: CELL_CHARS - 1] + "…"
     escaped = _CELL.sub(lambda m: f"&#{ord(m.group(0))};", raw)
     return escaped
 
@@ -82,10 +104,19 @@ def worst(verdicts: Iterable[str]) -> str:
     return "–"
 
 
-def row_verdict(result: VariantResult, comparisons: Iterable[Comparison]) -> str:
-    if result.status == "error":
-        return "error"
-    if result.status == "skipped":
-        return "skipped"
-    mine = [c.verdict for c in comparisons if (c.test, c.variant) == result.key and c.gating]
-    return worst(mine) if mine else "–"
+def row_verdicts(
+    results: Iterable[VariantResult], comparisons: Iterable[Comparison]
+) -> dict[tuple[str, str], str]:
+    """(test, variant) -> its worst gating verdict, in one pass over the comparisons."""
+    by_key: dict[tuple[str, str], list[str]] = {}
+    for c in comparisons:
+        if c.gating:
+            by_key.setdefault((c.test, c.variant), []).append(c.verdict)
+    out: dict[tuple[str, str], str] = {}
+    for r in results:
+        if r.status in ("error", "skipped"):
+            out[r.key] = r.status
+        else:
+            found = by_key.get(r.key)
+            out[r.key] = worst(found) if found else "–"
+    return out

@@ -1,17 +1,31 @@
-"""The Markdown report, rendered from the jinja2 templates shipped in this package."""
+"""The Markdown report, rendered from the jinja2 templates shipped in this package.
+
+A PR comment holds at most 65,536 characters. `render_markdown` renders everything when it
+fits and otherwise degrades step by step (the unchanged table, the full results table, the
+charts and environment, then improvements and errors, then the regressions beyond as many as
+fit, worst first), always saying what it left out and where the full report is.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any
 
 import jinja2
 
 from perfguard.environment_diff import environment_differences
-from perfguard.records import Comparison, Run
+from perfguard.records import Comparison, Run, VariantResult
 from perfguard.report import format as fmt
+from perfguard.report.charts import trend_chart
 from perfguard.stats.verdicts import Thresholds, summarize_verdicts
+
+COMMENT_LIMIT = 65_536
+"""GitHub's limit on the body of an issue or pull-request comment, in characters."""
+
+MAX_CHARTS = 5
 
 
 @cache
@@ -32,6 +46,8 @@ def _environment() -> jinja2.Environment:
         pct=fmt.pct,
         sci=fmt.sci,
         value=fmt.metric_value,
+        speedup=fmt.speedup,
+        count=fmt.count,
     )
     return env
 
@@ -68,14 +84,94 @@ def headline(run: Run) -> str:
     return "no regression"
 
 
-def render_markdown(run: Run, thresholds: Thresholds | None = None) -> str:
-    th = thresholds or Thresholds(
-        **{
-            k: v
-            for k, v in run.settings.get("thresholds", {}).items()
-            if k in Thresholds.__dataclass_fields__
-        }
+@dataclass(frozen=True)
+class Detail:
+    """How much of each section a rendering shows; None means all of it."""
+
+    regressions: int | None = None
+    improvements: int | None = None
+    failures: int | None = None
+    results: bool = True
+    unchanged: bool = True
+    environment: bool = True
+    charts: int = MAX_CHARTS
+
+
+def _degrade() -> Iterator[Detail]:
+    """Ever smaller renderings; after the last, the regressions are cut to what fits."""
+    d = Detail()
+    yield d
+    d = replace(d, unchanged=False)
+    yield d
+    d = replace(d, results=False)
+    yield d
+    d = replace(d, charts=1, environment=False)
+    yield d
+    d = replace(d, charts=0, improvements=20, failures=20)
+    yield d
+    d = replace(d, improvements=0, failures=5)
+    yield d
+
+
+def default_full_report_hint() -> str:
+    """Where the untrimmed report is: the workflow run's artifacts when on GitHub Actions."""
+    server, repo, run_id = (
+        os.environ.get("GITHUB_SERVER_URL"),
+        os.environ.get("GITHUB_REPOSITORY"),
+        os.environ.get("GITHUB_RUN_ID"),
     )
+    if server and repo and run_id:
+        return f"the artifacts of [this workflow run]({server}/{repo}/actions/runs/{run_id})"
+    return "the full report file next to this one"
+
+
+def _speedups(results: Sequence[VariantResult]) -> dict[tuple[str, str], float]:
+    eager = {
+        r.test: r.metrics.latency_p50_ms
+        for r in results
+        if r.variant == "eager" and r.status == "ok"
+    }
+    out: dict[tuple[str, str], float] = {}
+    for r in results:
+        base, mine = eager.get(r.test), r.metrics.latency_p50_ms
+        if r.status == "ok" and base and mine:
+            out[r.key] = base / mine
+    return out
+
+
+def _left_out(detail: Detail, context: dict[str, Any]) -> list[str]:
+    out = []
+    regressions = context["all_regressions"]
+    if detail.regressions is not None and detail.regressions < len(regressions):
+        out.append(
+            f"{len(regressions) - detail.regressions} of {len(regressions)} regressions "
+            "(the mildest)"
+        )
+    for name, limit in (("improvements", detail.improvements), ("failures", detail.failures)):
+        items = context[f"all_{name}"]
+        if limit is not None and limit < len(items):
+            label = "errors and skips" if name == "failures" else name
+            out.append(f"{len(items) - limit} of {len(items)} {label}")
+    if not detail.results and context["ok_results"]:
+        out.append(f"the table of all {len(context['ok_results']):,} results")
+    if not detail.unchanged and context["unchanged"]:
+        out.append(f"the table of {len(context['unchanged']):,} unchanged and other comparisons")
+    if detail.charts < min(len(context["charted"]), MAX_CHARTS):
+        out.append("trend charts")
+    if not detail.environment:
+        out.append("the environment table")
+    return out
+
+
+def render_markdown(
+    run: Run,
+    thresholds: Thresholds | None = None,
+    *,
+    limit: int | None = COMMENT_LIMIT,
+    full_report: str | None = None,
+) -> str:
+    """The report; within `limit` characters when one is given (None: everything)."""
+    th = thresholds or Thresholds.from_json(run.settings.get("thresholds"))
     comparisons = run.comparisons
     regressions = sorted(
         (c for c in comparisons if c.verdict == "regression" and c.gating), key=_severity
@@ -89,19 +185,51 @@ def render_markdown(run: Run, thresholds: Thresholds | None = None) -> str:
         "run": run,
         "headline": headline(run),
         "counts_line": f"Comparisons: {counts_line}." if counts_line else "No comparisons.",
-        "regressions": regressions,
-        "improvements": improvements,
-        "failures": [r for r in run.results if r.status != "ok"],
+        "all_regressions": regressions,
+        "all_improvements": improvements,
+        "all_failures": [r for r in run.results if r.status != "ok"],
         "ok_results": [r for r in run.results if r.status == "ok"],
         "unchanged": [c for c in comparisons if id(c) not in shown and c.verdict != "error"],
+        "charted": [c for c in regressions if c.trend],
+        "speedups": _speedups(run.results),
         "thresholds": th,
-        "verdict_of": lambda r: fmt.row_verdict(r, comparisons),
+        "verdicts": fmt.row_verdicts(run.results, comparisons),
         "base_env": run.baseline.environment,
         "env_differences": environment_differences(run.baseline.environment or {}, run.environment)
         if run.baseline.environment
         else [],
+        "full_report": full_report or default_full_report_hint(),
     }
-    return _environment().get_template("report.md.j2").render(**context)
+    template = _environment().get_template("report.md.j2")
+
+    def render(detail: Detail) -> str:
+        return template.render(
+            **context,
+            detail=detail,
+            regressions=regressions[: detail.regressions],
+            improvements=improvements[: detail.improvements],
+            failures=context["all_failures"][: detail.failures],
+            charts=[trend_chart(c, run.commit) for c in context["charted"][: detail.charts]],
+            left_out=_left_out(detail, context),
+        )
+
+    detail = Detail()
+    for detail in _degrade():
+        text = render(detail)
+        if limit is None or len(text) <= limit:
+            return text
+    # As many regressions as fit, worst first: the largest count whose rendering fits.
+    assert limit is not None
+    low, high = 0, len(regressions)
+    best = render(replace(detail, regressions=0))
+    while low < high:
+        mid = (low + high + 1) // 2
+        text = render(replace(detail, regressions=mid))
+        if len(text) <= limit:
+            low, best = mid, text
+        else:
+            high = mid - 1
+    return best if len(best) <= limit else best[:limit]  # the cut only for absurd limits
 
 
-__all__ = ["headline", "render_markdown"]
+__all__ = ["COMMENT_LIMIT", "headline", "render_markdown"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from perfguard.records import Run
-from perfguard.report.format import ms, row_verdict, sci, seconds, size
+from perfguard.report.format import ms, row_verdicts, sci, seconds, size
 from perfguard.report.markdown import verdict_counts
 
 COLUMNS = (
@@ -31,6 +31,7 @@ def summary_lines(run: Run, width: int = WIDTH) -> list[str]:
     head = f"{'test / variant':<{name_w}}" + "".join(f" {n:>{w}}" for n, w in COLUMNS)
     lines = [head, "-" * len(head)]
     current_test = None
+    verdicts = row_verdicts(run.results, run.comparisons)
     for r in run.results:
         if r.test != current_test:
             current_test = r.test
@@ -46,7 +47,7 @@ def summary_lines(run: Run, width: int = WIDTH) -> list[str]:
                 size(m.peak_memory_bytes),
                 seconds(m.compile_time_s),
                 sci(m.drift_max_rel),
-                row_verdict(r, run.comparisons),
+                verdicts[r.key],
             )
             lines.append(
                 f"{label:<{name_w}}"

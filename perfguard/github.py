@@ -1,0 +1,186 @@
+"""Create or update the one perfguard comment on a pull request, through GitHub's REST API.
+
+Only the standard library: the command runs in CI steps that need no torch. The comment is
+found by a hidden marker in its body, across every page of the PR's comments, so running
+the step again (a re-run, a new push) updates it instead of adding another.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+MARKER = "<!-- perfguard-report -->"
+COMMENT_LIMIT = 65_536
+DEFAULT_API = "https://api.github.com"
+USER_AGENT = "perfguard"
+_NEXT = re.compile(r'<([^>]+)>;\s*rel="next"')
+
+
+class GitHubError(Exception):
+    """A request GitHub refused, or that kept failing: one line, never with the token."""
+
+
+@dataclass
+class Client:
+    """A small GitHub REST client with retries on 5xx and rate limits."""
+
+    token: str
+    api: str = DEFAULT_API
+    attempts: int = 5
+    backoff_s: float = 1.0
+    max_wait_s: float = 60.0
+    timeout_s: float = 30.0
+    sleep: Callable[[float], None] | None = field(default=None, repr=False)  # time.sleep
+    log: Callable[[str], None] = field(default=lambda _: None, repr=False)
+
+    def __post_init__(self) -> None:
+        self.api = self.api.rstrip("/")
+
+    def _sleep(self, seconds: float) -> None:
+        (self.sleep or time.sleep)(seconds)
+
+    def _scrub(self, text: str) -> str:
+        return text.replace(self.token, "***") if self.token else text
+
+    def _wait(self, attempt: int, headers: Mapping[str, str]) -> float:
+        retry_after = headers.get("Retry-After")
+        if retry_after is not None:
+            try:
+                return min(float(retry_after), self.max_wait_s)
+            except ValueError:
+                pass
+        if headers.get("X-RateLimit-Remaining") == "0" and headers.get("X-RateLimit-Reset"):
+            try:
+                reset = float(headers["X-RateLimit-Reset"]) - time.time()
+                return min(max(reset, 0.0) + 1.0, self.max_wait_s)
+            except ValueError:
+                pass
+        wait = self.backoff_s * 2**attempt * (1 + random.random() / 4)
+        return float(min(wait, self.max_wait_s))
+
+    def request(
+        self, method: str, url: str, body: Mapping[str, Any] | None = None
+    ) -> tuple[Any, Mapping[str, str]]:
+        """JSON in, (JSON, headers) out. Raises GitHubError with a one-line reason."""
+        if not url.startswith(("http://", "https://")):
+            url = f"{self.api}{url}"
+        data = None if body is None else json.dumps(body).encode("utf-8")
+        path = urllib.parse.urlsplit(url).path
+        for attempt in range(self.attempts):
+            req = urllib.request.Request(url, data=data, method=method)
+            req.add_header("Authorization", f"Bearer {self.token}")
+            req.add_header("Accept", "application/vnd.github+json")
+            req.add_header("X-GitHub-Api-Version", "2022-11-28")
+            req.add_header("User-Agent", USER_AGENT)
+            if data is not None:
+                req.add_header("Content-Type", "application/json")
+            try:
+                with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+                    raw = resp.read()
+                    headers = {k: v for k, v in resp.headers.items()}
+                    return (json.loads(raw) if raw else None), headers
+            except urllib.error.HTTPError as exc:
+                headers = {k: v for k, v in exc.headers.items()} if exc.headers else {}
+                message = _error_message(exc)
+                rate_limited = exc.code == 429 or (
+                    exc.code == 403
+                    and (headers.get("X-RateLimit-Remaining") == "0" or "Retry-After" in headers)
+                )
+                if (exc.code >= 500 or rate_limited) and attempt + 1 < self.attempts:
+                    wait = self._wait(attempt, headers)
+                    self.log(
+                        f"GitHub answered {exc.code} to {method} {path}; retrying in {wait:.1f} s"
+                    )
+                    self._sleep(wait)
+                    continue
+                raise GitHubError(
+                    self._scrub(f"{method} {path}: HTTP {exc.code} {message}{_hint(exc.code)}")
+                ) from None
+            except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
+                reason = getattr(exc, "reason", exc)
+                if attempt + 1 < self.attempts:
+                    wait = self._wait(attempt, {})
+                    self.log(f"{method} {path} failed ({reason}); retrying in {wait:.1f} s")
+                    self._sleep(wait)
+                    continue
+                raise GitHubError(self._scrub(f"{method} {path}: {reason}")) from None
+        raise GitHubError(f"{method} {path}: no answer after {self.attempts} attempts")
+
+
+def _error_message(exc: urllib.error.HTTPError) -> str:
+    try:
+        body = json.loads(exc.read() or b"{}")
+        message = body.get("message") if isinstance(body, dict) else None
+    except (ValueError, OSError):
+        message = None
+    return " ".join(str(message or exc.reason or "").split())
+
+
+def _hint(code: int) -> str:
+    return {
+        401: " (the token in GITHUB_TOKEN was refused; is it set and still valid?)",
+        403: " (the token lacks permission: the job needs `permissions: pull-requests: write`)",
+        404: " (no such repository or pull request, or the token cannot see it)",
+    }.get(code, "")
+
+
+def _next_link(headers: Mapping[str, str]) -> str | None:
+    link = headers.get("Link") or headers.get("link") or ""
+    found = _NEXT.search(link)
+    return found.group(1) if found else None
+
+
+def with_marker(body: str, marker: str = MARKER) -> str:
+    """The body carrying the marker, within GitHub's limit (cut at a line, with a note)."""
+    if marker not in body:
+        body = f"{marker}\n{body}"
+    if len(body) <= COMMENT_LIMIT:
+        return body
+    note = (
+        "\n\n> [!NOTE]\n> This comment was cut to GitHub's 65,536-character limit; "
+        "the full report is in the workflow's artifacts.\n"
+    )
+    cut = body[: COMMENT_LIMIT - len(note)]
+    cut = cut[: cut.rfind("\n")] if "\n" in cut else cut
+    return cut + note
+
+
+@dataclass(frozen=True)
+class Posted:
+    action: str  # "created" or "updated"
+    url: str
+    duplicates: int  # other comments carrying the marker, left as they are
+
+
+def upsert_comment(client: Client, repo: str, pr: int, body: str, marker: str = MARKER) -> Posted:
+    """Update the PR's comment that carries `marker`, or create it when there is none."""
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", repo):
+        raise ValueError(f"--repo must be OWNER/NAME, got {repo!r}")
+    body = with_marker(body, marker)
+    url: str | None = f"/repos/{repo}/issues/{pr}/comments?per_page=100"
+    found: list[Mapping[str, Any]] = []
+    while url:
+        page, headers = client.request("GET", url)
+        if not isinstance(page, list):
+            raise GitHubError(
+                f"GET comments of {repo}#{pr}: expected a list, got {type(page).__name__}"
+            )
+        found += [c for c in page if isinstance(c, dict) and marker in str(c.get("body") or "")]
+        url = _next_link(headers)
+    if found:
+        first = found[0]
+        updated, _ = client.request(
+            "PATCH", f"/repos/{repo}/issues/comments/{first['id']}", {"body": body}
+        )
+        return Posted("updated", str((updated or {}).get("html_url", "")), len(found) - 1)
+    created, _ = client.request("POST", f"/repos/{repo}/issues/{pr}/comments", {"body": body})
+    return Posted("created", str((created or {}).get("html_url", "")), 0)

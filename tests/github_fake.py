@@ -1,0 +1,115 @@
+"""A local stand-in for the parts of GitHub's REST API that `perfguard comment` uses."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+
+@dataclass
+class FakeGitHub:
+    token: str = "ghs_secret_token_value"
+    repo: str = "octo/models"
+    pr: int = 7
+    page_size: int = 100  # the server's cap on per_page, to force pagination in tests
+    comments: list[dict[str, Any]] = field(default_factory=list)
+    failures: list[int] = field(default_factory=list)  # status codes to answer first
+    forbidden: bool = False  # a token without the permission: 403 on every call
+    requests: list[tuple[str, str]] = field(default_factory=list)
+    next_id: int = 1000
+
+    def __enter__(self) -> FakeGitHub:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                return None
+
+            def _send(self, code: int, body: Any, headers: dict[str, str] | None = None) -> None:
+                raw = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(raw)
+
+            def _handle(self, method: str) -> None:
+                fake.requests.append((method, self.path))
+                if fake.failures:
+                    code = fake.failures.pop(0)
+                    headers = {"Retry-After": "0"} if code in (403, 429) else {}
+                    self._send(code, {"message": f"fake failure {code}"}, headers)
+                    return
+                if self.headers.get("Authorization") != f"Bearer {fake.token}":
+                    self._send(401, {"message": "Bad credentials"})
+                    return
+                if fake.forbidden:
+                    self._send(403, {"message": "Resource not accessible by integration"})
+                    return
+                length = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(length)) if length else None
+                fake.route(self, method, body)
+
+            def do_GET(self) -> None:
+                self._handle("GET")
+
+            def do_POST(self) -> None:
+                self._handle("POST")
+
+            def do_PATCH(self) -> None:
+                self._handle("PATCH")
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def add(self, body: str) -> dict[str, Any]:
+        self.next_id += 1
+        comment = {
+            "id": self.next_id,
+            "body": body,
+            "html_url": f"https://github.test/{self.repo}/pull/{self.pr}#c{self.next_id}",
+        }
+        self.comments.append(comment)
+        return comment
+
+    def route(self, h: Any, method: str, body: Any) -> None:
+        parts = urlsplit(h.path)
+        listing = re.fullmatch(r"/repos/([^/]+/[^/]+)/issues/(\d+)/comments", parts.path)
+        single = re.fullmatch(r"/repos/([^/]+/[^/]+)/issues/comments/(\d+)", parts.path)
+        if listing and (listing.group(1) != self.repo or int(listing.group(2)) != self.pr):
+            h._send(404, {"message": "Not Found"})
+        elif listing and method == "GET":
+            query = parse_qs(parts.query)
+            per_page = min(int(query.get("per_page", ["30"])[0]), self.page_size)
+            page = int(query.get("page", ["1"])[0])
+            chunk = self.comments[(page - 1) * per_page : page * per_page]
+            headers = {}
+            if page * per_page < len(self.comments):
+                nxt = f"{self.url}{parts.path}?per_page={per_page}&page={page + 1}"
+                headers["Link"] = f'<{nxt}>; rel="next", <{nxt}>; rel="last"'
+            h._send(200, chunk, headers)
+        elif listing and method == "POST":
+            h._send(201, self.add(body["body"]))
+        elif single and method == "PATCH":
+            for c in self.comments:
+                if c["id"] == int(single.group(2)):
+                    c["body"] = body["body"]
+                    h._send(200, c)
+                    return
+            h._send(404, {"message": "Not Found"})
+        else:
+            h._send(404, {"message": "Not Found"})

@@ -1,0 +1,131 @@
+"""`perfguard comment` against a local stand-in for GitHub's API (no network)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from perfguard import cli
+from perfguard.github import COMMENT_LIMIT, MARKER, with_marker
+from tests.github_fake import FakeGitHub
+
+
+@pytest.fixture
+def github(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeGitHub]:
+    sleeps: list[float] = []
+    monkeypatch.setattr("perfguard.github.time.sleep", sleeps.append)
+    with FakeGitHub() as fake:
+        monkeypatch.setenv("GITHUB_API_URL", fake.url)
+        monkeypatch.setenv("GITHUB_TOKEN", fake.token)
+        fake.sleeps = sleeps  # type: ignore[attr-defined]
+        yield fake
+
+
+def comment(tmp_path: Path, body: str, repo: str = "octo/models", pr: int = 7) -> int:
+    path = tmp_path / "report.md"
+    path.write_text(body)
+    return cli.main(["comment", "--repo", repo, "--pr", str(pr), "--body-file", str(path)])
+
+
+def test_three_runs_leave_one_updated_comment_even_on_the_second_page(
+    github: FakeGitHub, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    github.page_size = 2
+    for i in range(3):
+        github.add(f"a human comment {i}")
+    for i in range(3):
+        assert comment(tmp_path, f"{MARKER}\nreport number {i}") == 0
+        github.add(f"a later human comment {i}")  # pushes ours further down the pages
+    ours = [c for c in github.comments if MARKER in c["body"]]
+    assert len(ours) == 1
+    assert ours[0]["body"].endswith("report number 2")
+    assert len(github.comments) == 7
+    methods = [m for m, _ in github.requests if m != "GET"]
+    assert methods == ["POST", "PATCH", "PATCH"]
+    # the third run had to read past the first page to find it
+    assert any("page=2" in path for m, path in github.requests if m == "GET")
+    out = capsys.readouterr().out
+    assert "updated the perfguard comment on octo/models#7" in out
+
+
+def test_a_body_without_the_marker_gets_it(github: FakeGitHub, tmp_path: Path) -> None:
+    assert comment(tmp_path, "plain text") == 0
+    assert comment(tmp_path, "plain text, again") == 0
+    assert [c["body"] for c in github.comments] == [f"{MARKER}\nplain text, again"]
+
+
+@pytest.mark.parametrize(
+    ("case", "expected"),
+    [
+        ("bad-token", "HTTP 401 Bad credentials"),
+        ("forbidden", "HTTP 403"),
+        ("no-such-pr", "HTTP 404 Not Found"),
+    ],
+)
+def test_refusals_exit_2_with_one_line_and_never_the_token(
+    github: FakeGitHub,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    case: str,
+    expected: str,
+) -> None:
+    secret = github.token
+    pr = 7
+    if case == "bad-token":
+        secret = "ghp_wrong_but_still_secret"
+        monkeypatch.setenv("GITHUB_TOKEN", secret)
+    elif case == "forbidden":
+        github.forbidden = True
+    else:
+        pr = 99
+    assert comment(tmp_path, "x", pr=pr) == 2
+    captured = capsys.readouterr()
+    assert secret not in captured.out + captured.err
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0], captured.err
+    assert github.comments == []
+
+
+def test_retries_on_server_errors_and_rate_limits(
+    github: FakeGitHub, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    github.failures = [502, 429, 503]
+    assert comment(tmp_path, "report") == 0
+    assert len(github.comments) == 1
+    assert len(github.sleeps) == 3  # type: ignore[attr-defined]
+    assert "retrying" in capsys.readouterr().err
+
+
+def test_gives_up_after_repeated_server_errors(github: FakeGitHub, tmp_path: Path) -> None:
+    github.failures = [500] * 10
+    assert comment(tmp_path, "report") == 2
+    assert github.comments == []
+
+
+def test_missing_token_is_a_usage_error(
+    github: FakeGitHub,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.delenv("GITHUB_TOKEN")
+    assert comment(tmp_path, "report") == 2
+    assert "GITHUB_TOKEN is not set" in capsys.readouterr().err
+    assert github.requests == []
+
+
+def test_bad_repo_name_is_a_usage_error(github: FakeGitHub, tmp_path: Path) -> None:
+    assert comment(tmp_path, "report", repo="not a repo") == 2
+    assert github.requests == []
+
+
+def test_an_oversized_body_is_cut_at_a_line_with_a_note() -> None:
+    body = "\n".join(f"line {i} " + "x" * 60 for i in range(2000))
+    cut = with_marker(body)
+    assert len(cut) <= COMMENT_LIMIT
+    assert cut.startswith(MARKER)
+    assert "cut to GitHub's 65,536-character limit" in cut
+    assert "\nline 1 " in cut and not cut.split("\n\n> [!NOTE]")[0].endswith("x" * 61)
