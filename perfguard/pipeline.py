@@ -21,11 +21,12 @@ from perfguard.git import (
     find_baseline,
     git_state,
 )
-from perfguard.records import BaselineRef, Run, VariantResult
-from perfguard.report.markdown import render_markdown
+from perfguard.health import Health
+from perfguard.records import BaselineRef, Comparison, Run, VariantResult
+from perfguard.report.outputs import write_reports
 from perfguard.stats.verdicts import Thresholds, compare_runs
 from perfguard.store.baselines import BaselineError, BaselineStore, write_json_atomic
-from perfguard.store.history import load_history, noise_floor
+from perfguard.store.history import load_history, noise_floor, with_trends
 
 
 class PipelineError(Exception):
@@ -46,6 +47,7 @@ class FinishSettings:
     json: Path | None = None
     thresholds: Thresholds = field(default_factory=Thresholds)
     history_length: int = 20  # baselines the noise floor is learned from
+    unhealthy: str = "warn"  # "inconclusive": health warnings withhold speed verdicts
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,19 @@ class Outcome:
     saved_path: Path | None
     messages: tuple[str, ...]
     error: str | None = None  # the comparison or the save could not be done
+
+
+def withhold_speed_verdicts(
+    comparisons: Sequence[Comparison], warnings: Sequence[str]
+) -> tuple[Comparison, ...]:
+    """Latency and memory regressions and improvements become inconclusive, with the reason."""
+    reason = "runner health: " + "; ".join(warnings)
+    return tuple(
+        replace(c, verdict="inconclusive", note=f"{c.note}; {reason}" if c.note else reason)
+        if c.verdict in ("regression", "improvement") and c.metric != "drift_max_rel"
+        else c
+        for c in comparisons
+    )
 
 
 def check_can_save(state: GitState | None, allow_dirty: bool) -> str | None:
@@ -105,6 +120,7 @@ def finish_run(
     settings: FinishSettings,
     *,
     extra_settings: Mapping[str, Any] | None = None,
+    health: Health | None = None,
 ) -> Outcome:
     """Compare, write and save. Results are always written, even when comparing fails."""
     state = git_state(settings.root)
@@ -119,7 +135,10 @@ def finish_run(
         results=tuple(results),
         created=created,
         settings={"thresholds": settings.thresholds.to_json(), **(extra_settings or {})},
+        health={} if health is None else health.to_json(),
     )
+    for warning in run.health_warnings:
+        messages.append(f"runner health: {warning}")
     try:
         choice = choose_baseline(settings, state, store)
         base = store.load(settings.machine, choice.commit) if choice.commit else None
@@ -133,6 +152,7 @@ def finish_run(
             f"baseline: {choice.commit[:10] if choice.commit else 'none'} ({choice.reason})"
         )
         noise: dict[tuple[str, str, str], float] = {}
+        history = None
         if base is not None and choice.commit is not None:
             diffs = environment_differences(base.environment, run.environment)
             messages.extend(f"environment changed: {d}" for d in diffs)
@@ -147,7 +167,12 @@ def finish_run(
             if noise:
                 messages.append(f"noise floor learned from {history['commit'].nunique()} baselines")
         if settings.compare != "none":
-            run = replace(run, comparisons=compare_runs(base, run, settings.thresholds, noise))
+            comparisons = compare_runs(base, run, settings.thresholds, noise)
+            if history is not None:
+                comparisons = with_trends(comparisons, history)
+            if settings.unhealthy == "inconclusive" and run.health_warnings:
+                comparisons = withhold_speed_verdicts(comparisons, run.health_warnings)
+            run = replace(run, comparisons=comparisons)
     except (BaselineError, PipelineError) as exc:
         error = f"comparison stopped: {exc}"
         run = replace(run, baseline=BaselineRef(None, error))
@@ -157,9 +182,12 @@ def finish_run(
         write_json_atomic(settings.json, run.to_json())
         json_path = settings.json
     if settings.report is not None:
-        settings.report.parent.mkdir(parents=True, exist_ok=True)
-        settings.report.write_text(render_markdown(run, settings.thresholds), encoding="utf-8")
+        written = write_reports(run, settings.report, settings.thresholds)
         report_path = settings.report
+        if written.full is not None:
+            messages.append(
+                f"the report was trimmed to fit a GitHub comment; full report: {written.full}"
+            )
     if settings.save and error is None:
         refusal = check_can_save(state, settings.allow_dirty)
         if refusal:

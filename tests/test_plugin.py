@@ -410,3 +410,101 @@ def test_each_checkout_picks_the_baseline_interface_section_5_says(
     git(repo, "merge", "-q", "--no-ff", "old-branch", "-m", "Merge PR")
     commit_b, reason = chosen()
     assert commit_b == b and reason.startswith("first parent of the pull-request merge commit")
+
+
+# ---- sharding and merging -----------------------------------------------------------------
+
+SHARDED = """
+import os, pytest, torch
+
+@pytest.mark.parametrize("depth", [1, 2, 3])
+@pytest.mark.perfguard(variants=["eager", "prune-l1-unstructured:0.5"])
+def test_stack(perfguard, depth):
+    width = int(os.environ.get("WIDTH", "64"))
+    layers = [torch.nn.Linear(256, width), torch.nn.ReLU()]
+    for _ in range(depth):
+        layers += [torch.nn.Linear(width, width), torch.nn.ReLU()]
+    perfguard.run(torch.nn.Sequential(*layers).eval(), (torch.randn(64, 256),))
+
+def test_plain():
+    assert True
+"""
+
+
+def test_shards_split_tests_whole_and_merge_compares_them_as_one_run(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from perfguard.cli import main
+
+    pytester.makepyfile(test_sharded=SHARDED)
+    pytester.path.joinpath(".gitignore").write_text(
+        "reports/\nshard*.json\nmerged*.json\n__pycache__/\n"
+    )
+    git(pytester.path, "init", "-q", "-b", "main")
+    git(pytester.path, "add", "-A")
+    git(pytester.path, "commit", "-q", "-m", "A")
+    a = git(pytester.path, "rev-parse", "HEAD")
+    monkeypatch.chdir(pytester.path)
+
+    def shards(tag: str) -> list[str]:
+        paths = []
+        for k in (1, 2):
+            path = f"shard{k}-{tag}.json"
+            out = run(
+                pytester,
+                "--perfguard",
+                f"--perfguard-shard={k}/2",
+                "--perfguard-compare=none",
+                f"--perfguard-json={path}",
+            )
+            assert out.ret == 0, out.stdout.str()
+            paths.append(path)
+        return paths
+
+    first = shards("a")
+    tests = [
+        {(r["test"], r["variant"]) for r in json.loads(Path(p).read_text())["results"]}
+        for p in first
+    ]
+    assert tests[0] and tests[1] and not tests[0] & tests[1]
+    for part in tests:  # every variant of a test is in the same shard
+        names = {t for t, _ in part}
+        assert part == {(t, v) for t in names for v in ("eager", "prune-l1-unstructured:0.5")}
+    assert len(tests[0] | tests[1]) == 6
+
+    assert main(["merge", *first, "-o", "merged-a.json", "--compare", "auto", "--save"]) == 0
+    assert (pytester.path / "baselines").is_dir()
+    assert list((pytester.path / "baselines").glob(f"*/{a}.json"))
+
+    git(pytester.path, "checkout", "-q", "-b", "feature")
+    git(pytester.path, "commit", "-q", "--allow-empty", "-m", "B")
+    monkeypatch.setenv("WIDTH", "1024")  # real extra compute in every test
+    second = shards("b")
+    code = main(
+        [
+            "merge",
+            *second,
+            "-o",
+            "merged-b.json",
+            "--compare",
+            "auto",
+            "--report",
+            "reports/merged.md",
+        ]
+    )
+    assert code == 1
+    doc = json.loads((pytester.path / "merged-b.json").read_text())
+    assert doc["baseline"]["commit"] == a and len(doc["results"]) == 6
+    assert any(c["verdict"] == "regression" for c in doc["comparisons"])
+    assert "regression(s)" in (pytester.path / "reports/merged.md").read_text()
+
+    # shards of different commits refuse to merge
+    assert main(["merge", first[0], second[1], "-o", "bad.json"]) == 2
+
+
+def test_bad_shard_option_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_sharded=SHARDED)
+    for bad in ("3/2", "0/2", "1", "a/b"):
+        result = run(pytester, "--perfguard", f"--perfguard-shard={bad}")
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
+        result.stderr.fnmatch_lines(["*--perfguard-shard: expected K/N*"])

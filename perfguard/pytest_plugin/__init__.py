@@ -123,9 +123,34 @@ def _variant_of(item: pytest.Item) -> str | None:
     return None if value is None else str(value)
 
 
+def shard_items(
+    items: list[pytest.Item], k: int, n: int
+) -> tuple[list[pytest.Item], list[pytest.Item]]:
+    """(kept, deselected) for shard k of n: perf tests dealt round-robin in sorted order.
+
+    Every variant of a test goes to the same shard; items that are not perf tests stay in
+    every shard. The deal depends only on the collected test ids, so the N shard jobs agree.
+    """
+    tests = sorted({test_id(item, v) for item in items if (v := _variant_of(item)) is not None})
+    mine = {t for i, t in enumerate(tests) if i % n == k - 1}
+    kept, dropped = [], []
+    for item in items:
+        variant = _variant_of(item)
+        if variant is None or test_id(item, variant) in mine:
+            kept.append(item)
+        else:
+            dropped.append(item)
+    return kept, dropped
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     state = config.stash[state_key]
     if state.options.enabled:
+        if state.options.shard is not None:
+            kept, dropped = shard_items(items, *state.options.shard)
+            if dropped:
+                config.hook.pytest_deselected(items=dropped)
+                items[:] = kept
         return
     skip = pytest.mark.skip(reason=SKIP_REASON)
     for item in items:
@@ -185,6 +210,23 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
             state.record(result)
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the runner health monitor once we know there is something to measure."""
+    state = session.config.stash.get(state_key, None)
+    if state is None or not state.options.enabled or not session.items:
+        return
+    from perfguard.health import Monitor
+
+    device = state.options.device
+    if device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    index = int(device.partition(":")[2] or 0) if device.startswith("cuda") else 0
+    state.monitor = Monitor(device.partition(":")[0], gpu_index=index)
+    state.monitor.start()
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
     state = config.stash.get(state_key, None)
@@ -208,6 +250,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         allow_dirty=o.allow_dirty,
         report=o.report,
         json=o.json,
+        unhealthy=o.unhealthy,
         thresholds=Thresholds(
             min_change_pct=o.min_change_pct, gate_p99=o.gate_p99, per_test=state.per_test_thresholds
         ),
@@ -216,7 +259,14 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         state.results,
         environment,
         settings,
-        extra_settings={"budget_s": o.budget_s, "repeats": o.repeats, "seed": o.seed},
+        extra_settings={
+            "budget_s": o.budget_s,
+            "repeats": o.repeats,
+            "seed": o.seed,
+            "unhealthy": o.unhealthy,
+            **({"shard": f"{o.shard[0]}/{o.shard[1]}"} if o.shard else {}),
+        },
+        health=None if state.monitor is None else state.monitor.stop(),
     )
     config.stash[outcome_key] = outcome
     if outcome.error is not None:

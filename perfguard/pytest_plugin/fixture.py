@@ -14,6 +14,7 @@ from perfguard.pytest_plugin.progress import ProgressWriter
 from perfguard.records import VariantResult
 
 if TYPE_CHECKING:
+    from perfguard.health import Monitor
     from perfguard.measure.drift import Reference
 
 RUN_OPTIONS = ("budget_s", "repeats", "drift_tolerance", "device", "threads")
@@ -31,6 +32,7 @@ class SessionState:
     per_test_thresholds: dict[str, dict[str, Any]] = field(default_factory=dict)
     environment: dict[str, Any] | None = None
     used_fixture: set[str] = field(default_factory=set)
+    monitor: Monitor | None = None
 
     def record(self, result: VariantResult) -> None:
         self.results = [r for r in self.results if r.key != result.key]

@@ -37,6 +37,11 @@ HELP = {
     "main_branch": "the main branch for the merge-base lookup (default: main)",
     "baseline_depth": "how many first-parent ancestors auto looks back (default 50)",
     "progress": "show measuring progress lines: auto (default), yes or no",
+    "shard": "K/N: measure only the K-th of N shards of the perf tests (1-based; the variants "
+    "of a test stay together); join the shards' --perfguard-json files with perfguard merge",
+    "unhealthy": "when runner health checks warn (busy GPU or CPU, clocks not locked, "
+    "throttling): 'warn' (default) notes it in the report; 'inconclusive' also withholds "
+    "speed verdicts",
 }
 
 
@@ -69,6 +74,8 @@ OPTIONS: tuple[_Opt, ...] = (
     _Opt("main_branch", "--perfguard-main-branch", "str", "main", "NAME"),
     _Opt("baseline_depth", "--perfguard-baseline-depth", "str", "50", "N"),
     _Opt("progress", "--perfguard-progress", "str", "auto", "auto|yes|no"),
+    _Opt("shard", "--perfguard-shard", "str", None, "K/N"),
+    _Opt("unhealthy", "--perfguard-unhealthy", "str", "warn", "warn|inconclusive"),
 )
 
 
@@ -116,6 +123,22 @@ class Options:
     main_branch: str
     baseline_depth: int
     progress: str
+    shard: tuple[int, int] | None = None  # (K, N), 1-based
+    unhealthy: str = "warn"
+
+
+def _shard(config: pytest.Config, opt: _Opt) -> tuple[int, int] | None:
+    value, source = _raw(config, opt)
+    if not value:
+        return None
+    k, sep, n = str(value).partition("/")
+    try:
+        shard = (int(k), int(n))
+    except ValueError:
+        shard = (0, 0)
+    if not sep or not 1 <= shard[0] <= shard[1]:
+        raise pytest.UsageError(f"{source}: expected K/N with 1 <= K <= N, got {value!r}")
+    return shard
 
 
 def _raw(config: pytest.Config, opt: _Opt) -> tuple[Any, str]:
@@ -191,4 +214,6 @@ def resolve(config: pytest.Config) -> Options:
         main_branch=str(_raw(config, by_name["main_branch"])[0]),
         baseline_depth=_number(config, by_name["baseline_depth"], int, 0),
         progress=_choice(config, by_name["progress"], ("auto", "yes", "no")),
+        shard=_shard(config, by_name["shard"]),
+        unhealthy=_choice(config, by_name["unhealthy"], ("warn", "inconclusive")),
     )

@@ -1,0 +1,282 @@
+"""Runner health: what makes numbers unstable on this machine, checked before and during a run.
+
+On CUDA (through NVML, from the `nvidia-ml-py` package): other processes on the GPU, clocks
+that move during the run (not locked), thermal or power throttling, persistence mode off,
+and a compute mode that lets other jobs share the GPU. On the CPU: a frequency governor other
+than `performance`, and other processes keeping the CPUs busy while perfguard measures.
+
+`Monitor` polls in a background thread while the tests run; `stop()` gives the findings.
+Warnings go into the report header; `--perfguard-unhealthy=inconclusive` turns the run's
+speed verdicts into `inconclusive` when there is any.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+POLL_S = 1.0
+CPU_BUSY_LIMIT = 0.15  # other processes' share of all CPUs above which we warn
+CLOCK_MOVE_LIMIT = 0.05  # SM clock range over its maximum within the run
+
+# NVML clocks-event (throttle) reason bits, from nvml.h
+THROTTLE_REASONS = {
+    0x0000000000000004: "software power cap",
+    0x0000000000000008: "hardware slowdown",
+    0x0000000000000020: "software thermal slowdown",
+    0x0000000000000040: "hardware thermal slowdown",
+    0x0000000000000080: "hardware power brake",
+}
+EXCLUSIVE_PROCESS = 3  # NVML_COMPUTEMODE_EXCLUSIVE_PROCESS
+
+
+@dataclass(frozen=True)
+class Health:
+    """What was checked (facts) and what is wrong (warnings, one line each)."""
+
+    warnings: tuple[str, ...] = ()
+    facts: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"warnings": list(self.warnings), "facts": dict(self.facts)}
+
+    @classmethod
+    def from_json(cls, data: Any) -> Health:
+        if not isinstance(data, Mapping):
+            return cls()
+        return cls(tuple(str(w) for w in data.get("warnings") or ()), dict(data.get("facts") or {}))
+
+
+# --- CPU ---------------------------------------------------------------------------------
+
+
+def cpu_governors(root: Path = Path("/sys/devices/system/cpu")) -> set[str]:
+    found = set()
+    for path in root.glob("cpu[0-9]*/cpufreq/scaling_governor"):
+        try:
+            found.add(path.read_text().strip())
+        except OSError:
+            continue
+    return found
+
+
+def _proc_stat_busy(path: Path = Path("/proc/stat")) -> tuple[float, float] | None:
+    """(busy, total) CPU seconds of the whole machine since boot, or None off Linux."""
+    try:
+        first = path.read_text().splitlines()[0].split()
+    except (OSError, IndexError):
+        return None
+    ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    values = [float(v) / ticks for v in first[1:]]
+    idle = values[3] + (values[4] if len(values) > 4 else 0.0)  # idle + iowait
+    total = sum(values[:8])  # guest time is already inside user
+    return total - idle, total
+
+
+def _own_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime + children.ru_utime + children.ru_stime
+
+
+def cpu_static_warnings(governors: set[str]) -> list[str]:
+    if governors and governors != {"performance"}:
+        return [
+            f"CPU frequency governor is {', '.join(sorted(governors))}, not performance: "
+            "clock speeds change under load"
+        ]
+    return []
+
+
+# --- CUDA through NVML -------------------------------------------------------------------
+
+
+def load_nvml() -> Any | None:
+    """The `pynvml` module initialised, or None when it or a driver is not there."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except Exception:  # no driver, no GPU: there is nothing to check
+        return None
+    return pynvml
+
+
+def _throttle_reasons(nvml: Any, handle: Any) -> int:
+    getter = (
+        getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+        or nvml.nvmlDeviceGetCurrentClocksThrottleReasons
+    )
+    return int(getter(handle))
+
+
+def gpu_static(nvml: Any, index: int, own_pids: set[int]) -> tuple[list[str], dict[str, Any]]:
+    handle = nvml.nvmlDeviceGetHandleByIndex(index)
+    warnings: list[str] = []
+    facts: dict[str, Any] = {}
+    persistence = int(nvml.nvmlDeviceGetPersistenceMode(handle))
+    facts["persistence_mode"] = bool(persistence)
+    if not persistence:
+        warnings.append(
+            "GPU persistence mode is off: the driver may re-initialise between jobs "
+            "(nvidia-smi -pm 1)"
+        )
+    mode = int(nvml.nvmlDeviceGetComputeMode(handle))
+    facts["compute_mode"] = mode
+    if mode != EXCLUSIVE_PROCESS:
+        facts["compute_mode_note"] = "not exclusive-process: other jobs may share the GPU"
+    others = [
+        int(p.pid)
+        for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle)
+        if int(p.pid) not in own_pids
+    ]
+    facts["other_gpu_processes"] = len(others)
+    if others:
+        warnings.append(f"{len(others)} other process(es) on the GPU: pids {others[:5]}")
+    facts["sm_clock_max_mhz"] = int(nvml.nvmlDeviceGetMaxClockInfo(handle, nvml.NVML_CLOCK_SM))
+    return warnings, facts
+
+
+@dataclass
+class _GpuPoll:
+    clocks: list[int] = field(default_factory=list)
+    reasons: int = 0
+    temperature_max: int | None = None
+    other_processes: int = 0
+
+
+def gpu_poll(nvml: Any, index: int, own_pids: set[int], into: _GpuPoll) -> None:
+    handle = nvml.nvmlDeviceGetHandleByIndex(index)
+    into.clocks.append(int(nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM)))
+    into.reasons |= _throttle_reasons(nvml, handle)
+    temp = int(nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU))
+    into.temperature_max = temp if into.temperature_max is None else max(into.temperature_max, temp)
+    others = {
+        int(p.pid)
+        for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle)
+        if int(p.pid) not in own_pids
+    }
+    into.other_processes = max(into.other_processes, len(others))
+
+
+def gpu_dynamic_warnings(poll: _GpuPoll, clock_max: int | None) -> tuple[list[str], dict[str, Any]]:
+    warnings: list[str] = []
+    facts: dict[str, Any] = {}
+    if poll.clocks:
+        low, high = min(poll.clocks), max(poll.clocks)
+        facts["sm_clock_mhz_range"] = [low, high]
+        span = (high - low) / (clock_max or high or 1)
+        if span > CLOCK_MOVE_LIMIT:
+            warnings.append(
+                f"GPU SM clock moved between {low} and {high} MHz during the run: clocks are "
+                "not locked (nvidia-smi -lgc)"
+            )
+    reasons = [name for bit, name in THROTTLE_REASONS.items() if poll.reasons & bit]
+    facts["throttle_reasons"] = reasons
+    if reasons:
+        warnings.append(f"GPU throttled during the run: {', '.join(reasons)}")
+    if poll.temperature_max is not None:
+        facts["gpu_temperature_max_c"] = poll.temperature_max
+    if poll.other_processes:
+        warnings.append(f"{poll.other_processes} other process(es) used the GPU during the run")
+    return warnings, facts
+
+
+# --- the monitor -------------------------------------------------------------------------
+
+
+class Monitor:
+    """Checks at start, polls in the background, and sums up at `stop()`."""
+
+    def __init__(
+        self,
+        device_type: str,
+        *,
+        gpu_index: int = 0,
+        nvml_loader: Callable[[], Any | None] = load_nvml,
+        governors: Callable[[], set[str]] = cpu_governors,
+        poll_s: float = POLL_S,
+    ) -> None:
+        self.device_type = device_type
+        self.gpu_index = gpu_index
+        self.poll_s = poll_s
+        self._nvml = nvml_loader() if device_type == "cuda" else None
+        self._governors = governors
+        self._pids = {os.getpid()}
+        self._gpu = _GpuPoll()
+        self._warnings: list[str] = []
+        self._facts: dict[str, Any] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._cpu_start: tuple[float, float] | None = None
+        self._own_start = 0.0
+        self._wall_start = 0.0
+
+    def start(self) -> None:
+        governors = self._governors()
+        self._facts["cpu_governor"] = sorted(governors) or "unknown (no cpufreq)"
+        self._warnings += cpu_static_warnings(governors)
+        if hasattr(os, "getloadavg"):
+            load = os.getloadavg()[0]
+            # a fact only: the 1-minute average still holds whatever ran just before (an
+            # install step); what others do *during* the run is measured in stop()
+            self._facts["load_1min_at_start"] = round(load, 2)
+        if self.device_type == "cuda":
+            if self._nvml is None:
+                self._facts["gpu_checks"] = "skipped: nvidia-ml-py is not installed or no driver"
+            else:
+                try:
+                    w, f = gpu_static(self._nvml, self.gpu_index, self._pids)
+                    self._warnings += w
+                    self._facts.update(f)
+                except Exception as exc:  # NVML refuses some queries on some boards
+                    self._facts["gpu_checks"] = f"incomplete: {type(exc).__name__}: {exc}"
+        self._cpu_start = _proc_stat_busy()
+        self._own_start = _own_cpu_s()
+        self._wall_start = time.monotonic()
+        self._thread = threading.Thread(target=self._run, name="perfguard-health", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.poll_s):
+            self.poll()
+
+    def poll(self) -> None:
+        if self._nvml is not None:
+            try:
+                gpu_poll(self._nvml, self.gpu_index, self._pids, self._gpu)
+            except Exception:  # a failed poll is not a finding
+                return
+
+    def stop(self) -> Health:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self.poll()
+        warnings, facts = list(self._warnings), dict(self._facts)
+        end = _proc_stat_busy()
+        if self._cpu_start is not None and end is not None:
+            elapsed = time.monotonic() - self._wall_start
+            cpus = os.cpu_count() or 1
+            busy = end[0] - self._cpu_start[0]
+            others = max(busy - (_own_cpu_s() - self._own_start), 0.0)
+            if elapsed > 0:
+                share = others / (elapsed * cpus)
+                facts["other_cpu_share"] = round(share, 3)
+                if share > CPU_BUSY_LIMIT:
+                    warnings.append(
+                        f"other processes kept {100 * share:.0f}% of the CPUs busy during the run"
+                    )
+        if self._nvml is not None:
+            w, f = gpu_dynamic_warnings(self._gpu, facts.get("sm_clock_max_mhz"))
+            warnings += w
+            facts.update(f)
+        return Health(tuple(warnings), facts)

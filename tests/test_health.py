@@ -1,0 +1,163 @@
+"""Runner health checks, with NVML faked (no GPU here) and /proc read for real."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from perfguard.health import (
+    EXCLUSIVE_PROCESS,
+    Health,
+    Monitor,
+    cpu_governors,
+    cpu_static_warnings,
+)
+from perfguard.pipeline import withhold_speed_verdicts
+from perfguard.stats.verdicts import compare_runs
+from tests.factories import result, run
+
+
+class FakeNvml:
+    """The handful of pynvml calls perfguard.health makes, with settable answers."""
+
+    NVML_CLOCK_SM = 1
+    NVML_TEMPERATURE_GPU = 0
+
+    def __init__(
+        self,
+        *,
+        persistence: int = 1,
+        compute_mode: int = EXCLUSIVE_PROCESS,
+        pids: tuple[int, ...] = (),
+        clocks: tuple[int, ...] = (1590,),
+        reasons: int = 0,
+    ) -> None:
+        self.persistence = persistence
+        self.compute_mode = compute_mode
+        self.pids = pids
+        self.clocks = list(clocks)
+        self.reasons = reasons
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> str:
+        return f"gpu{index}"
+
+    def nvmlDeviceGetPersistenceMode(self, handle: str) -> int:
+        return self.persistence
+
+    def nvmlDeviceGetComputeMode(self, handle: str) -> int:
+        return self.compute_mode
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: str) -> list[Any]:
+        return [SimpleNamespace(pid=p) for p in (os.getpid(), *self.pids)]
+
+    def nvmlDeviceGetMaxClockInfo(self, handle: str, kind: int) -> int:
+        return 1980
+
+    def nvmlDeviceGetClockInfo(self, handle: str, kind: int) -> int:
+        return self.clocks.pop(0) if len(self.clocks) > 1 else self.clocks[0]
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: str) -> int:
+        return self.reasons
+
+    def nvmlDeviceGetTemperature(self, handle: str, kind: int) -> int:
+        return 61
+
+
+def watch(nvml: FakeNvml, polls: int = 3, governors: set[str] | None = None) -> Health:
+    monitor = Monitor(
+        "cuda",
+        nvml_loader=lambda: nvml,
+        governors=lambda: {"performance"} if governors is None else governors,
+        poll_s=3600,  # the test polls by hand
+    )
+    monitor.start()
+    for _ in range(polls):
+        monitor.poll()
+    return monitor.stop()
+
+
+def test_a_well_prepared_gpu_runner_has_no_gpu_warnings() -> None:
+    health = watch(FakeNvml())
+    assert not [w for w in health.warnings if "GPU" in w]
+    assert health.facts["persistence_mode"] is True
+    assert health.facts["sm_clock_mhz_range"] == [1590, 1590]
+    assert health.facts["throttle_reasons"] == []
+
+
+def test_each_gpu_problem_is_named() -> None:
+    health = watch(
+        FakeNvml(
+            persistence=0,
+            compute_mode=0,
+            pids=(4242,),
+            clocks=(1980, 1755, 1410, 1410),
+            reasons=0x20 | 0x04,
+        )
+    )
+    text = "\n".join(health.warnings)
+    assert "persistence mode is off" in text
+    assert "other process(es) on the GPU: pids [4242]" in text
+    assert "moved between 1410 and 1980 MHz" in text
+    assert "software power cap" in text and "software thermal slowdown" in text
+    assert health.facts["compute_mode_note"].startswith("not exclusive-process")
+
+
+def test_no_nvml_is_a_fact_not_a_failure() -> None:
+    health = watch(None)  # type: ignore[arg-type]
+    assert "nvidia-ml-py" in health.facts["gpu_checks"]
+
+
+def test_cpu_governor_other_than_performance_warns(tmp_path: Path) -> None:
+    for cpu, gov in (("cpu0", "powersave"), ("cpu1", "performance")):
+        d = tmp_path / cpu / "cpufreq"
+        d.mkdir(parents=True)
+        (d / "scaling_governor").write_text(gov + "\n")
+    governors = cpu_governors(tmp_path)
+    assert governors == {"powersave", "performance"}
+    assert "powersave" in cpu_static_warnings(governors)[0]
+    assert cpu_static_warnings({"performance"}) == []
+    assert cpu_static_warnings(set()) == []  # no cpufreq (VMs, containers): nothing to say
+
+
+def test_cpu_monitor_measures_other_processes_share() -> None:
+    monitor = Monitor("cpu", governors=lambda: {"performance"}, poll_s=3600)
+    monitor.start()
+    time.sleep(0.2)
+    health = monitor.stop()
+    assert 0.0 <= health.facts["other_cpu_share"] <= 1.0
+    assert health.facts["cpu_governor"] == ["performance"]
+
+
+def test_health_round_trips_through_json() -> None:
+    h = Health(("a warning",), {"x": 1})
+    assert Health.from_json(h.to_json()) == h
+    assert Health.from_json(None) == Health()
+
+
+def test_inconclusive_mode_withholds_speed_verdicts_but_not_drift() -> None:
+    base = run([result("t", "eager", 1.0, seed=1)])
+    head = run([result("t", "eager", 1.6, seed=2, drift=1.0, drift_ok=False)])
+    comparisons = compare_runs(base, head)
+    assert any(c.verdict == "regression" and c.metric == "latency_p50_ms" for c in comparisons)
+    held = withhold_speed_verdicts(comparisons, ["GPU throttled during the run"])
+    latency = [c for c in held if c.metric.startswith("latency")]
+    assert {c.verdict for c in latency} <= {"inconclusive", "unchanged"}
+    assert all(
+        "runner health: GPU throttled" in c.note for c in latency if c.verdict == "inconclusive"
+    )
+    drift = next(c for c in held if c.metric == "drift_max_rel")
+    assert drift.verdict == "regression"
+
+
+def test_a_hardware_change_forbids_speed_verdicts() -> None:
+    base = run([result("t", "eager", 1.0, seed=1)])
+    head = run([result("t", "eager", 1.6, seed=2)], device="Other GPU")
+    latency = [c for c in compare_runs(base, head) if c.metric == "latency_p50_ms"]
+    assert latency[0].verdict == "inconclusive"
+    assert "hardware change (device Test GPU -> Other GPU)" in latency[0].note
+    same = replace(head, environment={**head.environment, "device": "Test GPU", "torch": "2.14"})
+    assert any(c.verdict == "regression" for c in compare_runs(base, same))
