@@ -75,6 +75,17 @@ def metric_unit(metric: str) -> tuple[str, float]:
     return "", 1.0
 
 
+def interval(metric: str, ci: tuple[float, float]) -> str:
+    """'2.68–2.70 ms': both bounds in the unit of the upper one, the unit written once."""
+    high = metric_value(metric, ci[1])
+    _, sep, unit = high.partition(NBSP)
+    if not sep:
+        return f"{metric_value(metric, ci[0])}–{high}"
+    low = metric_value(metric, ci[0])
+    low_number, _, low_unit = low.partition(NBSP)
+    return f"{low_number}–{high}" if low_unit == unit else f"{low}–{high}"
+
+
 def speedup(value: float | None) -> str:
     return "–" if value is None else f"{value:.2f}×"
 

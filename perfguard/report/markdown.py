@@ -47,6 +47,7 @@ def _environment() -> jinja2.Environment:
         sci=fmt.sci,
         value=fmt.metric_value,
         speedup=fmt.speedup,
+        interval=fmt.interval,
         count=fmt.count,
     )
     return env
@@ -190,7 +191,8 @@ def render_markdown(
         "all_failures": [r for r in run.results if r.status != "ok"],
         "ok_results": [r for r in run.results if r.status == "ok"],
         "unchanged": [c for c in comparisons if id(c) not in shown and c.verdict != "error"],
-        "charted": [c for c in regressions if c.trend],
+        # a trend needs two baselines at least, besides this run
+        "charted": [c for c in regressions if len(c.trend) >= 2],
         "speedups": _speedups(run.results),
         "thresholds": th,
         "verdicts": fmt.row_verdicts(run.results, comparisons),
