@@ -22,9 +22,9 @@ from perfguard.git import (
     git_state,
 )
 from perfguard.health import Health
-from perfguard.records import BaselineRef, Comparison, Run, VariantResult
+from perfguard.records import BaselineRef, Run, VariantResult
 from perfguard.report.outputs import write_reports
-from perfguard.stats.verdicts import Thresholds, compare_runs
+from perfguard.stats.verdicts import Thresholds, compare_runs, withhold_speed_verdicts
 from perfguard.store.baselines import BaselineError, BaselineStore, write_json_atomic
 from perfguard.store.history import load_history, noise_floor, with_trends
 
@@ -58,19 +58,6 @@ class Outcome:
     saved_path: Path | None
     messages: tuple[str, ...]
     error: str | None = None  # the comparison or the save could not be done
-
-
-def withhold_speed_verdicts(
-    comparisons: Sequence[Comparison], warnings: Sequence[str]
-) -> tuple[Comparison, ...]:
-    """Latency and memory regressions and improvements become inconclusive, with the reason."""
-    reason = "runner health: " + "; ".join(warnings)
-    return tuple(
-        replace(c, verdict="inconclusive", note=f"{c.note}; {reason}" if c.note else reason)
-        if c.verdict in ("regression", "improvement") and c.metric != "drift_max_rel"
-        else c
-        for c in comparisons
-    )
 
 
 def check_can_save(state: GitState | None, allow_dirty: bool) -> str | None:
@@ -171,7 +158,9 @@ def finish_run(
             if history is not None:
                 comparisons = with_trends(comparisons, history)
             if settings.unhealthy == "inconclusive" and run.health_warnings:
-                comparisons = withhold_speed_verdicts(comparisons, run.health_warnings)
+                comparisons = withhold_speed_verdicts(
+                    comparisons, "runner health: " + "; ".join(run.health_warnings)
+                )
             run = replace(run, comparisons=comparisons)
     except (BaselineError, PipelineError) as exc:
         error = f"comparison stopped: {exc}"

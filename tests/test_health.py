@@ -16,8 +16,7 @@ from perfguard.health import (
     cpu_governors,
     cpu_static_warnings,
 )
-from perfguard.pipeline import withhold_speed_verdicts
-from perfguard.stats.verdicts import compare_runs
+from perfguard.stats.verdicts import compare_runs, withhold_speed_verdicts
 from tests.factories import result, run
 
 
@@ -143,7 +142,7 @@ def test_inconclusive_mode_withholds_speed_verdicts_but_not_drift() -> None:
     head = run([result("t", "eager", 1.6, seed=2, drift=1.0, drift_ok=False)])
     comparisons = compare_runs(base, head)
     assert any(c.verdict == "regression" and c.metric == "latency_p50_ms" for c in comparisons)
-    held = withhold_speed_verdicts(comparisons, ["GPU throttled during the run"])
+    held = withhold_speed_verdicts(comparisons, "runner health: GPU throttled during the run")
     latency = [c for c in held if c.metric.startswith("latency")]
     assert {c.verdict for c in latency} <= {"inconclusive", "unchanged"}
     assert all(

@@ -162,17 +162,14 @@ def _latency(
     return out
 
 
-def _decide(pending: _Pending, adjusted_p: float, alpha: float, forbid: str) -> Comparison:
+def _decide(pending: _Pending, adjusted_p: float, alpha: float) -> Comparison:
     c = pending.comparison
     change = c.change_pct or 0.0
     significant = adjusted_p < alpha
     practical = abs(change) >= pending.practical_pct
     verdict: Verdict
     note = c.note
-    if significant and practical and forbid:
-        verdict = "inconclusive"
-        note = (note + "; " if note else "") + forbid
-    elif significant and practical:
+    if significant and practical:
         verdict = "regression" if change > 0 else "improvement"
     elif practical:
         verdict = "inconclusive"
@@ -383,22 +380,30 @@ def compare_runs(
                         note="in the baseline, not in this run",
                     )
                 )
-    forbid = forbidding_change(base, head)
     pending = [i for i in items if isinstance(i, _Pending)]
     adjusted = benjamini_hochberg([p.raw_p for p in pending])
     decided = {
-        id(p): _decide(p, q, th_all.for_test(p.comparison.test).alpha, forbid)
+        id(p): _decide(p, q, th_all.for_test(p.comparison.test).alpha)
         for p, q in zip(pending, adjusted, strict=True)
     }
-    out = []
-    for i in items:
-        if isinstance(i, _Pending):
-            out.append(decided[id(i)])
-        elif forbid and i.metric != "drift_max_rel" and i.verdict in ("regression", "improvement"):
-            out.append(replace(i, verdict="inconclusive", note=f"{i.note}; {forbid}"))
-        else:
-            out.append(i)
-    return tuple(out)
+    out = tuple(decided[id(i)] if isinstance(i, _Pending) else i for i in items)
+    forbid = forbidding_change(base, head)
+    return withhold_speed_verdicts(out, forbid) if forbid else out
+
+
+def withhold_speed_verdicts(
+    comparisons: Sequence[Comparison], reason: str
+) -> tuple[Comparison, ...]:
+    """Speed and memory regressions and improvements become inconclusive, with the reason.
+
+    Drift keeps its verdict: numbers that are wrong are wrong on any machine.
+    """
+    return tuple(
+        replace(c, verdict="inconclusive", note=f"{c.note}; {reason}" if c.note else reason)
+        if c.verdict in ("regression", "improvement") and c.metric != "drift_max_rel"
+        else c
+        for c in comparisons
+    )
 
 
 HARDWARE_KEYS = ("device", "cpu", "cpu_count", "gpu_count", "torch_threads")
