@@ -13,8 +13,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from perfguard import __version__
+from perfguard.github import COMMENT_LIMIT
 from perfguard.records import BaselineRef, RecordError, Run
-from perfguard.report.markdown import COMMENT_LIMIT, render_markdown
+from perfguard.report.markdown import render_markdown
 from perfguard.report.outputs import write_reports
 from perfguard.stats.verdicts import Thresholds, compare_runs
 from perfguard.store.baselines import BaselineError, BaselineStore, read_run_file, write_json_atomic

@@ -18,8 +18,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-MARKER = "<!-- perfguard-report -->"
-COMMENT_LIMIT = 65_536
+MARKER = "<!-- perfguard-report -->"  # the report's first line; finds our comment
+COMMENT_LIMIT = 65_536  # GitHub's limit on a comment's body, in characters
 DEFAULT_API = "https://api.github.com"
 USER_AGENT = "perfguard"
 _NEXT = re.compile(r'<([^>]+)>;\s*rel="next"')

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from perfguard.github import COMMENT_LIMIT
 from perfguard.records import BaselineRef, Run, VariantResult
 from perfguard.report import render_markdown, summary_lines
-from perfguard.report.markdown import COMMENT_LIMIT
 from perfguard.report.outputs import write_reports
 from perfguard.stats.verdicts import compare_runs
 from tests.factories import result, run

@@ -17,13 +17,11 @@ from typing import Any
 import jinja2
 
 from perfguard.environment_diff import environment_differences
+from perfguard.github import COMMENT_LIMIT, MARKER
 from perfguard.records import Comparison, Run, VariantResult
 from perfguard.report import format as fmt
 from perfguard.report.charts import trend_chart
 from perfguard.stats.verdicts import Thresholds, summarize_verdicts
-
-COMMENT_LIMIT = 65_536
-"""GitHub's limit on the body of an issue or pull-request comment, in characters."""
 
 MAX_CHARTS = 5
 
@@ -114,16 +112,22 @@ def _degrade() -> Iterator[Detail]:
     yield d
 
 
-def default_full_report_hint() -> str:
-    """Where the untrimmed report is: the workflow run's artifacts when on GitHub Actions."""
+def workflow_run_link() -> str | None:
+    """A Markdown link to this GitHub Actions run (its artifacts), or None off Actions."""
     server, repo, run_id = (
         os.environ.get("GITHUB_SERVER_URL"),
         os.environ.get("GITHUB_REPOSITORY"),
         os.environ.get("GITHUB_RUN_ID"),
     )
     if server and repo and run_id:
-        return f"the artifacts of [this workflow run]({server}/{repo}/actions/runs/{run_id})"
-    return "the full report file next to this one"
+        return f"[this workflow run]({server}/{repo}/actions/runs/{run_id})"
+    return None
+
+
+def default_full_report_hint() -> str:
+    """Where the untrimmed report is: the workflow run's artifacts when on GitHub Actions."""
+    link = workflow_run_link()
+    return f"the artifacts of {link}" if link else "the full report file next to this one"
 
 
 def _speedups(results: Sequence[VariantResult]) -> dict[tuple[str, str], float]:
@@ -201,6 +205,7 @@ def render_markdown(
         if run.baseline.environment
         else [],
         "full_report": full_report or default_full_report_hint(),
+        "marker": MARKER,
     }
     template = _environment().get_template("report.md.j2")
 
@@ -234,4 +239,4 @@ def render_markdown(
     return best if len(best) <= limit else best[:limit]  # the cut only for absurd limits
 
 
-__all__ = ["COMMENT_LIMIT", "headline", "render_markdown"]
+__all__ = ["headline", "render_markdown"]

@@ -6,8 +6,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from perfguard.github import COMMENT_LIMIT
 from perfguard.records import Run
-from perfguard.report.markdown import COMMENT_LIMIT, default_full_report_hint, render_markdown
+from perfguard.report.markdown import render_markdown, workflow_run_link
 from perfguard.stats.verdicts import Thresholds
 
 STEP_SUMMARY_LIMIT = 1_000_000  # GitHub takes up to 1 MiB per step's summary
@@ -60,5 +61,5 @@ def write_reports(
 
 
 def _artifact_hint(name: str) -> str:
-    where = default_full_report_hint()
-    return f"`{name}` ({where})" if "workflow run" in where else f"`{name}` beside this report"
+    link = workflow_run_link()
+    return f"`{name}` (the artifacts of {link})" if link else f"`{name}` beside this report"
