@@ -118,6 +118,15 @@ def _throttle_reasons(nvml: Any, handle: Any) -> int:
     return int(getter(handle))
 
 
+def _other_pids(nvml: Any, handle: Any, own_pids: set[int]) -> list[int]:
+    """Processes computing on the GPU now, besides this one."""
+    return [
+        int(p.pid)
+        for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle)
+        if int(p.pid) not in own_pids
+    ]
+
+
 def gpu_static(nvml: Any, index: int, own_pids: set[int]) -> tuple[list[str], dict[str, Any]]:
     handle = nvml.nvmlDeviceGetHandleByIndex(index)
     warnings: list[str] = []
@@ -133,11 +142,7 @@ def gpu_static(nvml: Any, index: int, own_pids: set[int]) -> tuple[list[str], di
     facts["compute_mode"] = mode
     if mode != EXCLUSIVE_PROCESS:
         facts["compute_mode_note"] = "not exclusive-process: other jobs may share the GPU"
-    others = [
-        int(p.pid)
-        for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle)
-        if int(p.pid) not in own_pids
-    ]
+    others = _other_pids(nvml, handle, own_pids)
     facts["other_gpu_processes"] = len(others)
     if others:
         warnings.append(f"{len(others)} other process(es) on the GPU: pids {others[:5]}")
@@ -159,11 +164,7 @@ def gpu_poll(nvml: Any, index: int, own_pids: set[int], into: _GpuPoll) -> None:
     into.reasons |= _throttle_reasons(nvml, handle)
     temp = int(nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU))
     into.temperature_max = temp if into.temperature_max is None else max(into.temperature_max, temp)
-    others = {
-        int(p.pid)
-        for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle)
-        if int(p.pid) not in own_pids
-    }
+    others = _other_pids(nvml, handle, own_pids)
     into.other_processes = max(into.other_processes, len(others))
 
 
