@@ -95,6 +95,41 @@ def first_parent_commits(path: Path, start: str, limit: int) -> list[str]:
     return _first_parent_walk(_repo(path), start, limit)
 
 
+def _search_start(repo: Any, main_branch: str) -> tuple[str, str] | BaselineChoice:
+    """(commit, why) the `auto` search starts from, or the reason there is none."""
+    try:
+        head = repo.head.commit
+    except ValueError:
+        return BaselineChoice(None, "not compared: the repository has no commits yet")
+    shallow = Path(repo.git_dir, "shallow").exists()
+    if len(head.parents) >= 2:
+        return (
+            head.parents[0].hexsha,
+            f"first parent of the pull-request merge commit {head.hexsha[:10]} (the base tip)",
+        )
+    main = _main_ref(repo, main_branch)
+    if main is None:
+        hint = f"; {SHALLOW_HINT}" if shallow else ""
+        return BaselineChoice(
+            None,
+            f"not compared: no branch {main_branch!r} (or origin/{main_branch}) to "
+            f"find a merge-base with (set the ini option perfguard_main_branch){hint}",
+        )
+    try:
+        bases = repo.merge_base(head, main)
+    except Exception:
+        bases = []
+    if not bases:
+        hint = SHALLOW_HINT if shallow else "the histories are unrelated"
+        return BaselineChoice(None, f"not compared: no merge-base of HEAD with {main}: {hint}")
+    start = bases[0].hexsha
+    if start != head.hexsha:
+        return start, f"merge-base of HEAD with {main}"
+    if not head.parents:
+        return BaselineChoice(None, "not compared: HEAD is the first commit")
+    return head.parents[0].hexsha, f"first parent of HEAD, which is on {main}"
+
+
 def find_baseline(
     path: Path,
     has_baseline: Callable[[str], bool],
@@ -107,39 +142,11 @@ def find_baseline(
         repo = _repo(path)
     except GitError as exc:
         return BaselineChoice(None, f"not compared: {exc}")
-    try:
-        head = repo.head.commit
-    except ValueError:
-        return BaselineChoice(None, "not compared: the repository has no commits yet")
+    found = _search_start(repo, main_branch)
+    if isinstance(found, BaselineChoice):
+        return found
+    start, why = found
     shallow = Path(repo.git_dir, "shallow").exists()
-
-    if len(head.parents) >= 2:
-        start = head.parents[0].hexsha
-        why = f"first parent of the pull-request merge commit {head.hexsha[:10]} (the base tip)"
-    else:
-        main = _main_ref(repo, main_branch)
-        if main is None:
-            hint = f"; {SHALLOW_HINT}" if shallow else ""
-            return BaselineChoice(
-                None,
-                f"not compared: no branch {main_branch!r} (or origin/{main_branch}) to "
-                f"find a merge-base with (set the ini option perfguard_main_branch){hint}",
-            )
-        try:
-            bases = repo.merge_base(head, main)
-        except Exception:
-            bases = []
-        if not bases:
-            hint = SHALLOW_HINT if shallow else "the histories are unrelated"
-            return BaselineChoice(None, f"not compared: no merge-base of HEAD with {main}: {hint}")
-        start = bases[0].hexsha
-        why = f"merge-base of HEAD with {main}"
-        if start == head.hexsha:
-            if not head.parents:
-                return BaselineChoice(None, "not compared: HEAD is the first commit")
-            start = head.parents[0].hexsha
-            why = f"first parent of HEAD, which is on {main}"
-
     walk = _first_parent_walk(repo, start, depth + 1)
     for steps, sha in enumerate(walk):
         if has_baseline(sha):
@@ -164,3 +171,29 @@ def explicit_baseline(path: Path, ref: str, has_baseline: Callable[[str], bool])
     return BaselineChoice(
         None, f"--perfguard-compare={ref} ({sha[:10]}) has no stored baseline for this machine"
     )
+
+
+def ab_reference(
+    path: Path,
+    has_baseline: Callable[[str], bool],
+    *,
+    main_branch: str = "main",
+    depth: int = DEFAULT_DEPTH,
+) -> BaselineChoice:
+    """`--perfguard-ab` without a REF: the commit `auto` would compare with.
+
+    The nearest commit with a stored baseline when there is one (so both modes judge the same
+    base), else the commit the search starts from (the base tip or merge-base): A/B
+    measures it here and needs no stored baseline.
+    """
+    choice = find_baseline(path, has_baseline, main_branch=main_branch, depth=depth)
+    if choice.commit is not None:
+        return choice
+    try:
+        found = _search_start(_repo(path), main_branch)
+    except GitError as exc:
+        return BaselineChoice(None, str(exc))
+    if isinstance(found, BaselineChoice):
+        return found
+    start, why = found
+    return BaselineChoice(start, f"{why}: {start[:10]}")

@@ -51,6 +51,16 @@ class FinishSettings:
 
 
 @dataclass(frozen=True)
+class SameJobBase:
+    """Same-job A/B: the base revision's results, measured in this job beside ours."""
+
+    commit: str
+    reason: str
+    results: tuple[VariantResult, ...]
+    environment: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
 class Outcome:
     run: Run
     report_path: Path | None
@@ -108,8 +118,12 @@ def finish_run(
     *,
     extra_settings: Mapping[str, Any] | None = None,
     health: Health | None = None,
+    same_job: SameJobBase | None = None,
 ) -> Outcome:
-    """Compare, write and save. Results are always written, even when comparing fails."""
+    """Compare, write and save. Results are always written, even when comparing fails.
+
+    `same_job`: compare with the base measured in this job (paired), not a stored baseline.
+    """
     state = git_state(settings.root)
     store = BaselineStore(settings.baseline_dir)
     messages: list[str] = []
@@ -127,41 +141,16 @@ def finish_run(
     for warning in run.health_warnings:
         messages.append(f"runner health: {warning}")
     try:
-        choice = choose_baseline(settings, state, store)
-        base = store.load(settings.machine, choice.commit) if choice.commit else None
-        run = replace(
-            run,
-            baseline=BaselineRef(
-                choice.commit, choice.reason, None if base is None else base.environment
-            ),
-        )
-        messages.append(
-            f"baseline: {choice.commit[:10] if choice.commit else 'none'} ({choice.reason})"
-        )
-        noise: dict[tuple[str, str, str], float] = {}
-        history = None
-        if base is not None and choice.commit is not None:
-            diffs = environment_differences(base.environment, run.environment)
-            messages.extend(f"environment changed: {d}" for d in diffs)
-            history = load_history(
-                store,
-                settings.machine,
-                settings.root,
-                start=choice.commit,
-                last=settings.history_length,
+        if same_job is not None:
+            run = _compare_same_job(run, same_job, settings)
+            messages.append(f"baseline: {same_job.commit[:10]} ({same_job.reason})")
+        else:
+            run = _compare_stored(run, settings, state, store, messages)
+        if settings.unhealthy == "inconclusive" and run.health_warnings:
+            withheld = withhold_speed_verdicts(
+                run.comparisons, "runner health: " + "; ".join(run.health_warnings)
             )
-            noise = noise_floor(history)
-            if noise:
-                messages.append(f"noise floor learned from {history['commit'].nunique()} baselines")
-        if settings.compare != "none":
-            comparisons = compare_runs(base, run, settings.thresholds, noise)
-            if history is not None:
-                comparisons = with_trends(comparisons, history)
-            if settings.unhealthy == "inconclusive" and run.health_warnings:
-                comparisons = withhold_speed_verdicts(
-                    comparisons, "runner health: " + "; ".join(run.health_warnings)
-                )
-            run = replace(run, comparisons=comparisons)
+            run = replace(run, comparisons=withheld)
     except (BaselineError, PipelineError) as exc:
         error = f"comparison stopped: {exc}"
         run = replace(run, baseline=BaselineRef(None, error))
@@ -183,8 +172,67 @@ def finish_run(
             error = refusal
         else:
             try:
-                saved = store.save(run)
+                saved = store.save(replace(run, baseline_results=()))
                 messages.append(f"saved baseline {saved}")
             except BaselineError as exc:
                 error = f"baseline not saved: {exc}"
     return Outcome(run, report_path, json_path, saved, tuple(messages), error)
+
+
+def _compare_stored(
+    run: Run,
+    settings: FinishSettings,
+    state: GitState | None,
+    store: BaselineStore,
+    messages: list[str],
+) -> Run:
+    """Find the stored baseline, learn the noise floor from history, compare."""
+    choice = choose_baseline(settings, state, store)
+    base = store.load(settings.machine, choice.commit) if choice.commit else None
+    run = replace(
+        run,
+        baseline=BaselineRef(
+            choice.commit, choice.reason, None if base is None else base.environment
+        ),
+    )
+    messages.append(
+        f"baseline: {choice.commit[:10] if choice.commit else 'none'} ({choice.reason})"
+    )
+    noise: dict[tuple[str, str, str], float] = {}
+    history = None
+    if base is not None and choice.commit is not None:
+        diffs = environment_differences(base.environment, run.environment)
+        messages.extend(f"environment changed: {d}" for d in diffs)
+        history = load_history(
+            store,
+            settings.machine,
+            settings.root,
+            start=choice.commit,
+            last=settings.history_length,
+        )
+        noise = noise_floor(history)
+        if noise:
+            messages.append(f"noise floor learned from {history['commit'].nunique()} baselines")
+    if settings.compare != "none":
+        comparisons = compare_runs(base, run, settings.thresholds, noise)
+        if history is not None:
+            comparisons = with_trends(comparisons, history)
+        run = replace(run, comparisons=comparisons)
+    return run
+
+
+def _compare_same_job(run: Run, base: SameJobBase, settings: FinishSettings) -> Run:
+    """Paired comparison with the base measured in this job; no history noise floor."""
+    base_run = Run(
+        commit=base.commit,
+        machine=run.machine,
+        environment=base.environment,
+        results=base.results,
+    )
+    comparisons = compare_runs(base_run, run, settings.thresholds, paired=True)
+    return replace(
+        run,
+        baseline=BaselineRef(base.commit, base.reason, dict(base.environment), mode="ab"),
+        baseline_results=base.results,
+        comparisons=comparisons,
+    )

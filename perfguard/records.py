@@ -219,12 +219,14 @@ class BaselineRef:
     commit: str | None
     reason: str
     environment: Mapping[str, Any] | None = None  # the baseline's, to show both sides
+    mode: str = "stored"  # "stored": a baseline file; "ab": measured in this job (same-job A/B)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "commit": self.commit,
             "reason": self.reason,
             "environment": None if self.environment is None else dict(self.environment),
+            "mode": self.mode,
         }
 
 
@@ -334,10 +336,12 @@ class Run:
     created: str | None = None
     settings: Mapping[str, Any] = field(default_factory=dict)
     health: Mapping[str, Any] = field(default_factory=dict)  # {"warnings": [...], "facts": {...}}
+    baseline_results: tuple[VariantResult, ...] = ()  # same-job A/B: the base side's results
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "health", dict(self.health))
         object.__setattr__(self, "results", tuple(self.results))
+        object.__setattr__(self, "baseline_results", tuple(self.baseline_results))
         object.__setattr__(self, "comparisons", tuple(self.comparisons))
         object.__setattr__(self, "environment", dict(self.environment))
         object.__setattr__(self, "settings", dict(self.settings))
@@ -373,6 +377,11 @@ class Run:
             "baseline": self.baseline.to_json(),
             "results": [r.to_json() for r in self.results],
             "comparisons": [c.to_json() for c in self.comparisons],
+            **(
+                {"baseline_results": [r.to_json() for r in self.baseline_results]}
+                if self.baseline_results
+                else {}
+            ),
         }
 
     @classmethod
@@ -395,11 +404,15 @@ class Run:
                     baseline.get("commit"),
                     str(baseline.get("reason", "")),
                     baseline.get("environment"),
+                    str(baseline.get("mode") or "stored"),
                 ),
                 comparisons=tuple(Comparison.from_json(c) for c in data.get("comparisons") or ()),
                 created=data.get("created"),
                 settings=data.get("settings") or {},
                 health=data.get("health") or {},
+                baseline_results=tuple(
+                    VariantResult.from_json(r) for r in data.get("baseline_results") or ()
+                ),
             )
         except KeyError as exc:
             raise RecordError(f"the document lacks the key {exc.args[0]!r}") from exc

@@ -23,7 +23,7 @@ from perfguard.measure.isolation import (
     torch_state,
 )
 from perfguard.measure.memory import probe_for
-from perfguard.measure.sampling import Progress, SamplingSettings, sample
+from perfguard.measure.sampling import Progress, Sampler, SamplingSettings, sample
 from perfguard.records import DriftCheck, Metrics, VariantResult
 from perfguard.stats.summary import summarize, tail_is_reliable
 from perfguard.variants.base import Built, VariantUnavailableError, first_line
@@ -104,12 +104,15 @@ def measure_model(
     reference: drift.Reference | None = None,
     clock: Clock | None = None,
     progress: Progress | None = None,
+    sampler: Sampler = sample,
 ) -> VariantResult:
     """Measure `model(*example_inputs)` under `variant`; never raises for a model's failure.
 
     A variant that cannot run here is `skipped` with the reason; a model that raises, runs
     out of memory or returns NaN is an `error` result carrying the message. `reference`
     (eager outputs, see `drift.compute_reference`) may be passed to share it across variants.
+    `sampler` takes the timings once the variant is built and compiled (same-job A/B passes
+    one that samples a block whenever the driver asks).
     """
     settings = settings or MeasureSettings()
     spec = parse_variant(variant) if isinstance(variant, str) else variant
@@ -121,7 +124,16 @@ def measure_model(
         device = resolve_device(settings.device)
         with torch_state(settings.threads):
             return _measure(
-                model, example_inputs, spec, settings, device, label, reference, clock, report
+                model,
+                example_inputs,
+                spec,
+                settings,
+                device,
+                label,
+                reference,
+                clock,
+                report,
+                sampler,
             )
     except VariantUnavailableError as exc:
         return VariantResult(label, spec.name, "skipped", str(exc))
@@ -147,6 +159,7 @@ def _measure(
     reference: drift.Reference | None,
     clock: Clock | None,
     progress: Progress,
+    sampler: Sampler = sample,
 ) -> VariantResult:
     if reference is None:
         progress("eager reference")
@@ -165,7 +178,7 @@ def _measure(
     cache = fresh_compile_cache() if built.compiled else contextlib.nullcontext()
     with cache:
         call, compiled = _compile(built, device, settings, progress)
-        outcome = sample(call, clock, settings.sampling, progress)
+        outcome = sampler(call, clock, settings.sampling, progress)
         recompiles = (
             dynamo_counts()[2] - compiled.frames_before_sampling if built.compiled else None
         )

@@ -153,3 +153,46 @@ def sample(
             )
         )
     return SamplingOutcome(warmup, tuple(blocks))
+
+
+Command = str  # "block": sample one repeat and hand it over; "finish": stop sampling
+Sampler = Callable[[Callable[[], Any], Clock, SamplingSettings, Progress], SamplingOutcome]
+
+
+def sample_on_demand(
+    call: Callable[[], Any],
+    clock: Clock,
+    settings: SamplingSettings,
+    progress: Progress,
+    *,
+    ready: Callable[[WarmupOutcome, SamplingSettings], None],
+    next_command: Callable[[], Command],
+    hand_over: Callable[[tuple[float, ...]], None],
+) -> SamplingOutcome:
+    """Warm up, say `ready` (with the settings: the driver learns the repeats), then sample
+    one re-warmed block per "block" command.
+
+    Same-job A/B: a driver alternates the blocks of two processes, so each block here is
+    half of a pair. A block gets `budget_s / repeats` of time, as in `sample`.
+    """
+    progress("warming up")
+    warmup = warm_up(call, clock, settings, progress)
+    ready(warmup, settings)
+    per_block_ms = settings.budget_s * 1000.0 / settings.repeats
+    blocks: list[tuple[float, ...]] = []
+    while (command := next_command()) != "finish":
+        if command != "block":
+            raise ValueError(f"unknown sampling command {command!r}")
+        progress(f"sampling (A/B block {len(blocks) + 1})")
+        for _ in range(settings.rewarm_calls):
+            call()
+        block = sample_block(
+            call,
+            clock,
+            min_samples=settings.min_samples_per_repeat,
+            max_samples=settings.max_samples_per_repeat,
+            budget_ms=per_block_ms,
+        )
+        blocks.append(block)
+        hand_over(block)
+    return SamplingOutcome(warmup, tuple(blocks))

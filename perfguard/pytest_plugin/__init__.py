@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from perfguard import PerfguardWarning
+from perfguard.pytest_plugin import same_job
 from perfguard.pytest_plugin.benchmark_bridge import result_from_benchmark
 from perfguard.pytest_plugin.fixture import PerfguardFixture, SessionState
 from perfguard.pytest_plugin.marker import MarkerSettings, read_marker
@@ -24,8 +25,9 @@ from perfguard.variants.spec import DEFAULT_VARIANTS
 VARIANT_PARAM = "_perfguard_variant"
 SKIP_REASON = "perf test: measured only with --perfguard (run `pytest --perfguard`)"
 MARKER_HELP = (
-    "perfguard(variants=[...], min_change_pct=, alpha=, gate_p99=, memory_tolerance_pct=, "
-    "compile_ratio=, budget_s=, repeats=, drift_tolerance=, device=, threads=): "
+    "perfguard(variants=[...], min_change_pct=, ab_min_change_pct=, alpha=, gate_p99=, "
+    "memory_tolerance_pct=, compile_ratio=, budget_s=, repeats=, drift_tolerance=, device=, "
+    "threads=): "
     "per-test perfguard settings"
 )
 
@@ -57,14 +59,19 @@ def pytest_configure(config: pytest.Config) -> None:
             "not overlap. Run the perf tests in one process (drop -n, or add -p no:xdist), "
             "and shard across machines instead (see the README, 'Sharding')"
         )
-    if options.enabled and options.save:
+    if options.enabled and options.save and not options.worker:
         from perfguard.git import git_state
         from perfguard.pipeline import check_can_save
 
         refusal = check_can_save(git_state(Path(config.rootpath)), options.allow_dirty)
         if refusal:
             raise pytest.UsageError(refusal)
-    config.stash[state_key] = SessionState(options, ProgressWriter(config, options.progress))
+    state = SessionState(options, ProgressWriter(config, options.progress))
+    if options.worker:
+        from perfguard.ab.worker import WorkerLink
+
+        state.worker = WorkerLink.from_env()
+    config.stash[state_key] = state
 
 
 def _variants_for(options: Options, marker: MarkerSettings) -> tuple[str, ...]:
@@ -145,6 +152,14 @@ def shard_items(
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     state = config.stash[state_key]
+    if state.worker is not None:
+        kept = same_job.order_items(state.worker, items)
+        dropped = [i for i in items if i not in kept]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+        state.worker.send("collected", items=[i.nodeid for i in kept])
+        return
     if state.options.enabled:
         if state.options.shard is not None:
             kept, dropped = shard_items(items, *state.options.shard)
@@ -188,12 +203,38 @@ def perfguard(request: pytest.FixtureRequest, _perfguard_variant: str) -> Perfgu
     return PerfguardFixture(test_id(item, variant), variant, marker, state, item.nodeid)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    state = item.config.stash.get(state_key, None)
+    if state is not None and state.worker is not None and _variant_of(item) is not None:
+        same_job.wait_turn(state.worker, item)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    outcome = yield
+    state = item.config.stash.get(state_key, None)
+    if state is not None and state.worker is not None and _variant_of(item) is not None:
+        same_job.report_end(state.worker, outcome.get_result())
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    """Driving same-job A/B: the workers run the perf test; this session does not."""
+    state = pyfuncitem.config.stash.get(state_key, None)
+    variant = _variant_of(pyfuncitem)
+    if state is None or state.ab is None or variant is None:
+        return None
+    same_job.run_item(state.ab, state, pyfuncitem.nodeid, test_id(pyfuncitem, variant), variant)
+    return True
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Any:
     outcome = yield
     state = item.config.stash.get(state_key, None)
-    if state is None or not state.options.enabled:
-        return
+    if state is None or not state.options.enabled or state.ab is not None:
+        return  # (driving A/B, the workers call the tests)
     fixture = getattr(item, "funcargs", {}).get("perfguard")
     if isinstance(fixture, PerfguardFixture) and fixture.result is None and outcome.excinfo is None:
         warnings.warn(
@@ -211,10 +252,13 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Start the runner health monitor once we know there is something to measure."""
+    """Start the runner health monitor (and A/B) once we know there is something to measure."""
     state = session.config.stash.get(state_key, None)
-    if state is None or not state.options.enabled or not session.items:
+    if state is None or not state.options.enabled or not session.items or state.worker:
         return
+    perf_items = [i.nodeid for i in session.items if _variant_of(i) is not None]
+    if state.options.ab is not None and perf_items:
+        state.ab = same_job.start(Path(session.config.rootpath), state.options, perf_items)
     from perfguard.health import Monitor
 
     device = state.options.device
@@ -232,7 +276,20 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state = config.stash.get(state_key, None)
     if state is None or not state.options.enabled or hasattr(config, "workerinput"):
         return
-    from perfguard.pipeline import FinishSettings, finish_run
+    if state.worker is not None:
+        state.worker.close()
+        return
+    from perfguard.pipeline import FinishSettings, SameJobBase, finish_run
+
+    same = None
+    if state.ab is not None:
+        state.ab.close()  # before the monitor stops: the workers' CPU time is then ours
+        same = SameJobBase(
+            state.ab.commit,
+            state.ab.reason,
+            tuple(state.ab.base_results),
+            state.ab.base_environment or {},
+        )
     from perfguard.stats.verdicts import Thresholds
 
     o = state.options
@@ -265,8 +322,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             "seed": o.seed,
             "unhealthy": o.unhealthy,
             **({"shard": f"{o.shard[0]}/{o.shard[1]}"} if o.shard else {}),
+            **({"ab": o.ab} if o.ab else {}),
         },
         health=None if state.monitor is None else state.monitor.stop(),
+        same_job=same,
     )
     config.stash[outcome_key] = outcome
     if outcome.error is not None:

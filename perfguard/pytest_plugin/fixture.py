@@ -14,8 +14,10 @@ from perfguard.pytest_plugin.progress import ProgressWriter
 from perfguard.records import VariantResult
 
 if TYPE_CHECKING:
+    from perfguard.ab.worker import WorkerLink
     from perfguard.health import Monitor
     from perfguard.measure.drift import Reference
+    from perfguard.pytest_plugin.same_job import AbSession
 
 RUN_OPTIONS = ("budget_s", "repeats", "drift_tolerance", "device", "threads")
 REFERENCE_CACHE = 8
@@ -33,6 +35,8 @@ class SessionState:
     environment: dict[str, Any] | None = None
     used_fixture: set[str] = field(default_factory=set)
     monitor: Monitor | None = None
+    ab: AbSession | None = None  # driving same-job A/B
+    worker: WorkerLink | None = None  # this session is an A/B worker
 
     def record(self, result: VariantResult) -> None:
         self.results = [r for r in self.results if r.key != result.key]
@@ -61,7 +65,7 @@ class PerfguardFixture:
         """
         from perfguard.measure.drift import compute_reference, fingerprint
         from perfguard.measure.runner import MeasureSettings, measure_model, resolve_device
-        from perfguard.measure.sampling import SamplingSettings
+        from perfguard.measure.sampling import SamplingSettings, sample
 
         unknown = set(options) - set(RUN_OPTIONS)
         if unknown:
@@ -112,6 +116,7 @@ class PerfguardFixture:
                 self._state.environment = collect_environment(device)
         except Exception:  # the model failed: measure_model turns that into an error result
             reference = None
+        worker = self._state.worker
         result = measure_model(
             model,
             example_inputs,
@@ -120,7 +125,15 @@ class PerfguardFixture:
             test=self.test,
             reference=reference,
             progress=progress,
+            sampler=sample if worker is None else worker.sampler(),
         )
+        if worker is not None:
+            worker.send(
+                "result",
+                item=self._nodeid,
+                result=result.to_json(),
+                environment=self._state.environment,
+            )
         self.result = result
         self._state.record(result)
         if result.status == "skipped":

@@ -14,6 +14,7 @@ from perfguard.variants.spec import UnknownVariantError, parse_variant
 KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "variants": ((list, tuple), "a list of variant names"),
     "min_change_pct": ((int, float), "a number of percent"),
+    "ab_min_change_pct": ((int, float), "a number of percent (same-job A/B)"),
     "alpha": ((float,), "a significance level between 0 and 1"),
     "gate_p99": ((bool,), "True or False"),
     "memory_tolerance_pct": ((int, float), "a number of percent"),
@@ -24,7 +25,14 @@ KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "device": ((str,), "'auto', 'cpu' or 'cuda'"),
     "threads": ((int,), "a whole number of threads"),
 }
-THRESHOLD_KEYS = ("min_change_pct", "alpha", "gate_p99", "memory_tolerance_pct", "compile_ratio")
+THRESHOLD_KEYS = (
+    "min_change_pct",
+    "ab_min_change_pct",
+    "alpha",
+    "gate_p99",
+    "memory_tolerance_pct",
+    "compile_ratio",
+)
 
 
 @dataclass(frozen=True)

@@ -6,12 +6,14 @@ per test where it has a key for it (variants, thresholds, budget, drift toleranc
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from perfguard.ab.channel import ENV_ADDRESS
 from perfguard.variants.spec import DEFAULT_VARIANTS, UnknownVariantError, parse_variant_list
 
 HELP = {
@@ -39,6 +41,8 @@ HELP = {
     "progress": "show measuring progress lines: auto (default), yes or no",
     "shard": "K/N: measure only the K-th of N shards of the perf tests (1-based; the variants "
     "of a test stay together); join the shards' --perfguard-json files with perfguard merge",
+    "ab": "same-job A/B: measure git revision REF (default: the commit 'auto' compares "
+    "with) in a worktree beside this tree, blocks interleaved, and compare paired",
     "unhealthy": "when runner health checks warn (busy GPU or CPU, clocks not locked, "
     "throttling): 'warn' (default) notes it in the report; 'inconclusive' also withholds "
     "speed verdicts",
@@ -76,6 +80,7 @@ OPTIONS: tuple[_Opt, ...] = (
     _Opt("progress", "--perfguard-progress", "str", "auto", "auto|yes|no"),
     _Opt("shard", "--perfguard-shard", "str", None, "K/N"),
     _Opt("unhealthy", "--perfguard-unhealthy", "str", "warn", "warn|inconclusive"),
+    _Opt("ab", "--perfguard-ab", "str", None, "REF"),
 )
 
 
@@ -83,7 +88,18 @@ def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("perfguard", "performance regression testing of PyTorch models")
     group.addoption("--perfguard", action="store_true", default=False, help=HELP["perfguard"])
     for opt in OPTIONS:
-        if opt.kind == "bool":
+        if opt.name == "ab":  # a bare --perfguard-ab means REF=auto
+            group.addoption(
+                opt.flag,
+                action="store",
+                nargs="?",
+                const="auto",
+                default=None,
+                metavar=opt.metavar,
+                help=HELP[opt.name],
+            )
+            parser.addini(f"perfguard_{opt.name}", HELP[opt.name], type="string", default="")
+        elif opt.kind == "bool":
             group.addoption(opt.flag, action="store_true", default=None, help=HELP[opt.name])
             parser.addini(f"perfguard_{opt.name}", HELP[opt.name], type="bool", default=opt.default)
         else:
@@ -125,6 +141,8 @@ class Options:
     progress: str
     shard: tuple[int, int] | None = None  # (K, N), 1-based
     unhealthy: str = "warn"
+    ab: str | None = None  # same-job A/B against this revision ("auto": find it)
+    worker: bool = False  # this session is an A/B worker, driven from another session
 
 
 def _shard(config: pytest.Config, opt: _Opt) -> tuple[int, int] | None:
@@ -192,6 +210,14 @@ def resolve(config: pytest.Config) -> Options:
     json_path, _ = _raw(config, by_name["json"])
     machine, _ = _raw(config, by_name["machine"])
     threads_raw, _ = _raw(config, by_name["threads"])
+    worker = bool(os.environ.get(ENV_ADDRESS))
+    ab_raw, ab_source = _raw(config, by_name["ab"])
+    ab = None if worker or not ab_raw else str(ab_raw)
+    compare = str(_raw(config, by_name["compare"])[0])
+    if ab is not None and config.getoption("--perfguard-compare") is not None:
+        raise pytest.UsageError(
+            f"{ab_source} and --perfguard-compare choose two different baselines; use one"
+        )
     return Options(
         enabled=bool(config.getoption("--perfguard")),
         variants=variants,
@@ -200,7 +226,7 @@ def resolve(config: pytest.Config) -> Options:
         machine=str(machine) if machine else None,
         save=bool(_raw(config, by_name["save"])[0]),
         allow_dirty=bool(_raw(config, by_name["allow_dirty"])[0]),
-        compare=str(_raw(config, by_name["compare"])[0]),
+        compare=compare,
         report=root / (report or "reports/perfguard.md"),
         json=root / json_path if json_path else None,
         fail_on=_choice(config, by_name["fail_on"], ("regression", "never")),
@@ -216,4 +242,6 @@ def resolve(config: pytest.Config) -> Options:
         progress=_choice(config, by_name["progress"], ("auto", "yes", "no")),
         shard=_shard(config, by_name["shard"]),
         unhealthy=_choice(config, by_name["unhealthy"], ("warn", "inconclusive")),
+        ab=ab,
+        worker=worker,
     )

@@ -120,3 +120,54 @@ def bootstrap_ci(
     tail = (1 - confidence) / 2
     low, high = np.quantile(means, [tail, 1 - tail])
     return float(low), float(high)
+
+
+EXACT = 1e-12  # a spread of log ratios below this is rounding: the ratio is constant
+
+
+def _log_ratios(a: Values, b: Values) -> NDArray[Any]:
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if x.size != y.size:
+        raise ValueError(f"paired values need equal lengths, got {x.size} and {y.size}")
+    if x.size < 2:
+        raise ValueError("a paired test needs at least two pairs")
+    if np.any(x <= 0) or np.any(y <= 0):
+        raise ValueError("paired timings must be positive")
+    ratios: NDArray[Any] = np.log(y) - np.log(x)
+    return ratios
+
+
+def paired_t_test(a: Values, b: Values) -> tuple[float, float, float]:
+    """(t, two-sided p, df) of a paired t-test on log(b_i / a_i).
+
+    For same-job A/B blocks: pair i holds block i of each side, measured back to back, so
+    drift that moves both cancels in the ratio. Logs make the effect relative, as the
+    change is reported. Identical pairs give t=0, p=1; a constant non-zero ratio gives p=0.
+    """
+    d = _log_ratios(a, b)
+    df = float(d.size - 1)
+    mean, sd = float(d.mean()), float(d.std(ddof=1))
+    if sd < EXACT:  # logs of a constant ratio differ by rounding only
+        return (0.0, 1.0, df) if mean == 0 else (math.copysign(math.inf, mean), 0.0, df)
+    t = mean / (sd / math.sqrt(d.size))
+    return t, 2.0 * float(sps.t.sf(abs(t), df)), df
+
+
+def paired_cohens_d(a: Values, b: Values) -> float:
+    """Cohen's d for paired blocks (d_z: mean log ratio over its SD), Hedges-corrected."""
+    d = _log_ratios(a, b)
+    mean, sd = float(d.mean()), float(d.std(ddof=1))
+    if sd < EXACT:
+        return 0.0 if mean == 0 else math.copysign(math.inf, mean)
+    return mean / sd * (1.0 - 3.0 / (4.0 * (d.size - 1) - 1.0))
+
+
+def paired_min_detectable_pct(
+    a: Values, b: Values, *, alpha: float = 0.05, power: float = 0.8
+) -> float:
+    """The smallest relative change the paired test would flag with `power`, in percent."""
+    d = _log_ratios(a, b)
+    se = float(d.std(ddof=1)) / math.sqrt(d.size)
+    df = d.size - 1
+    q = float(sps.t.ppf(1 - alpha / 2, df) + sps.t.ppf(power, df))
+    return 100.0 * math.expm1(q * se)

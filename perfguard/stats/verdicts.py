@@ -5,6 +5,8 @@ samples, which are autocorrelated within a process. A regression needs all of:
 - statistical significance after a Benjamini-Hochberg correction over the whole run;
 - a practical minimum change (`min_change_pct`, settable per test);
 - a change beyond the noise floor learned from history, where one is known.
+In same-job A/B mode (`paired=True`) the repeats of both sides were interleaved, so a paired
+t-test on the block ratios replaces Welch, and `ab_min_change_pct` the history noise floor.
 Memory uses a small relative tolerance, compile time a generous ratio, and drift its
 tolerance class (every run) and the baseline's drift.
 """
@@ -24,6 +26,9 @@ from perfguard.stats.tests import (
     bootstrap_ci,
     cohens_d,
     min_detectable_pct,
+    paired_cohens_d,
+    paired_min_detectable_pct,
+    paired_t_test,
     welch_t_test,
 )
 
@@ -40,6 +45,7 @@ class Thresholds:
 
     alpha: float = 0.05
     min_change_pct: float = 10.0
+    ab_min_change_pct: float = 5.0  # same-job A/B cancels between-run noise: a lower bar
     min_repeats: int = 3
     gate_p99: bool = False
     memory_tolerance_pct: float = 5.0
@@ -56,6 +62,7 @@ class Thresholds:
         known = {
             "alpha",
             "min_change_pct",
+            "ab_min_change_pct",
             "min_repeats",
             "memory_tolerance_pct",
             "compile_ratio",
@@ -74,6 +81,7 @@ class Thresholds:
         return {
             "alpha": self.alpha,
             "min_change_pct": self.min_change_pct,
+            "ab_min_change_pct": self.ab_min_change_pct,
             "min_repeats": self.min_repeats,
             "gate_p99": self.gate_p99,
             "memory_tolerance_pct": self.memory_tolerance_pct,
@@ -114,6 +122,7 @@ def _latency(
     head: VariantResult,
     th: Thresholds,
     noise: NoiseFloor,
+    paired: bool = False,
 ) -> list[_Pending | Comparison]:
     out: list[_Pending | Comparison] = []
     for metric, q in LATENCY_METRICS.items():
@@ -141,20 +150,34 @@ def _latency(
                 )
             )
             continue
-        _, p, _ = welch_t_test(a, b)
-        d = cohens_d(a, b)
-        floor = noise.get((test, variant, metric), 0.0)
-        practical = max(th.min_change_pct, floor)
+        paired_blocks = paired and len(a) == len(b)
+        if paired_blocks:
+            # same-job A/B: block i of each side ran back to back, so test their ratios;
+            # the history's noise floor (movement between runs) does not apply here
+            _, p, _ = paired_t_test(a, b)
+            d = paired_cohens_d(a, b)
+            floor = 0.0
+            practical = th.ab_min_change_pct
+            power_limit = paired_min_detectable_pct(a, b, alpha=th.alpha)
+        else:
+            _, p, _ = welch_t_test(a, b)
+            d = cohens_d(a, b)
+            floor = noise.get((test, variant, metric), 0.0)
+            practical = max(th.min_change_pct, floor)
+            power_limit = min_detectable_pct(a, b, alpha=th.alpha)
         # what could have been flagged: the test's power limit, and never below the
         # practical minimum the rules demand
-        mde = max(min_detectable_pct(a, b, alpha=th.alpha), practical)
+        mde = max(power_limit, practical)
+        note = f"noise floor {floor:.1f}%" if floor else ""
+        if paired_blocks:
+            note = f"paired t-test over {len(a)} A/B block pairs"
         comparison = Comparison(
             **common,
             p_value=p,
             cohens_d=None if math.isinf(d) else d,
             verdict="unchanged",
             min_detectable_pct=None if math.isinf(mde) else mde,
-            note=f"noise floor {floor:.1f}%" if floor else "",
+            note=note,
             baseline_ci=bootstrap_ci(a),
             current_ci=bootstrap_ci(b),
         )
@@ -293,8 +316,14 @@ def compare_runs(
     head: Run,
     thresholds: Thresholds | None = None,
     noise: NoiseFloor | None = None,
+    *,
+    paired: bool = False,
 ) -> tuple[Comparison, ...]:
-    """All comparisons of `head` against `base` (None: everything is `new`)."""
+    """All comparisons of `head` against `base` (None: everything is `new`).
+
+    `paired`: the two runs were measured in the same job, block i of each side back to
+    back (same-job A/B), so latency is judged by a paired test on the block ratios.
+    """
     th_all = thresholds or Thresholds()
     floor = noise or {}
     items: list[_Pending | Comparison] = []
@@ -355,7 +384,7 @@ def compare_runs(
             if drift is not None and drift.verdict == "regression":
                 items.append(drift)
             continue
-        items.extend(_latency(r.test, r.variant, b, r, th, floor))
+        items.extend(_latency(r.test, r.variant, b, r, th, floor, paired))
         for extra in (
             _memory(r.test, r.variant, b, r, th),
             _compile(r.test, r.variant, b, r, th),

@@ -1,0 +1,302 @@
+"""The driver of same-job A/B, in the pytest session the user started.
+
+One worker process per tree (A: the base revision's worktree, B: this tree), each a pytest
+session over the same perf items. For each item the driver lets A build, compile and warm
+up, then B, then asks for blocks in pairs, the order inside each pair drawn at random, so
+slow drift and heat hit both sides alike. Only one process works at any moment.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import perfguard
+from perfguard.ab.channel import ENV_ITEMS, ENV_SIDE, Message, open_listener
+from perfguard.records import VariantResult
+
+CONNECT_TIMEOUT_S = 300.0  # importing torch and collecting on a cold runner can be slow
+POLL_S = 1.0
+LOG_TAIL = 1500
+
+# perfguard itself always comes from this installation, whatever the tree holds; the
+# user's code comes from the tree (cwd and PYTHONPATH)
+BOOT = (
+    "import sys; sys.path.insert(0, {where!r}); import perfguard.pytest_plugin; "
+    "del sys.path[0]; import pytest; sys.exit(pytest.main(sys.argv[1:]))"
+)
+
+
+class WorkerExitedError(RuntimeError):
+    """A worker process ended or hung up; the message holds the end of its output."""
+
+
+@dataclass
+class SideOutcome:
+    """What one tree gave for one item."""
+
+    result: VariantResult | None  # None: nothing was measured on this side
+    outcome: str  # passed, failed, skipped, absent (no such item) or crashed
+    message: str = ""
+    environment: dict[str, Any] | None = None
+
+
+@dataclass
+class Side:
+    """One tree and its worker process (started on demand, restarted after a crash)."""
+
+    name: str  # "A" (base) or "B" (this tree)
+    label: str
+    rootdir: Path
+    args: Sequence[str]
+    log: Path
+    proc: subprocess.Popen[bytes] | None = None
+    conn: Connection | None = None
+    collected: set[str] = field(default_factory=set)
+    _repeats: int = 0
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None and self.conn is not None
+
+    def start(self, items: Sequence[str]) -> None:
+        """A fresh worker over `items` (node ids, in the driver's order)."""
+        self.stop()
+        listing = self.log.with_suffix(".items")
+        listing.write_text("\n".join(items) + "\n", encoding="utf-8")
+        listener, channel_env, folder = open_listener()
+        top = self.rootdir
+        paths = [str(top), *([str(top / "src")] if (top / "src").is_dir() else [])]
+        if os.environ.get("PYTHONPATH"):
+            paths.append(os.environ["PYTHONPATH"])
+        env = {
+            **os.environ,
+            **channel_env,
+            ENV_SIDE: self.name,
+            ENV_ITEMS: str(listing),
+            "PYTHONPATH": os.pathsep.join(paths),
+        }
+        files = sorted({i.split("::")[0] for i in items if (top / i.split("::")[0]).exists()})
+        where = str(Path(perfguard.__file__).resolve().parent.parent)
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", BOOT.format(where=where), *self.args, *files],
+                cwd=top,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        try:
+            self.conn = self._accept(listener)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        hello = self.recv()
+        self.collected = set(hello.get("items") or ())
+
+    def _accept(self, listener: Any) -> Connection:
+        got: list[Connection] = []
+        thread = threading.Thread(target=lambda: got.append(listener.accept()), daemon=True)
+        thread.start()
+        waited = 0.0
+        while not got and waited < CONNECT_TIMEOUT_S:
+            thread.join(POLL_S)
+            waited += POLL_S
+            if not got and self.proc is not None and self.proc.poll() is not None:
+                break
+        if not got:
+            listener.close()
+            raise WorkerExitedError(self._why("did not connect"))
+        listener.close()
+        return got[0]
+
+    def _why(self, what: str) -> str:
+        code = None
+        if self.proc is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                code = self.proc.wait(timeout=5)  # a hang-up is usually an exit under way
+        if code is not None and what == "hung up":
+            what = "exited"
+        tail = ""
+        with contextlib.suppress(OSError):
+            tail = self.log.read_text(encoding="utf-8", errors="replace")[-LOG_TAIL:].strip()
+        status = f"exit code {code}" if code is not None else "still running"
+        last = tail.splitlines()[-1] if tail else "no output"
+        return f"the {self.label} worker {what} ({status}): {last} (log: {self.log})"
+
+    def send(self, kind: str, **fields: Any) -> None:
+        if self.conn is None:
+            raise WorkerExitedError(self._why("is not running"))
+        try:
+            self.conn.send({"kind": kind, **fields})
+        except OSError:
+            raise WorkerExitedError(self._why("hung up")) from None
+
+    def recv(self) -> Message:
+        """The next message; waits as long as the worker lives (compiling can take minutes)."""
+        if self.conn is None:
+            raise WorkerExitedError(self._why("is not running"))
+        try:
+            while not self.conn.poll(POLL_S):
+                if self.proc is not None and self.proc.poll() is not None:
+                    raise WorkerExitedError(self._why("exited"))
+            message: Message = self.conn.recv()
+        except (EOFError, OSError):
+            raise WorkerExitedError(self._why("hung up")) from None
+        return message
+
+    def begin(self, nodeid: str, remaining: Sequence[str]) -> SideOutcome | None:
+        """Let the worker run `nodeid` up to its first block. None: it is ready to sample."""
+        if not self.alive:
+            self.start(remaining)
+        if nodeid not in self.collected:
+            return SideOutcome(None, "absent", f"not collected in {self.label}")
+        while True:
+            message = self.recv()
+            if message["kind"] == "next" and message["item"] == nodeid:
+                self.send("go")
+                break
+            if message["kind"] == "next":  # an item the driver did not run: skip it there
+                self.send("skip")
+        result = None
+        environment = None
+        while True:
+            message = self.recv()
+            if message["kind"] == "ready":
+                self._repeats = int(message["repeats"])
+                return None
+            if message["kind"] == "result":  # failed before sampling (build, compile)
+                result = VariantResult.from_json(message["result"])
+                environment = message.get("environment")
+            elif message["kind"] == "ended":
+                return SideOutcome(result, message["outcome"], message["message"], environment)
+
+    @property
+    def repeats(self) -> int:
+        return self._repeats
+
+    def block(self) -> tuple[float, ...]:
+        self.send("block")
+        message = self.recv()
+        return tuple(message["times"])
+
+    def finish(self) -> SideOutcome:
+        self.send("finish")
+        result = None
+        environment = None
+        while True:
+            message = self.recv()
+            if message["kind"] == "result":
+                result = VariantResult.from_json(message["result"])
+                environment = message.get("environment")
+            elif message["kind"] == "ended":
+                return SideOutcome(result, message["outcome"], message["message"], environment)
+
+    def stop(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.proc = None
+
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class Pairing:
+    """How one item's blocks were taken: the order inside each pair, e.g. ("AB", "BA")."""
+
+    orders: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"pairs": len(self.orders), "order": " ".join(self.orders)}
+
+
+class Driver:
+    """Runs each perf item in both trees, interleaved; see the module docstring."""
+
+    def __init__(
+        self,
+        base_rootdir: Path,
+        base_label: str,
+        head_rootdir: Path,
+        worker_args: Callable[[Path], Sequence[str]],
+        *,
+        seed: int = 0,
+    ) -> None:
+        """`worker_args(rootdir)`: the pytest arguments of a worker in that tree."""
+        self._logs = Path(tempfile.mkdtemp(prefix="perfguard-ab-logs-"))
+        self.a = Side(
+            "A", base_label, base_rootdir, worker_args(base_rootdir), self._logs / "base.log"
+        )
+        self.b = Side(
+            "B", "this tree", head_rootdir, worker_args(head_rootdir), self._logs / "head.log"
+        )
+        self.seed = seed
+        self.crashed = False
+
+    def measure(
+        self, nodeid: str, remaining: Sequence[str], progress: Progress
+    ) -> tuple[SideOutcome, SideOutcome, Pairing]:
+        """Both sides of one item. `remaining`: this item and those after it, in order."""
+        outcomes: dict[str, SideOutcome] = {}
+        active: list[Side] = []
+        for side in (self.a, self.b):
+            progress(f"A/B: {side.label} builds and warms up")
+            try:
+                early = side.begin(nodeid, remaining)
+            except WorkerExitedError as exc:
+                early = self._crash(side, exc)
+            if early is None:
+                active.append(side)
+            else:
+                outcomes[side.name] = early
+        rng = random.Random(f"{self.seed}:{nodeid}")
+        pairs = max((s.repeats for s in active), default=0)
+        orders: list[str] = []
+        for index in range(pairs):
+            order = list(active)
+            rng.shuffle(order)
+            orders.append("".join(s.name for s in order))
+            progress(f"A/B: pair {index + 1}/{pairs} ({orders[-1]})")
+            for side in order:
+                try:
+                    side.block()
+                except WorkerExitedError as exc:
+                    outcomes[side.name] = self._crash(side, exc)
+                    active.remove(side)
+        for side in active:
+            progress(f"A/B: {side.label} memory and drift")
+            try:
+                outcomes[side.name] = side.finish()
+            except WorkerExitedError as exc:
+                outcomes[side.name] = self._crash(side, exc)
+        return outcomes["A"], outcomes["B"], Pairing(tuple(orders))
+
+    def _crash(self, side: Side, exc: WorkerExitedError) -> SideOutcome:
+        side.stop()
+        self.crashed = True
+        return SideOutcome(None, "crashed", str(exc))
+
+    def close(self) -> None:
+        """Stop both workers; their logs are kept only when one of them crashed."""
+        for side in (self.a, self.b):
+            side.stop()
+        if not self.crashed:
+            shutil.rmtree(self._logs, ignore_errors=True)

@@ -1,0 +1,76 @@
+"""The worker's end of same-job A/B: inside a pytest session run in one tree.
+
+The driver decides when each item may start, when each block is sampled and when sampling
+ends, so the two workers never measure at the same time. The worker runs the user's test
+as usual; only the timing loop waits for the driver (`sample_on_demand`).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from perfguard.ab.channel import ENV_ITEMS, ENV_SIDE, Message, connect_from_env
+from perfguard.measure.sampling import (
+    Sampler,
+    SamplingSettings,
+    WarmupOutcome,
+    sample_on_demand,
+)
+
+
+class DriverGoneError(RuntimeError):
+    """The driving pytest session closed the connection: this worker stops."""
+
+
+class WorkerLink:
+    def __init__(self, conn: Connection, side: str, items: list[str]) -> None:
+        self.conn = conn
+        self.side = side
+        self.items = items
+
+    @classmethod
+    def from_env(cls) -> WorkerLink | None:
+        conn = connect_from_env()
+        if conn is None:
+            return None
+        listing = os.environ.get(ENV_ITEMS)
+        items = Path(listing).read_text(encoding="utf-8").splitlines() if listing else []
+        return cls(conn, os.environ.get(ENV_SIDE, "?"), [i for i in items if i])
+
+    def send(self, kind: str, **fields: Any) -> None:
+        self.conn.send({"kind": kind, **fields})
+
+    def recv(self) -> Message:
+        try:
+            message: Message = self.conn.recv()
+        except (EOFError, OSError):
+            raise DriverGoneError("the A/B driver closed the connection") from None
+        return message
+
+    def may_start(self, nodeid: str) -> bool:
+        """Ask the driver whether to run this item now (it waits its turn); False: skip it."""
+        self.send("next", item=nodeid)
+        return bool(self.recv()["kind"] == "go")
+
+    def sampler(self) -> Sampler:
+        """Sampling that announces `ready` after warm-up and then samples on command."""
+
+        def ready(warmup: WarmupOutcome, settings: SamplingSettings) -> None:
+            self.send("ready", repeats=settings.repeats, warmup_calls=warmup.calls)
+
+        def hand_over(block: tuple[float, ...]) -> None:
+            self.send("block", times=list(block))
+
+        return functools.partial(
+            sample_on_demand,
+            ready=ready,
+            next_command=lambda: str(self.recv()["kind"]),
+            hand_over=hand_over,
+        )
+
+    def close(self) -> None:
+        self.conn.close()

@@ -1,0 +1,172 @@
+"""pytest glue of same-job A/B (`--perfguard-ab`), both ends.
+
+The driving session (the one the user started) checks the base revision out as a worktree
+and, instead of calling each perf test itself, has the two workers run it (see
+`perfguard.ab.driver`). A worker session (started by the driver) runs only the items it is
+given, in the driver's order, each when the driver says so, and reports back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from perfguard.records import VariantResult
+
+if TYPE_CHECKING:
+    from perfguard.ab.driver import Driver, SideOutcome
+    from perfguard.ab.worker import WorkerLink
+    from perfguard.ab.worktree import Worktree
+    from perfguard.pytest_plugin.fixture import SessionState
+    from perfguard.pytest_plugin.options import Options
+
+
+@dataclass
+class AbSession:
+    driver: Driver
+    worktree: Worktree
+    commit: str
+    reason: str
+    items: list[str]  # the perf items' node ids, in the order this session runs them
+    base_results: list[VariantResult] = field(default_factory=list)
+    base_environment: dict[str, Any] | None = None
+
+    def close(self) -> None:
+        self.driver.close()
+        self.worktree.remove()
+
+
+def worker_args(options: Options, rootdir: Path) -> list[str]:
+    """The pytest command line of a worker: the measuring settings of this session."""
+    args = [
+        f"--rootdir={rootdir}",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:xdist",
+        "--continue-on-collection-errors",
+        "--perfguard",
+        "--perfguard-compare=none",
+        "--perfguard-progress=no",
+        f"--perfguard-budget={options.budget_s}",
+        f"--perfguard-repeats={options.repeats}",
+        f"--perfguard-device={options.device}",
+        f"--perfguard-seed={options.seed}",
+    ]
+    if options.threads is not None:
+        args.append(f"--perfguard-threads={options.threads}")
+    if options.variants is not None and options.variants_source.startswith("--"):
+        args.append(f"--perfguard-variants={','.join(options.variants)}")
+    return args
+
+
+def start(root: Path, options: Options, items: list[str]) -> AbSession:
+    """Find REF, check it out, prepare the driver. A usage error says what went wrong."""
+    from perfguard.ab.driver import Driver
+    from perfguard.ab.worktree import Worktree
+    from perfguard.git import GitError, ab_reference, resolve
+    from perfguard.store.baselines import BaselineStore
+
+    ref = options.ab or "auto"
+    try:
+        if ref == "auto":
+            machine = options.machine
+            store = BaselineStore(options.baseline_dir)
+            choice = ab_reference(
+                root,
+                (lambda sha: store.has(machine, sha)) if machine else (lambda _sha: False),
+                main_branch=options.main_branch,
+                depth=options.baseline_depth,
+            )
+            if choice.commit is None:
+                raise GitError(choice.reason)
+            commit, reason = choice.commit, f"same-job A/B against {choice.reason}"
+        else:
+            commit = resolve(root, ref)
+            reason = f"same-job A/B against --perfguard-ab={ref} ({commit[:10]})"
+        worktree = Worktree(root, commit)
+    except GitError as exc:
+        raise pytest.UsageError(f"--perfguard-ab: {exc}") from None
+    driver = Driver(
+        worktree.rootdir,
+        f"base {commit[:10]}",
+        root,
+        lambda rootdir: worker_args(options, rootdir),
+        seed=options.seed,
+    )
+    return AbSession(driver, worktree, commit, reason, items)
+
+
+def _base_result(outcome: SideOutcome, test: str, variant: str) -> VariantResult | None:
+    """The base side's result; a failure there becomes an error or skipped result."""
+    if outcome.result is not None:
+        return outcome.result
+    if outcome.outcome == "absent":
+        return None  # the test is new: every verdict is `new`
+    message = outcome.message or outcome.outcome
+    if outcome.outcome == "skipped":
+        return VariantResult(test, variant, "skipped", message)
+    return VariantResult(test, variant, "error", message)
+
+
+def run_item(ab: AbSession, state: SessionState, nodeid: str, test: str, variant: str) -> None:
+    """Measure one perf item in both trees; this item passes or fails as the head's does."""
+    state.progress.start(nodeid)
+    position = ab.items.index(nodeid) if nodeid in ab.items else 0
+    base, head, pairing = ab.driver.measure(nodeid, ab.items[position:], state.progress)
+    base_result = _base_result(base, test, variant)
+    if base_result is not None:
+        ab.base_results = [r for r in ab.base_results if r.key != base_result.key]
+        ab.base_results.append(base_result)
+    ab.base_environment = ab.base_environment or base.environment
+    if state.environment is None and head.environment:
+        state.environment = head.environment
+    if head.result is not None:
+        details = {**head.result.details, "ab": pairing.to_json()}
+        state.record(replace(head.result, details=details))
+    if head.outcome == "passed":
+        return
+    if head.outcome == "skipped":
+        pytest.skip(head.message)
+    pytest.fail(f"{head.message or head.outcome} (this tree's A/B worker)", pytrace=False)
+
+
+# --- the worker's end ------------------------------------------------------------------
+
+
+def order_items(link: WorkerLink, items: list[pytest.Item]) -> list[pytest.Item]:
+    """Only the driver's items, in the driver's order."""
+    rank = {nodeid: i for i, nodeid in enumerate(link.items)}
+    return sorted((i for i in items if i.nodeid in rank), key=lambda i: rank[i.nodeid])
+
+
+def wait_turn(link: WorkerLink, item: pytest.Item) -> None:
+    """Block until the driver lets this item run; skip it when the driver does not."""
+    from perfguard.ab.worker import DriverGoneError
+
+    try:
+        go = link.may_start(item.nodeid)
+    except DriverGoneError as exc:
+        pytest.exit(str(exc), returncode=0)
+    if not go:
+        pytest.skip("not run in this A/B session")
+
+
+def report_end(link: WorkerLink, report: pytest.TestReport) -> None:
+    """Tell the driver how the item ended (after its call, or a setup that did not pass)."""
+    if report.when != "call" and not (report.when == "setup" and report.outcome != "passed"):
+        return
+    if report.skipped and isinstance(report.longrepr, tuple):
+        message = str(report.longrepr[2]).removeprefix("Skipped: ")
+    else:
+        lines = report.longreprtext.strip().splitlines()
+        errors = [line[1:].strip() for line in lines if line.startswith("E ")]
+        message = " ".join(errors[:2]) if errors else (lines[-1] if lines else "")
+    # when the driver is gone, the next wait_turn ends the session
+    with contextlib.suppress(OSError):
+        link.send("ended", item=report.nodeid, outcome=report.outcome, message=message)

@@ -1,0 +1,295 @@
+"""Same-job A/B (`--perfguard-ab`) end to end, in scratch repositories whose base and head
+differ by real extra compute; plus the paired statistics and on-demand sampling it rests on."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from perfguard.measure.clock import FakeClock
+from perfguard.measure.sampling import SamplingSettings, sample_on_demand
+from perfguard.records import Run, VariantResult
+from perfguard.stats.tests import paired_cohens_d, paired_min_detectable_pct, paired_t_test
+from perfguard.stats.verdicts import Thresholds, compare_runs
+
+FAST = ("--perfguard-budget=0.3", "--perfguard-repeats=5", "-p", "no:cacheprovider")
+
+MODELS = """
+import torch
+from torch import nn
+
+DEPTH = {depth}
+
+def mlp():
+    torch.manual_seed(0)
+    layers = []
+    for _ in range(DEPTH):
+        layers += [nn.Linear(128, 128), nn.ReLU()]
+    return nn.Sequential(*layers).eval(), (torch.randn(32, 128),)
+"""
+
+TESTS = """
+import pytest
+from mymodels import mlp
+
+@pytest.mark.perfguard(variants=["eager"], ab_min_change_pct={bar})
+def test_mlp(perfguard):
+    model, inputs = mlp()
+    perfguard.run(model, inputs)
+
+def test_plain():
+    assert True
+"""
+
+
+def git(cwd: Path, *args: str) -> str:
+    done = subprocess.run(
+        ["git", *args],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+        text=True,
+        env={
+            "GIT_AUTHOR_NAME": "t",
+            "GIT_AUTHOR_EMAIL": "t@t",
+            "GIT_COMMITTER_NAME": "t",
+            "GIT_COMMITTER_EMAIL": "t@t",
+            "PATH": "/usr/bin:/bin",
+        },
+    )
+    return done.stdout.strip()
+
+
+def scratch_repo(pytester: pytest.Pytester, base_depth: int, head_depth: int, bar: float) -> str:
+    """A repo with a base commit and a head commit; returns the base sha."""
+    pytester.makepyfile(mymodels=MODELS.format(depth=base_depth))
+    pytester.makepyfile(test_models=TESTS.format(bar=bar))
+    git(pytester.path, "init", "-q", "-b", "main")
+    git(pytester.path, "add", "-A")
+    git(pytester.path, "commit", "-q", "-m", "base")
+    base = git(pytester.path, "rev-parse", "HEAD")
+    pytester.makepyfile(mymodels=MODELS.format(depth=head_depth))
+    git(pytester.path, "commit", "-q", "--allow-empty", "-am", "head")
+    return base
+
+
+def worktrees(repo: Path) -> list[str]:
+    return [line for line in git(repo, "worktree", "list").splitlines() if line]
+
+
+def test_real_extra_compute_is_a_regression_found_in_the_same_job(
+    pytester: pytest.Pytester,
+) -> None:
+    base = scratch_repo(pytester, base_depth=4, head_depth=12, bar=5)
+    result = pytester.runpytest_subprocess(
+        *FAST, "--perfguard", "--perfguard-ab=HEAD~1", "--perfguard-json=out.json"
+    )
+    assert result.ret == 1, result.stdout.str()
+    result.assert_outcomes(passed=2)
+    doc = json.loads((pytester.path / "out.json").read_text())
+    assert doc["baseline"]["commit"] == base
+    assert doc["baseline"]["mode"] == "ab"
+    assert "same-job A/B" in doc["baseline"]["reason"]
+    [base_result] = doc["baseline_results"]
+    [head_result] = doc["results"]
+    assert head_result["details"]["ab"]["pairs"] == 5
+    orders = head_result["details"]["ab"]["order"].split()
+    assert len(orders) == 5 and set(orders) <= {"AB", "BA"}
+    p50 = next(c for c in doc["comparisons"] if c["metric"] == "latency_p50_ms")
+    assert p50["verdict"] == "regression"
+    assert p50["baseline"] == base_result["metrics"]["latency_p50_ms"]
+    assert p50["change_pct"] > 50  # three times the layers
+    assert p50["p_value"] < 0.05 and p50["cohens_d"] > 0
+    assert "paired t-test over 5 A/B block pairs" in p50["note"]
+    report = (pytester.path / "reports" / "perfguard.md").read_text()
+    assert "**Same-job A/B:**" in report and "paired t-test" in report
+    assert len(worktrees(pytester.path)) == 1  # the base worktree was removed
+
+
+def test_identical_trees_are_unchanged_and_a_new_test_is_new(pytester: pytest.Pytester) -> None:
+    scratch_repo(pytester, base_depth=4, head_depth=4, bar=30)
+    pytester.makepyfile(
+        test_new="""
+import pytest
+from mymodels import mlp
+
+@pytest.mark.perfguard(variants=["eager"])
+def test_added(perfguard):
+    model, inputs = mlp()
+    perfguard.run(model, inputs)
+"""
+    )
+    result = pytester.runpytest_subprocess(
+        *FAST, "--perfguard", "--perfguard-ab=HEAD", "--perfguard-json=out.json"
+    )
+    assert result.ret == 0, result.stdout.str()
+    doc = json.loads((pytester.path / "out.json").read_text())
+    verdicts = {(c["test"], c["metric"]): c["verdict"] for c in doc["comparisons"]}
+    assert verdicts[("test_models.py::test_mlp", "latency_p50_ms")] == "unchanged"
+    assert verdicts[("test_new.py::test_added", "latency_p50_ms")] == "new"
+
+
+def test_a_base_that_crashes_or_raises_loses_nothing_on_the_head_side(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(mymodels=MODELS.format(depth=2))
+    pytester.makepyfile(
+        test_models="""
+import os, pytest
+from mymodels import mlp
+
+@pytest.mark.perfguard(variants=["eager"])
+def test_crash(perfguard):
+    if os.environ.get("PERFGUARD_AB_SIDE") == "A" and not os.path.exists("fixed"):
+        os._exit(3)  # the base tree's process dies hard
+    model, inputs = mlp()
+    perfguard.run(model, inputs)
+
+@pytest.mark.perfguard(variants=["eager"])
+def test_raises(perfguard):
+    if not os.path.exists("fixed"):
+        raise RuntimeError("broken at the base")
+    model, inputs = mlp()
+    perfguard.run(model, inputs)
+"""
+    )
+    git(pytester.path, "init", "-q", "-b", "main")
+    git(pytester.path, "add", "-A")
+    git(pytester.path, "commit", "-q", "-m", "base")
+    (pytester.path / "fixed").write_text("")
+    git(pytester.path, "add", "-A")
+    git(pytester.path, "commit", "-q", "-m", "head")
+    result = pytester.runpytest_subprocess(
+        *FAST, "--perfguard", "--perfguard-ab=HEAD~1", "--perfguard-json=out.json"
+    )
+    assert result.ret == 0, result.stdout.str()
+    result.assert_outcomes(passed=2)
+    doc = json.loads((pytester.path / "out.json").read_text())
+    base = {r["test"]: r for r in doc["baseline_results"]}
+    assert base["test_models.py::test_crash"]["status"] == "error"
+    assert "worker exited" in base["test_models.py::test_crash"]["error"]
+    assert base["test_models.py::test_raises"]["status"] == "error"
+    assert "broken at the base" in base["test_models.py::test_raises"]["error"]
+    assert {r["status"] for r in doc["results"]} == {"ok"}
+    assert {c["verdict"] for c in doc["comparisons"] if c["metric"] == "latency_p50_ms"} == {"new"}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--perfguard-ab=no-such-ref",), "--perfguard-ab:"),
+        (("--perfguard-ab", "--perfguard-compare=HEAD"), "use one"),
+    ],
+)
+def test_bad_ab_options_are_one_line_usage_errors(
+    pytester: pytest.Pytester, args: tuple[str, ...], message: str
+) -> None:
+    scratch_repo(pytester, base_depth=2, head_depth=2, bar=5)
+    result = pytester.runpytest_subprocess("--perfguard", *args, "test_models.py")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert message in result.stderr.str()
+    assert len(worktrees(pytester.path)) == 1
+
+
+# --- the statistics and sampling underneath ------------------------------------------
+
+
+def test_paired_t_test_matches_scipy_on_log_ratios() -> None:
+    a = [1.00, 1.10, 0.95, 1.30, 1.02, 0.99]
+    b = [1.06, 1.15, 1.02, 1.37, 1.05, 1.08]
+    t, p, df = paired_t_test(a, b)
+    oracle = sps.ttest_rel(np.log(b), np.log(a))
+    assert t == pytest.approx(oracle.statistic) and p == pytest.approx(oracle.pvalue)
+    assert df == 5
+    d = np.log(b) - np.log(a)
+    assert paired_cohens_d(a, b) == pytest.approx(d.mean() / d.std(ddof=1) * (1 - 3 / 19))
+    se = d.std(ddof=1) / math.sqrt(6)
+    q = sps.t.ppf(0.975, 5) + sps.t.ppf(0.8, 5)
+    assert paired_min_detectable_pct(a, b) == pytest.approx(100 * math.expm1(q * se))
+
+
+def test_paired_edge_cases() -> None:
+    assert paired_t_test([1.0, 2.0], [1.0, 2.0]) == (0.0, 1.0, 1.0)
+    t, p, _ = paired_t_test([1.0, 2.0], [1.1, 2.2])  # a constant 10% ratio
+    assert t == math.inf and p == 0.0
+    with pytest.raises(ValueError, match="equal lengths"):
+        paired_t_test([1.0, 2.0], [1.0, 2.0, 3.0])
+    with pytest.raises(ValueError, match="positive"):
+        paired_t_test([1.0, 0.0], [1.0, 2.0])
+
+
+def _result(blocks: list[list[float]]) -> VariantResult:
+    from perfguard.records import Metrics
+
+    samples = [t for b in blocks for t in b]
+    return VariantResult(
+        "t",
+        "eager",
+        "ok",
+        metrics=Metrics(
+            latency_p50_ms=float(np.median(samples)),
+            latency_p95_ms=float(np.percentile(samples, 95)),
+            latency_p99_ms=float(np.percentile(samples, 99)),
+        ),
+        samples_ms=tuple(samples),
+        block_sizes=tuple(len(b) for b in blocks),
+    )
+
+
+def test_pairing_cancels_drift_that_welch_cannot() -> None:
+    # the machine slows by 40% over the job; B is 6% slower than A in every pair
+    drift = [1.0, 1.1, 1.2, 1.3, 1.4]
+    a = [[2.0 * k] * 3 for k in drift]
+    b = [[2.0 * k * 1.06] * 3 for k in drift]
+    base = Run(None, "m", {}, (_result(a),))
+    head = Run(None, "m", {}, (_result(b),))
+    th = Thresholds()  # ab_min_change_pct 5, min_change_pct 10
+    paired = {c.metric: c for c in compare_runs(base, head, th, paired=True)}
+    welch = {c.metric: c for c in compare_runs(base, head, th)}
+    assert paired["latency_p50_ms"].verdict == "regression"
+    assert paired["latency_p50_ms"].p_value == 0.0  # exactly 6% in every pair
+    assert welch["latency_p50_ms"].verdict == "unchanged"  # 6% < 10%, and drowned in drift
+    assert (welch["latency_p50_ms"].p_value or 0.0) > 0.5
+
+
+def test_sample_on_demand_samples_one_block_per_command() -> None:
+    clock = FakeClock([1.0] * 500)
+    settings = SamplingSettings(
+        min_warmup=1,
+        warmup_window=2,
+        repeats=4,
+        budget_s=0.04,
+        rewarm_calls=0,
+        min_samples_per_repeat=3,
+    )
+    commands = iter(["block", "block", "block", "finish"])
+    said: list[str] = []
+    handed: list[tuple[float, ...]] = []
+    outcome = sample_on_demand(
+        lambda: None,
+        clock,
+        settings,
+        lambda _: None,
+        ready=lambda w, s: said.append(f"ready {w.calls} {s.repeats}"),
+        next_command=lambda: next(commands),
+        hand_over=handed.append,
+    )
+    assert said == ["ready 4 4"]
+    assert len(outcome.blocks_ms) == 3 and list(outcome.blocks_ms) == handed
+    assert all(len(block) == 10 for block in handed)  # 40 ms budget / 4 repeats / 1 ms
+    with pytest.raises(ValueError, match="unknown sampling command"):
+        sample_on_demand(
+            lambda: None,
+            FakeClock([1.0] * 50),
+            settings,
+            lambda _: None,
+            ready=lambda w, s: None,
+            next_command=lambda: "dance",
+            hand_over=handed.append,
+        )
