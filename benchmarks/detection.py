@@ -18,6 +18,12 @@ is printed beside its nominal size. Comparisons go through perfguard's own code
 the naive rule (Welch on raw per-call samples, p < 0.05 and |d| > 0.2) is judged on the same
 runs. A run is a false alarm when any gating latency metric of a model is a `regression`.
 
+Same-job A/B mode (`run-ab`): a scratch git repository holds the same two models as a
+perf test; its base commit has `DEPTH` blocks, and head commits add 0% (identical code, a
+different commit), +5%, +10% or +20%. Each run is `pytest --perfguard --perfguard-ab=BASE`
+on a head, exactly as CI would run it, and the verdicts are perfguard's own, from the
+results JSON. `analyze --dir D --ab-dir E` prints both modes side by side.
+
 Runs are kept as JSON in `--dir`, so `analyze` can be repeated without measuring again, and
 `run` resumes where it stopped. Do not run anything else on the machine meanwhile.
 """
@@ -25,6 +31,7 @@ Runs are kept as JSON in `--dir`, so `analyze` can be repeated without measuring
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import platform
 import random
@@ -41,6 +48,8 @@ DEPTH = 20
 MODELS = ("linear", "conv")
 HISTORY_WINDOW = 20  # baselines the noise floor is learned from, as FinishSettings does
 DEFAULT_DIR = Path("reports/detection")
+DEFAULT_AB_DIR = Path("reports/detection-ab")
+AB_PLAN = {0: 25, 5: 5, 10: 15, 20: 5}  # A/B runs per injected level (two models each)
 
 
 # --- the worker: one process, one measurement of both models ---------------------------
@@ -144,6 +153,129 @@ def run_study(directory: Path, history: int, trials: int, seed: int) -> None:
             f"about {eta / 60:.1f} min left",
             flush=True,
         )
+
+
+# --- same-job A/B mode ----------------------------------------------------------------
+
+STUDY_TEST = """
+import pytest
+from study_models import build
+
+@pytest.mark.perfguard(variants=["eager"])
+@pytest.mark.parametrize("kind", ["linear", "conv"])
+def test_model(perfguard, kind):
+    model, inputs = build(kind)
+    perfguard.run(model, inputs)
+"""
+
+
+def _study_models(extra_pct: int) -> str:
+    """The models module of the scratch repository: `_build` itself, at one level."""
+    return (
+        "from __future__ import annotations\n\nfrom typing import Any\n\n"
+        f"DEPTH = {DEPTH}\nEXTRA_PCT = {extra_pct}\n\n\n"
+        + inspect.getsource(_build)
+        + "\n\ndef build(kind):\n    return _build(kind, EXTRA_PCT)\n"
+    )
+
+
+def _git(repo: Path, *args: str) -> str:
+    done = subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True)
+    return done.stdout.strip()
+
+
+def ab_repository(directory: Path) -> tuple[Path, str, dict[int, str]]:
+    """(repo, base sha, head sha per level), made once and reused when resuming."""
+    repo = directory / "repo"
+    index = directory / "commits.json"
+    if index.exists():
+        saved = json.loads(index.read_text())
+        return repo, saved["base"], {int(k): v for k, v in saved["heads"].items()}
+    repo.mkdir(parents=True)
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "config", "user.email", "study@perfguard")
+    _git(repo, "config", "user.name", "perfguard study")
+    (repo / "test_study.py").write_text(STUDY_TEST, encoding="utf-8")
+    (repo / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")  # its own rootdir
+    (repo / "study_models.py").write_text(_study_models(0), encoding="utf-8")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "base")
+    base = _git(repo, "rev-parse", "HEAD")
+    heads: dict[int, str] = {}
+    for level in AB_PLAN:
+        _git(repo, "checkout", "-q", "--detach", base)
+        (repo / "study_models.py").write_text(_study_models(level), encoding="utf-8")
+        _git(repo, "commit", "-q", "--allow-empty", "-am", f"head +{level}%")
+        heads[level] = _git(repo, "rev-parse", "HEAD")
+    index.write_text(json.dumps({"base": base, "heads": heads}), encoding="utf-8")
+    return repo, base, heads
+
+
+def run_ab_study(directory: Path, seed: int) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    repo, base, heads = ab_repository(directory)
+    plan = [(level, i) for level, runs in AB_PLAN.items() for i in range(runs)]
+    random.Random(seed).shuffle(plan)
+    todo = [(lv, i) for lv, i in plan if not (directory / f"ab-plus{lv:02d}-{i:03d}.json").exists()]
+    started = time.monotonic()
+    for done, (level, i) in enumerate(todo, 1):
+        out = directory / f"ab-plus{level:02d}-{i:03d}.json"
+        _git(repo, "checkout", "-q", "--detach", heads[level])
+        cmd = [
+            sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--perfguard",
+            f"--perfguard-ab={base}", f"--perfguard-json={out.with_suffix('.tmp').resolve()}",
+            "--perfguard-fail-on=never", "--perfguard-report=last-report.md", "test_study.py",
+        ]  # fmt: skip
+        began = time.monotonic()
+        subprocess.run(cmd, cwd=repo, check=True, stdout=subprocess.DEVNULL)
+        out.with_suffix(".tmp").rename(out)
+        _record_wall(directory, out.stem, time.monotonic() - began)
+        spent = time.monotonic() - started
+        print(
+            f"[{done}/{len(todo)}] A/B +{level}% done; {spent / 60:.1f} min so far, "
+            f"about {spent / done * (len(todo) - done) / 60:.1f} min left",
+            flush=True,
+        )
+
+
+def _record_wall(directory: Path, name: str, seconds: float) -> None:
+    path = directory / "wall_s.json"
+    walls = json.loads(path.read_text()) if path.exists() else {}
+    walls[name] = round(seconds, 2)
+    path.write_text(json.dumps(walls, indent=1), encoding="utf-8")
+
+
+def analyze_ab(directories: Sequence[Path]) -> tuple[str, dict[int, dict[str, Any]]]:
+    """The A/B table from the results files kept in `directories`."""
+    import numpy as np
+
+    tally: dict[int, dict[str, Any]] = {p: {"n": 0, "pg": 0, "effect": []} for p in AB_PLAN}
+    for directory in directories:
+        for path in sorted(directory.glob("ab-plus*.json")):
+            level = int(path.stem.split("-")[1].removeprefix("plus"))
+            doc = json.loads(path.read_text())
+            row = tally[level]
+            for test in sorted({c["test"] for c in doc["comparisons"]}):
+                mine = [c for c in doc["comparisons"] if c["test"] == test and c["gating"]]
+                row["n"] += 1
+                row["pg"] += any(c["verdict"] == "regression" for c in mine)
+                p50 = next(c for c in mine if c["metric"] == "latency_p50_ms")
+                if p50["change_pct"] is not None:
+                    row["effect"].append(p50["change_pct"])
+    lines = [
+        "| injected | measured p50 change (median, IQR) | comparisons | perfguard A/B flags |",
+        "| --- | --- | --- | --- |",
+    ]
+    for level, row in tally.items():
+        if not row["n"]:
+            continue
+        q1, med, q3 = np.percentile(np.asarray(row["effect"]), [25, 50, 75])
+        name = "identical" if level == 0 else f"+{level}%"
+        lines.append(
+            f"| {name} | {med:+.1f}% ({q1:+.1f}% to {q3:+.1f}%) | {row['n']} "
+            f"| {row['pg']} ({100 * row['pg'] / row['n']:.1f}%) |"
+        )
+    return "\n".join(lines), tally
 
 
 # --- the analysis ----------------------------------------------------------------------
@@ -261,8 +393,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("--history", type=int, default=8, help="warm-up baselines on main")
     run.add_argument("--trials", type=int, default=40)
     run.add_argument("--seed", type=int, default=0)
+    run_ab = sub.add_parser("run-ab", help="same-job A/B runs through pytest (resumes)")
+    run_ab.add_argument("--dir", type=Path, default=DEFAULT_AB_DIR)
+    run_ab.add_argument("--seed", type=int, default=0)
     ana = sub.add_parser("analyze", help="tables from the runs kept in --dir (repeatable)")
     ana.add_argument("--dir", type=Path, action="append")
+    ana.add_argument("--ab-dir", type=Path, action="append", help="A/B runs (repeatable)")
     work = sub.add_parser("worker", help="(internal) one measurement process")
     work.add_argument("--extra", type=int, required=True)
     work.add_argument("--out", type=Path, required=True)
@@ -270,11 +406,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "worker":
         worker(args.extra, args.out)
         return 0
+    if args.command == "run-ab":
+        run_ab_study(args.dir, args.seed)
+        table, _ = analyze_ab([args.dir])
+        (args.dir / "summary.md").write_text(table + "\n", encoding="utf-8")
+        print(table)
+        return 0
     if args.command == "run":
         run_study(args.dir, args.history, args.trials, args.seed)
     directories = [args.dir] if isinstance(args.dir, Path) else (args.dir or [DEFAULT_DIR])
     summary = analyze(directories)
-    (directories[0] / "summary.md").write_text(summary + "\n", encoding="utf-8")
+    if getattr(args, "ab_dir", None):
+        table, tally = analyze_ab(args.ab_dir)
+        smallest = next(
+            (p for p in AB_PLAN if p and tally[p]["n"] and tally[p]["pg"] / tally[p]["n"] >= 0.9),
+            None,
+        )
+        summary += (
+            "\n\nSame-job A/B (`--perfguard-ab`), same models and machine:\n\n"
+            + table
+            + "\nSmallest injected change flagged at least 90% of the time in A/B mode: "
+            + (f"+{smallest}%." if smallest else "none of the levels.")
+        )
+    else:
+        (directories[0] / "summary.md").write_text(summary + "\n", encoding="utf-8")
     print(summary)
     return 0
 

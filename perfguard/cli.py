@@ -83,6 +83,7 @@ def merge_runs(runs: Sequence[tuple[Path, Run]]) -> Run:
     seen = {r.key: first_path for r in first.results}
     results = list(first.results)
     comparisons = list(first.comparisons)
+    base_side = list(first.baseline_results)  # same-job A/B shards: each its base side
     warnings = list(first.health_warnings)
     for path, run in rest:
         if run.commit != first.commit:
@@ -104,9 +105,16 @@ def merge_runs(runs: Sequence[tuple[Path, Run]]) -> Run:
             seen[r.key] = path
             results.append(r)
         comparisons.extend(run.comparisons)
+        base_side.extend(run.baseline_results)
         warnings += [w for w in run.health_warnings if w not in warnings]
     health = {**first.health, "warnings": warnings} if warnings else dict(first.health)
-    return replace(first, results=tuple(results), comparisons=tuple(comparisons), health=health)
+    return replace(
+        first,
+        results=tuple(results),
+        comparisons=tuple(comparisons),
+        health=health,
+        baseline_results=tuple(base_side),
+    )
 
 
 def cmd_merge(args: argparse.Namespace) -> int:

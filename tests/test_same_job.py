@@ -98,15 +98,15 @@ def test_real_extra_compute_is_a_regression_found_in_the_same_job(
     assert "same-job A/B" in doc["baseline"]["reason"]
     [base_result] = doc["baseline_results"]
     [head_result] = doc["results"]
-    assert head_result["details"]["ab"]["pairs"] == 5
+    assert head_result["details"]["ab"]["pairs"] == 10  # twice --perfguard-repeats
     orders = head_result["details"]["ab"]["order"].split()
-    assert len(orders) == 5 and set(orders) <= {"AB", "BA"}
+    assert len(orders) == 10 and set(orders) <= {"AB", "BA"}
     p50 = next(c for c in doc["comparisons"] if c["metric"] == "latency_p50_ms")
     assert p50["verdict"] == "regression"
     assert p50["baseline"] == base_result["metrics"]["latency_p50_ms"]
     assert p50["change_pct"] > 50  # three times the layers
     assert p50["p_value"] < 0.05 and p50["cohens_d"] > 0
-    assert "paired t-test over 5 A/B block pairs" in p50["note"]
+    assert "paired t-test over 10 A/B block pairs" in p50["note"]
     report = (pytester.path / "reports" / "perfguard.md").read_text()
     assert "**Same-job A/B:**" in report and "paired t-test" in report
     assert len(worktrees(pytester.path)) == 1  # the base worktree was removed
@@ -293,3 +293,16 @@ def test_sample_on_demand_samples_one_block_per_command() -> None:
             next_command=lambda: "dance",
             hand_over=handed.append,
         )
+
+
+def test_merging_ab_shards_keeps_each_base_side(tmp_path: Path) -> None:
+    from perfguard.cli import merge_runs
+
+    one = _result([[1.0, 1.1]])
+    two = VariantResult("u", "eager", "ok", samples_ms=(2.0,))
+    shard1 = Run("c", "m", {}, (one,), baseline_results=(one,))
+    shard2 = Run("c", "m", {}, (two,), baseline_results=(two,))
+    merged = merge_runs([(tmp_path / "1.json", shard1), (tmp_path / "2.json", shard2)])
+    assert [r.test for r in merged.baseline_results] == ["t", "u"]
+    again = Run.from_json(json.loads(json.dumps(merged.to_json())))
+    assert [r.test for r in again.baseline_results] == ["t", "u"]

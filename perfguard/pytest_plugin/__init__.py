@@ -300,7 +300,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         root=Path(config.rootpath),
         baseline_dir=o.baseline_dir,
         machine=o.machine or machine_key(environment),
-        compare=o.compare,
+        # A/B with nothing measured (no perf items) has nothing to compare
+        compare="none" if o.ab and state.ab is None else o.compare,
         main_branch=o.main_branch,
         baseline_depth=o.baseline_depth,
         save=o.save,
@@ -309,7 +310,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         json=o.json,
         unhealthy=o.unhealthy,
         thresholds=Thresholds(
-            min_change_pct=o.min_change_pct, gate_p99=o.gate_p99, per_test=state.per_test_thresholds
+            min_change_pct=o.min_change_pct,
+            ab_min_change_pct=o.ab_min_change_pct,
+            gate_p99=o.gate_p99,
+            per_test=state.per_test_thresholds,
         ),
     )
     outcome = finish_run(

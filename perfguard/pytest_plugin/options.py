@@ -34,6 +34,8 @@ HELP = {
     "device": "'auto' (default: CUDA when present), 'cpu' or 'cuda[:N]'",
     "threads": "torch intra-op threads while measuring (default: torch's own)",
     "min_change": "smallest latency change, in percent, that can be a regression (default 10)",
+    "ab_min_change": "same-job A/B: smallest latency change, in percent, that can be a "
+    "regression (default 5)",
     "gate_p99": "let p99 latency gate the verdict (default: reported only)",
     "seed": "torch/numpy/random seed set before each perf item, so random weights match (0)",
     "main_branch": "the main branch for the merge-base lookup (default: main)",
@@ -73,6 +75,7 @@ OPTIONS: tuple[_Opt, ...] = (
     _Opt("device", "--perfguard-device", "str", "auto", "DEVICE"),
     _Opt("threads", "--perfguard-threads", "str", None, "N"),
     _Opt("min_change", "--perfguard-min-change", "str", "10", "PCT"),
+    _Opt("ab_min_change", "--perfguard-ab-min-change", "str", "5", "PCT"),
     _Opt("gate_p99", "--perfguard-gate-p99", "bool", False),
     _Opt("seed", "--perfguard-seed", "str", "0", "N"),
     _Opt("main_branch", "--perfguard-main-branch", "str", "main", "NAME"),
@@ -141,6 +144,7 @@ class Options:
     progress: str
     shard: tuple[int, int] | None = None  # (K, N), 1-based
     unhealthy: str = "warn"
+    ab_min_change_pct: float = 5.0
     ab: str | None = None  # same-job A/B against this revision ("auto": find it)
     worker: bool = False  # this session is an A/B worker, driven from another session
 
@@ -243,5 +247,6 @@ def resolve(config: pytest.Config) -> Options:
         shard=_shard(config, by_name["shard"]),
         unhealthy=_choice(config, by_name["unhealthy"], ("warn", "inconclusive")),
         ab=ab,
+        ab_min_change_pct=_number(config, by_name["ab_min_change"], float, 0.0),
         worker=worker,
     )
