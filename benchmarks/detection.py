@@ -124,6 +124,15 @@ def schedule(history: int, trials: int, seed: int) -> list[Step]:
     return steps
 
 
+def _progress(done: int, total: int, what: str, started: float) -> None:
+    spent = time.monotonic() - started
+    eta = spent / done * (total - done)
+    print(
+        f"[{done}/{total}] {what} done; {spent / 60:.1f} min so far, about {eta / 60:.1f} min left",
+        flush=True,
+    )
+
+
 def run_study(directory: Path, history: int, trials: int, seed: int) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     steps = schedule(history, trials, seed)
@@ -146,13 +155,7 @@ def run_study(directory: Path, history: int, trials: int, seed: int) -> None:
         ]
         subprocess.run(cmd, check=True)
         tmp.rename(out)
-        spent = time.monotonic() - started
-        eta = spent / i * (len(todo) - i)
-        print(
-            f"[{i}/{len(todo)}] {step.name} done; {spent / 60:.1f} min so far, "
-            f"about {eta / 60:.1f} min left",
-            flush=True,
-        )
+        _progress(i, len(todo), step.name, started)
 
 
 # --- same-job A/B mode ----------------------------------------------------------------
@@ -230,12 +233,7 @@ def run_ab_study(directory: Path, seed: int) -> None:
         subprocess.run(cmd, cwd=repo, check=True, stdout=subprocess.DEVNULL)
         out.with_suffix(".tmp").rename(out)
         _record_wall(directory, out.stem, time.monotonic() - began)
-        spent = time.monotonic() - started
-        print(
-            f"[{done}/{len(todo)}] A/B +{level}% done; {spent / 60:.1f} min so far, "
-            f"about {spent / done * (len(todo) - done) / 60:.1f} min left",
-            flush=True,
-        )
+        _progress(done, len(todo), f"A/B +{level}%", started)
 
 
 def _record_wall(directory: Path, name: str, seconds: float) -> None:

@@ -64,7 +64,7 @@ class Side:
     proc: subprocess.Popen[bytes] | None = None
     conn: Connection | None = None
     collected: set[str] = field(default_factory=set)
-    _repeats: int = 0
+    repeats: int = 0  # blocks the worker's settings ask for, learnt from its `ready`
 
     @property
     def alive(self) -> bool:
@@ -168,22 +168,23 @@ class Side:
                 break
             if message["kind"] == "next":  # an item the driver did not run: skip it there
                 self.send("skip")
+        # a result before `ready`: it failed before sampling (build, compile)
+        return self._until_ended(ready_ends=True)
+
+    def _until_ended(self, *, ready_ends: bool) -> SideOutcome | None:
+        """Read the item's result, if any, until it ends; None on `ready` when `ready_ends`."""
         result = None
         environment = None
         while True:
             message = self.recv()
-            if message["kind"] == "ready":
-                self._repeats = int(message["repeats"])
+            if message["kind"] == "ready" and ready_ends:
+                self.repeats = int(message["repeats"])
                 return None
-            if message["kind"] == "result":  # failed before sampling (build, compile)
+            if message["kind"] == "result":
                 result = VariantResult.from_json(message["result"])
                 environment = message.get("environment")
             elif message["kind"] == "ended":
                 return SideOutcome(result, message["outcome"], message["message"], environment)
-
-    @property
-    def repeats(self) -> int:
-        return self._repeats
 
     def block(self) -> tuple[float, ...]:
         self.send("block")
@@ -192,15 +193,9 @@ class Side:
 
     def finish(self) -> SideOutcome:
         self.send("finish")
-        result = None
-        environment = None
-        while True:
-            message = self.recv()
-            if message["kind"] == "result":
-                result = VariantResult.from_json(message["result"])
-                environment = message.get("environment")
-            elif message["kind"] == "ended":
-                return SideOutcome(result, message["outcome"], message["message"], environment)
+        outcome = self._until_ended(ready_ends=False)
+        assert outcome is not None  # only `ready` gives None, and it does not end here
+        return outcome
 
     def stop(self) -> None:
         if self.conn is not None:

@@ -137,22 +137,24 @@ def sample(
     """Warm up, then take `settings.repeats` re-warmed blocks within the time budget."""
     progress("warming up")
     warmup = warm_up(call, clock, settings, progress)
-    per_block_ms = settings.budget_s * 1000.0 / settings.repeats
     blocks: list[tuple[float, ...]] = []
     for index in range(settings.repeats):
         progress(f"sampling (repeat {index + 1}/{settings.repeats})")
-        for _ in range(settings.rewarm_calls):
-            call()
-        blocks.append(
-            sample_block(
-                call,
-                clock,
-                min_samples=settings.min_samples_per_repeat,
-                max_samples=settings.max_samples_per_repeat,
-                budget_ms=per_block_ms,
-            )
-        )
+        blocks.append(_repeat(call, clock, settings))
     return SamplingOutcome(warmup, tuple(blocks))
+
+
+def _repeat(call: Callable[[], Any], clock: Clock, settings: SamplingSettings) -> tuple[float, ...]:
+    """One repeat: re-warm, then a block with its share (`budget_s / repeats`) of the time."""
+    for _ in range(settings.rewarm_calls):
+        call()
+    return sample_block(
+        call,
+        clock,
+        min_samples=settings.min_samples_per_repeat,
+        max_samples=settings.max_samples_per_repeat,
+        budget_ms=settings.budget_s * 1000.0 / settings.repeats,
+    )
 
 
 Command = str  # "block": sample one repeat and hand it over; "finish": stop sampling
@@ -178,21 +180,12 @@ def sample_on_demand(
     progress("warming up")
     warmup = warm_up(call, clock, settings, progress)
     ready(warmup, settings)
-    per_block_ms = settings.budget_s * 1000.0 / settings.repeats
     blocks: list[tuple[float, ...]] = []
     while (command := next_command()) != "finish":
         if command != "block":
             raise ValueError(f"unknown sampling command {command!r}")
         progress(f"sampling (A/B block {len(blocks) + 1})")
-        for _ in range(settings.rewarm_calls):
-            call()
-        block = sample_block(
-            call,
-            clock,
-            min_samples=settings.min_samples_per_repeat,
-            max_samples=settings.max_samples_per_repeat,
-            budget_ms=per_block_ms,
-        )
+        block = _repeat(call, clock, settings)
         blocks.append(block)
         hand_over(block)
     return SamplingOutcome(warmup, tuple(blocks))

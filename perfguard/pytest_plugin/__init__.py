@@ -153,8 +153,7 @@ def shard_items(
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     state = config.stash[state_key]
     if state.worker is not None:
-        kept = same_job.order_items(state.worker, items)
-        dropped = [i for i in items if i not in kept]
+        kept, dropped = same_job.order_items(state.worker, items)
         if dropped:
             config.hook.pytest_deselected(items=dropped)
         items[:] = kept

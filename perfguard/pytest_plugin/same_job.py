@@ -145,10 +145,13 @@ def run_item(ab: AbSession, state: SessionState, nodeid: str, test: str, variant
 # --- the worker's end ------------------------------------------------------------------
 
 
-def order_items(link: WorkerLink, items: list[pytest.Item]) -> list[pytest.Item]:
-    """Only the driver's items, in the driver's order."""
+def order_items(
+    link: WorkerLink, items: list[pytest.Item]
+) -> tuple[list[pytest.Item], list[pytest.Item]]:
+    """(kept, deselected): only the driver's items, in the driver's order."""
     rank = {nodeid: i for i, nodeid in enumerate(link.items)}
-    return sorted((i for i in items if i.nodeid in rank), key=lambda i: rank[i.nodeid])
+    kept = sorted((i for i in items if i.nodeid in rank), key=lambda i: rank[i.nodeid])
+    return kept, [i for i in items if i.nodeid not in rank]
 
 
 def wait_turn(link: WorkerLink, item: pytest.Item) -> None:
