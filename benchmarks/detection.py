@@ -74,7 +74,7 @@ def _build(kind: str, extra_pct: int) -> tuple[Any, tuple[Any, ...]]:
     return nn.Sequential(*layers).eval(), (x,)
 
 
-def worker(extra_pct: int, out: Path) -> None:
+def worker(extra_pct: int, out: Path, models: Sequence[str] = MODELS) -> None:
     from perfguard.environment import collect_environment, machine_key
     from perfguard.health import Monitor
     from perfguard.measure.runner import MeasureSettings, measure_model, resolve_device
@@ -84,7 +84,7 @@ def worker(extra_pct: int, out: Path) -> None:
     monitor = Monitor(device.type)  # runner health, as the plugin records it
     monitor.start()
     results = []
-    for kind in MODELS:
+    for kind in models:
         model, inputs = _build(kind, extra_pct)
         results.append(measure_model(model, inputs, "eager", MeasureSettings(), test=kind))
     health = monitor.stop()
@@ -115,7 +115,7 @@ def schedule(history: int, trials: int, seed: int) -> list[Step]:
     steps = [Step(f"b{i:03d}", 0, None) for i in range(history)]
     newest = steps[-1].name
     for t in range(trials):
-        levels = list(LEVELS)
+        levels = [0, *LEVELS]  # +0%: identical code as a PR head, beside the next baseline
         rng.shuffle(levels)
         steps += [Step(f"t{t:03d}-plus{p:02d}", p, newest) for p in levels]
         nxt = f"b{history + t:03d}"
@@ -141,21 +141,67 @@ def run_study(directory: Path, history: int, trials: int, seed: int) -> None:
     )
     todo = [s for s in steps if not (directory / f"{s.name}.json").exists()]
     started = time.monotonic()
-    for i, step in enumerate(todo, 1):
+    done = 0
+    for step in steps:
         out = directory / f"{step.name}.json"
-        tmp = out.with_suffix(".tmp")
-        cmd = [
-            sys.executable,
-            __file__,
-            "worker",
-            "--extra",
-            str(step.extra_pct),
-            "--out",
-            str(tmp),
-        ]
-        subprocess.run(cmd, check=True)
-        tmp.rename(out)
-        _progress(i, len(todo), step.name, started)
+        if not out.exists():
+            _measure(step.extra_pct, out, MODELS)
+            done += 1
+            _progress(done, len(todo), step.name, started)
+        # as the plugin does: what this comparison flags is measured again, in a fresh process
+        confirm = directory / f"{step.name}.confirm.json"
+        if step.base is not None and not confirm.exists():
+            flagged = sorted({test for test, _ in _targets(directory, steps, step)})
+            if flagged:
+                _measure(step.extra_pct, confirm, flagged)
+                print(f"    re-measured {', '.join(flagged)} of {step.name}", flush=True)
+
+
+def _measure(extra_pct: int, out: Path, models: Sequence[str]) -> None:
+    """One measurement process (a fresh Python and torch), its run written to `out`."""
+    tmp = out.with_suffix(".tmp")
+    cmd = [sys.executable, __file__, "worker", "--extra", str(extra_pct), "--out", str(tmp)]
+    subprocess.run([*cmd, "--models", ",".join(models)], check=True)
+    tmp.rename(out)
+
+
+def _load_runs(directory: Path, steps: Sequence[Step]) -> dict[str, Any]:
+    """The runs of `steps` kept in `directory`, by file stem (confirmations `NAME.confirm`)."""
+    from perfguard.records import Run
+
+    runs: dict[str, Any] = {}
+    for s in steps:
+        for stem in (s.name, f"{s.name}.confirm"):
+            path = directory / f"{stem}.json"
+            if path.exists():
+                runs[stem] = Run.from_json(json.loads(path.read_text()))
+    return runs
+
+
+def _compare_step(
+    steps: Sequence[Step], runs: dict[str, Any], step: Step
+) -> tuple[tuple[Any, ...], Any]:
+    """The step's comparisons with its baseline, as the plugin makes them (noise floor from
+    the last `HISTORY_WINDOW` baselines), before any confirmation."""
+    from perfguard.stats.verdicts import Thresholds, compare_runs
+    from perfguard.store.history import history_frame, noise_floor
+
+    assert step.base is not None, "a warm-up baseline is compared with nothing"
+    baselines = [s.name for s in steps if s.name.startswith("b")]
+    position = baselines.index(step.base)
+    window = [runs[b] for b in baselines[max(0, position - HISTORY_WINDOW + 1) : position + 1]]
+    floor = noise_floor(history_frame(window))
+    return compare_runs(runs[step.base], runs[step.name], Thresholds(), floor), floor
+
+
+def _targets(directory: Path, steps: Sequence[Step], step: Step) -> list[tuple[str, str]]:
+    from perfguard.stats.verdicts import confirm_targets
+
+    baselines = [s for s in steps if s.name.startswith("b")]
+    position = next(i for i, s in enumerate(baselines) if s.name == step.base)
+    needed = [*baselines[max(0, position - HISTORY_WINDOW + 1) : position + 1], step]
+    comparisons, _ = _compare_step(steps, _load_runs(directory, needed), step)
+    return confirm_targets(comparisons)
 
 
 # --- same-job A/B mode ----------------------------------------------------------------
@@ -289,65 +335,75 @@ def naive_alarm(base: Sequence[float], head: Sequence[float]) -> bool:
 
 def analyze(directories: Sequence[Path]) -> str:
     """The tables over every study kept in `directories` (each with its own schedule)."""
-    from perfguard.records import Run
-    from perfguard.stats.verdicts import Thresholds
-
-    thresholds = Thresholds()
     tally: dict[int, dict[str, Any]] = {
-        p: {"n": 0, "pg": 0, "naive": 0, "improve": 0, "effect": []} for p in (0, *LEVELS)
+        p: {"n": 0, "pg": 0, "first": 0, "later": 0, "later_n": 0, "naive": 0, "improve": 0}
+        | {"effect": []}
+        for p in (0, *LEVELS)
     }
-    processes = 0
+    processes = confirmed = 0
     any_run = None
     for directory in directories:
         steps = [Step(**s) for s in json.loads((directory / "schedule.json").read_text())]
-        runs: dict[str, Run] = {}
-        for s in steps:
-            path = directory / f"{s.name}.json"
-            if path.exists():
-                runs[s.name] = Run.from_json(json.loads(path.read_text()))
+        runs = _load_runs(directory, steps)
         processes += len(runs)
+        confirmed += sum(name.endswith(".confirm") for name in runs)
         any_run = any_run or next(iter(runs.values()), None)
-        _tally(steps, runs, thresholds, tally)
-    return _table(tally, processes, any_run)
+        _tally(steps, runs, tally)
+    return _table(tally, processes, confirmed, any_run)
 
 
-def _tally(
-    steps: Sequence[Step], runs: dict[str, Any], thresholds: Any, tally: dict[int, dict[str, Any]]
-) -> None:
-    from perfguard.stats.verdicts import compare_runs
-    from perfguard.store.history import history_frame, noise_floor
+def _tally(steps: Sequence[Step], runs: dict[str, Any], tally: dict[int, dict[str, Any]]) -> None:
+    """Count flags per level; a step that was re-measured is judged as the plugin would.
 
-    baselines = [s.name for s in steps if s.name.startswith("b")]
-    for s in steps:
+    `later` judges the same rule with a re-measure about a minute later instead: the next
+    process that ran the same code, re-paired from the runs kept (not a new measurement).
+    """
+    from perfguard.stats.verdicts import Thresholds, confirm_verdicts
+
+    def flagged(comparisons: Sequence[Any], model: str, verdict: str = "regression") -> bool:
+        return any(c.verdict == verdict for c in comparisons if c.test == model and c.gating)
+
+    for i, s in enumerate(steps):
         if s.base is None or s.name not in runs or s.base not in runs:
             continue
-        position = baselines.index(s.base)
-        window = [runs[b] for b in baselines[max(0, position - HISTORY_WINDOW + 1) : position + 1]]
-        floor = noise_floor(history_frame(window))
+        first, floor = _compare_step(steps, runs, s)
+        again = runs.get(f"{s.name}.confirm")
+        final = (
+            first
+            if again is None
+            else confirm_verdicts(first, [again.results], Thresholds(), floor)
+        )
+        later = next((t.name for t in steps[i + 1 :] if t.extra_pct == s.extra_pct), None)
+        spaced = None
+        if later in runs:
+            spaced = confirm_verdicts(first, [runs[later].results], Thresholds(), floor)
         base, head = runs[s.base], runs[s.name]
-        comparisons = compare_runs(base, head, thresholds, floor)
         row = tally[s.extra_pct]
         for model in MODELS:
             b, h = base.result(model, "eager"), head.result(model, "eager")
             if b is None or h is None or b.status != "ok" or h.status != "ok":
                 continue
-            mine = [c for c in comparisons if c.test == model and c.gating]
             row["n"] += 1
-            row["pg"] += any(c.verdict == "regression" for c in mine)
-            row["improve"] += any(c.verdict == "improvement" for c in mine)
+            row["pg"] += flagged(final, model)
+            row["first"] += flagged(first, model)
+            if spaced is not None:
+                row["later_n"] += 1
+                row["later"] += flagged(spaced, model)
+            row["improve"] += flagged(final, model, "improvement")
             row["naive"] += naive_alarm(b.samples_ms, h.samples_ms)
             bp, hp = b.metrics.latency_p50_ms, h.metrics.latency_p50_ms
             if bp and hp:
                 row["effect"].append(100.0 * (hp - bp) / bp)
 
 
-def _table(tally: dict[int, dict[str, Any]], processes: int, any_run: Any) -> str:
+def _table(tally: dict[int, dict[str, Any]], processes: int, confirmed: int, any_run: Any) -> str:
     import numpy as np
 
     lines = [
         "| injected | measured p50 change (median, IQR) | comparisons | perfguard flags "
+        "| flagged before re-measuring | re-measured a minute later (re-paired) "
         "| naive rule flags |",
-        "| --- | --- | --- | --- | --- |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for level, row in tally.items():
         n = row["n"]
@@ -359,6 +415,9 @@ def _table(tally: dict[int, dict[str, Any]], processes: int, any_run: Any) -> st
         lines.append(
             f"| {name} | {med:+.1f}% ({q1:+.1f}% to {q3:+.1f}%) | {n} "
             f"| {row['pg']} ({100 * row['pg'] / n:.1f}%) "
+            f"| {row['first']} ({100 * row['first'] / n:.1f}%) "
+            f"| {row['later']} of {row['later_n']} "
+            f"({100 * row['later'] / max(row['later_n'], 1):.1f}%) "
             f"| {row['naive']} ({100 * row['naive'] / n:.1f}%) |"
         )
     ident = tally[0]
@@ -378,7 +437,8 @@ def _table(tally: dict[int, dict[str, Any]], processes: int, any_run: Any) -> st
         env = any_run.environment
         lines.append(
             f"Machine: {env.get('cpu')}, {env.get('cpu_count')} CPUs, torch {env.get('torch')}, "
-            f"Python {platform.python_version()}; {processes} measurement processes."
+            f"Python {platform.python_version()}; {processes} measurement processes "
+            f"({confirmed} of them confirmation re-measures)."
         )
     return "\n".join(lines)
 
@@ -400,9 +460,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     work = sub.add_parser("worker", help="(internal) one measurement process")
     work.add_argument("--extra", type=int, required=True)
     work.add_argument("--out", type=Path, required=True)
+    work.add_argument("--models", default=",".join(MODELS))
     args = parser.parse_args(argv)
     if args.command == "worker":
-        worker(args.extra, args.out)
+        worker(args.extra, args.out, args.models.split(","))
         return 0
     if args.command == "run-ab":
         run_ab_study(args.dir, args.seed)

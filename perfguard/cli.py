@@ -84,6 +84,7 @@ def merge_runs(runs: Sequence[tuple[Path, Run]]) -> Run:
     results = list(first.results)
     comparisons = list(first.comparisons)
     base_side = list(first.baseline_results)  # same-job A/B shards: each its base side
+    confirm = [list(rs) for rs in first.confirm_results]  # round k of every shard together
     warnings = list(first.health_warnings)
     for path, run in rest:
         if run.commit != first.commit:
@@ -106,6 +107,10 @@ def merge_runs(runs: Sequence[tuple[Path, Run]]) -> Run:
             results.append(r)
         comparisons.extend(run.comparisons)
         base_side.extend(run.baseline_results)
+        for k, made in enumerate(run.confirm_results):
+            if k == len(confirm):
+                confirm.append([])
+            confirm[k].extend(made)
         warnings += [w for w in run.health_warnings if w not in warnings]
     health = {**first.health, "warnings": warnings} if warnings else dict(first.health)
     return replace(
@@ -114,6 +119,7 @@ def merge_runs(runs: Sequence[tuple[Path, Run]]) -> Run:
         comparisons=tuple(comparisons),
         health=health,
         baseline_results=tuple(base_side),
+        confirm_results=tuple(map(tuple, confirm)),
     )
 
 
@@ -137,7 +143,7 @@ def _finish_merged(args: argparse.Namespace, merged: Run) -> int:
     and save it as the baseline of HEAD when asked: as one unsharded run would."""
     from perfguard.git import git_state
     from perfguard.health import Health
-    from perfguard.pipeline import FinishSettings, finish_run
+    from perfguard.pipeline import FinishSettings, finish_run, replay
 
     state = git_state(Path.cwd())
     if state is None or state.head is None:
@@ -159,15 +165,20 @@ def _finish_merged(args: argparse.Namespace, merged: Run) -> int:
         json=args.output,
         thresholds=Thresholds.from_json(merged.settings.get("thresholds")),
         unhealthy=str(merged.settings.get("unhealthy", "warn")),
+        confirm=len(merged.confirm_results),
     )
     outcome = finish_run(
         merged.results,
         merged.environment,
         settings,
         extra_settings={
-            k: v for k, v in merged.settings.items() if k not in ("thresholds", "shard")
+            **{k: v for k, v in merged.settings.items() if k not in ("thresholds", "shard")},
+            "confirm": len(merged.confirm_results),
         },
         health=Health.from_json(merged.health),
+        # the shards measured their flagged items again on the GPU; the verdicts of the
+        # whole run are confirmed with those re-measures
+        remeasure=replay(merged.confirm_results) if merged.confirm_results else None,
     )
     for message in outcome.messages:
         print(message, file=sys.stderr)

@@ -7,7 +7,7 @@ measured with `measure_model` can call it the same way.
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -22,9 +22,16 @@ from perfguard.git import (
     git_state,
 )
 from perfguard.health import Health
-from perfguard.records import BaselineRef, Run, VariantResult
+from perfguard.records import BaselineRef, Comparison, Run, VariantResult
 from perfguard.report.outputs import write_reports
-from perfguard.stats.verdicts import Thresholds, compare_runs, withhold_speed_verdicts
+from perfguard.stats.verdicts import (
+    LATENCY_METRICS,
+    Thresholds,
+    compare_runs,
+    confirm_targets,
+    confirm_verdicts,
+    withhold_speed_verdicts,
+)
 from perfguard.store.baselines import BaselineError, BaselineStore, write_json_atomic
 from perfguard.store.history import load_history, noise_floor, with_trends
 
@@ -48,6 +55,12 @@ class FinishSettings:
     thresholds: Thresholds = field(default_factory=Thresholds)
     history_length: int = 20  # baselines the noise floor is learned from
     unhealthy: str = "warn"  # "inconclusive": health warnings withhold speed verdicts
+    confirm: int = 1  # fresh-process re-measures a latency verdict must survive (stored mode)
+
+
+Remeasure = Callable[[Sequence[tuple[str, str]]], Sequence[VariantResult]]
+"""Measures these (test, variant) items again in a fresh process and returns the results;
+an item it could not measure comes back as an error result, or not at all (never raises)."""
 
 
 @dataclass(frozen=True)
@@ -119,10 +132,13 @@ def finish_run(
     extra_settings: Mapping[str, Any] | None = None,
     health: Health | None = None,
     same_job: SameJobBase | None = None,
+    remeasure: Remeasure | None = None,
 ) -> Outcome:
     """Compare, write and save. Results are always written, even when comparing fails.
 
     `same_job`: compare with the base measured in this job (paired), not a stored baseline.
+    `remeasure`: how to measure flagged items again in a fresh process, `settings.confirm`
+    times, before their latency verdicts stand (stored baselines only; None: no confirming).
     """
     state = git_state(settings.root)
     store = BaselineStore(settings.baseline_dir)
@@ -145,7 +161,7 @@ def finish_run(
             run = _compare_same_job(run, same_job, settings)
             messages.append(f"baseline: {same_job.commit[:10]} ({same_job.reason})")
         else:
-            run = _compare_stored(run, settings, state, store, messages)
+            run = _compare_stored(run, settings, state, store, messages, remeasure)
         if settings.unhealthy == "inconclusive" and run.health_warnings:
             withheld = withhold_speed_verdicts(
                 run.comparisons, "runner health: " + "; ".join(run.health_warnings)
@@ -172,7 +188,7 @@ def finish_run(
             error = refusal
         else:
             try:
-                saved = store.save(replace(run, baseline_results=()))
+                saved = store.save(replace(run, baseline_results=(), confirm_results=()))
                 messages.append(f"saved baseline {saved}")
             except BaselineError as exc:
                 error = f"baseline not saved: {exc}"
@@ -185,8 +201,9 @@ def _compare_stored(
     state: GitState | None,
     store: BaselineStore,
     messages: list[str],
+    remeasure: Remeasure | None = None,
 ) -> Run:
-    """Find the stored baseline, learn the noise floor from history, compare."""
+    """Find the stored baseline, learn the noise floor from history, compare, confirm."""
     choice = choose_baseline(settings, state, store)
     base = store.load(settings.machine, choice.commit) if choice.commit else None
     run = replace(
@@ -215,6 +232,13 @@ def _compare_stored(
             messages.append(f"noise floor learned from {history['commit'].nunique()} baselines")
     if settings.compare != "none":
         comparisons = compare_runs(base, run, settings.thresholds, noise)
+        targets = confirm_targets(comparisons) if remeasure and settings.confirm > 0 else []
+        if remeasure is not None and targets:
+            again = [tuple(remeasure(targets)) for _ in range(settings.confirm)]
+            confirmed = confirm_verdicts(comparisons, again, settings.thresholds, noise)
+            messages.append(_confirm_summary(comparisons, confirmed, len(targets), len(again)))
+            comparisons = confirmed
+            run = replace(run, confirm_results=tuple(again))
         if history is not None:
             comparisons = with_trends(comparisons, history)
         run = replace(run, comparisons=comparisons)
@@ -236,3 +260,33 @@ def _compare_same_job(run: Run, base: SameJobBase, settings: FinishSettings) -> 
         baseline_results=base.results,
         comparisons=comparisons,
     )
+
+
+def replay(rounds: Sequence[Sequence[VariantResult]]) -> Remeasure:
+    """A `Remeasure` that hands back re-measures made earlier (the shards' own, when
+    `perfguard merge` compares the whole run): round after round, the asked-for items."""
+    pending = list(rounds)
+
+    def remeasure(keys: Sequence[tuple[str, str]]) -> Sequence[VariantResult]:
+        made = pending.pop(0) if pending else ()
+        return [r for r in made if r.key in keys]
+
+    return remeasure
+
+
+def _confirm_summary(
+    before: Sequence[Comparison], after: Sequence[Comparison], items: int, rounds: int
+) -> str:
+    flagged = [
+        (b, a)
+        for b, a in zip(before, after, strict=True)
+        if b.verdict in ("regression", "improvement") and b.metric in LATENCY_METRICS
+    ]
+    withdrawn = sum(a.verdict != b.verdict for b, a in flagged)
+    unconfirmed = sum("unconfirmed" in a.note for _, a in flagged)
+    text = (
+        f"confirmation: {items} flagged item(s) re-measured in "
+        f"{'a fresh process' if rounds == 1 else f'{rounds} fresh processes'}; "
+        f"{len(flagged) - withdrawn} latency verdict(s) stood, {withdrawn} withdrawn"
+    )
+    return text + (f", {unconfirmed} could not be re-measured" if unconfirmed else "")

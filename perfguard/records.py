@@ -249,6 +249,8 @@ class Comparison:
     trend: tuple[tuple[str, float], ...] = ()  # (commit, value) of recent baselines, oldest first
     baseline_ci: tuple[float, float] | None = None  # 95% bootstrap interval over repeats
     current_ci: tuple[float, float] | None = None
+    # the change seen again by each confirmation re-measure (fresh process, same baseline)
+    confirm_change_pct: tuple[float | None, ...] = ()
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
@@ -261,6 +263,11 @@ class Comparison:
             if checked is not None:
                 points.append((str(commit), checked))
         object.__setattr__(self, "trend", tuple(points))
+        object.__setattr__(
+            self,
+            "confirm_change_pct",
+            tuple(_finite_or_none("confirm_change_pct", v) for v in self.confirm_change_pct),
+        )
         for name in ("baseline_ci", "current_ci"):
             ci = getattr(self, name)
             if ci is not None:
@@ -284,6 +291,11 @@ class Comparison:
             "gating": self.gating,
             "note": self.note,
             **({"trend": [list(point) for point in self.trend]} if self.trend else {}),
+            **(
+                {"confirm_change_pct": list(self.confirm_change_pct)}
+                if self.confirm_change_pct
+                else {}
+            ),
             **{
                 name: list(getattr(self, name))
                 for name in ("baseline_ci", "current_ci")
@@ -310,6 +322,7 @@ class Comparison:
                 trend=tuple((str(c), float(v)) for c, v in data.get("trend") or ()),
                 baseline_ci=_pair(data.get("baseline_ci")),
                 current_ci=_pair(data.get("current_ci")),
+                confirm_change_pct=tuple(data.get("confirm_change_pct") or ()),
             )
         except KeyError as exc:
             raise RecordError(f"a comparison lacks the key {exc.args[0]!r}") from exc
@@ -337,11 +350,14 @@ class Run:
     settings: Mapping[str, Any] = field(default_factory=dict)
     health: Mapping[str, Any] = field(default_factory=dict)  # {"warnings": [...], "facts": {...}}
     baseline_results: tuple[VariantResult, ...] = ()  # same-job A/B: the base side's results
+    # confirmation re-measures of flagged items, one tuple per round (fresh process)
+    confirm_results: tuple[tuple[VariantResult, ...], ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "health", dict(self.health))
         object.__setattr__(self, "results", tuple(self.results))
         object.__setattr__(self, "baseline_results", tuple(self.baseline_results))
+        object.__setattr__(self, "confirm_results", tuple(map(tuple, self.confirm_results)))
         object.__setattr__(self, "comparisons", tuple(self.comparisons))
         object.__setattr__(self, "environment", dict(self.environment))
         object.__setattr__(self, "settings", dict(self.settings))
@@ -382,6 +398,11 @@ class Run:
                 if self.baseline_results
                 else {}
             ),
+            **(
+                {"confirm_results": [[r.to_json() for r in rs] for rs in self.confirm_results]}
+                if self.confirm_results
+                else {}
+            ),
         }
 
     @classmethod
@@ -412,6 +433,10 @@ class Run:
                 health=data.get("health") or {},
                 baseline_results=tuple(
                     VariantResult.from_json(r) for r in data.get("baseline_results") or ()
+                ),
+                confirm_results=tuple(
+                    tuple(VariantResult.from_json(r) for r in rs)
+                    for rs in data.get("confirm_results") or ()
                 ),
             )
         except KeyError as exc:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from perfguard.cli import main
+from perfguard.store.baselines import BaselineStore
 from tests.factories import result, run
 
 T = "t.py::test_m"
@@ -117,3 +119,48 @@ def test_report_and_compare_run_without_torch(files: dict[str, Path], tmp_path: 
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 1, done.stderr
+
+
+def test_merge_confirms_the_whole_run_with_the_shards_re_measures(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Shards re-measure their flagged items on the GPU; merge's verdicts use those."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+            cwd=repo,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+
+    git("init", "-q", "-b", "main")
+    git("commit", "-q", "--allow-empty", "-m", "A")
+    a = git("rev-parse", "HEAD")
+    git("commit", "-q", "--allow-empty", "-m", "B")
+    b = git("rev-parse", "HEAD")
+    base = run([result("t.py::a", "eager", 1.0, seed=1), result("t.py::b", "eager", 1.0, seed=2)])
+    BaselineStore(repo / "baselines").save(run(list(base.results), commit=a))
+    real = replace(
+        run([result("t.py::a", "eager", 1.6, seed=3)], commit=b),
+        confirm_results=((result("t.py::a", "eager", 1.5, seed=5),),),
+    )
+    fluke = replace(
+        run([result("t.py::b", "eager", 1.6, seed=4)], commit=b),
+        confirm_results=((result("t.py::b", "eager", 1.01, seed=6),),),
+    )
+    s1, s2 = write(tmp_path / "s1.json", real), write(tmp_path / "s2.json", fluke)
+    monkeypatch.chdir(repo)
+    out = tmp_path / "merged.json"
+    assert main(["merge", str(s1), str(s2), "-o", str(out), "--compare", "auto"]) == 1
+    doc = json.loads(out.read_text())
+    p50 = {c["test"]: c for c in doc["comparisons"] if c["metric"] == "latency_p50_ms"}
+    assert p50["t.py::a"]["verdict"] == "regression"
+    assert p50["t.py::a"]["confirm_change_pct"][0] > 40
+    assert p50["t.py::b"]["verdict"] == "inconclusive"
+    assert "not shown again in a fresh process" in p50["t.py::b"]["note"]
+    assert [len(rs) for rs in doc["confirm_results"]] == [2]  # one round, both shards
+    assert doc["settings"]["confirm"] == 1

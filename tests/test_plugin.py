@@ -5,11 +5,18 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
 
-FAST = ("--perfguard-budget=0.02", "--perfguard-repeats=3", "-p", "no:cacheprovider")
+FAST = (
+    "--perfguard-budget=0.02",
+    "--perfguard-repeats=3",
+    "--perfguard-confirm-gap=0",  # a re-measure need not wait in tests
+    "-p",
+    "no:cacheprovider",
+)
 
 # Written only from INTERFACE.md, as a user would.
 USER_SUITE = """
@@ -352,6 +359,138 @@ def test_save_then_compare_finds_the_baseline_and_flags_a_regression(
 
     never = run(pytester, "--perfguard", "--perfguard-fail-on=never", "--perfguard-repeats=5")
     assert never.ret == 0
+
+
+SLOW_ONCE = """
+import pathlib, pytest, torch
+
+@pytest.mark.perfguard(variants=["eager"])
+def test_model(perfguard):
+    flag = pathlib.Path("slow-once")  # the first process to see it is slow, none after
+    width = 4096 if flag.exists() else 64
+    flag.unlink(missing_ok=True)
+    model = torch.nn.Sequential(torch.nn.Linear(256, width), torch.nn.ReLU(),
+                                torch.nn.Linear(width, 8)).eval()
+    perfguard.run(model, (torch.randn(64, 256),))
+"""
+
+
+def test_a_slowdown_only_one_process_saw_is_withdrawn_by_the_re_measure(
+    pytester: pytest.Pytester, repo: Path
+) -> None:
+    pytester.makepyfile(test_scaled=SLOW_ONCE)
+    git(repo, "commit", "-q", "-am", "A2")
+    assert run(pytester, "--perfguard", "--perfguard-save", "--perfguard-repeats=5").ret == 0
+    git(repo, "commit", "-q", "--allow-empty", "-m", "B")
+
+    (repo / "slow-once").write_text("")  # this process runs slow (a noisy neighbour, say)
+    # a high bar, so that the fresh process of identical code never reaches it by chance
+    bar = ("--perfguard-repeats=5", "--perfguard-min-change=50")
+    result = run(pytester, "--perfguard", "--perfguard-json=out.json", *bar)
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(
+        [
+            "*confirming 1 flagged item(s) in a fresh process (1 of 1): "
+            "test_scaled.py::test_model[[]eager[]]*",
+            "*confirmation: 1 flagged item(s) re-measured in a fresh process; "
+            "0 latency verdict(s) stood, * withdrawn*",
+        ]
+    )
+    doc = json.loads((repo / "out.json").read_text())
+    p50 = next(c for c in doc["comparisons"] if c["metric"] == "latency_p50_ms")
+    assert p50["change_pct"] > 100  # what this process measured ...
+    assert p50["verdict"] == "inconclusive"  # ... but the fresh one did not see it
+    assert "not shown again in a fresh process" in p50["note"]
+    assert len(p50["confirm_change_pct"]) == 1 and p50["confirm_change_pct"][0] < 50
+    assert doc["settings"]["confirm"] == 1
+    assert "measured again in 1 fresh process" in (repo / "reports/perfguard.md").read_text()
+
+    (repo / "slow-once").write_text("")  # without confirming, the same run is a regression
+    once = run(pytester, "--perfguard", *bar, "--perfguard-confirm=0")
+    assert once.ret == pytest.ExitCode.TESTS_FAILED, once.stdout.str()
+    assert "confirming" not in once.stdout.str()
+
+
+def test_a_real_slowdown_stands_when_re_measured_and_the_report_says_so(
+    pytester: pytest.Pytester, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert run(pytester, "--perfguard", "--perfguard-save", "--perfguard-repeats=5").ret == 0
+    git(repo, "commit", "-q", "--allow-empty", "-m", "B")
+    monkeypatch.setenv("WIDTH", "4096")  # every process of this code is slower
+    result = run(
+        pytester,
+        "--perfguard",
+        "--perfguard-json=out.json",
+        "--perfguard-repeats=5",
+        "--perfguard-confirm=2",
+    )
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    result.stdout.fnmatch_lines(["*(1 of 2)*", "*(2 of 2)*", "*regression found*"])
+    doc = json.loads((repo / "out.json").read_text())
+    p50 = next(c for c in doc["comparisons"] if c["metric"] == "latency_p50_ms")
+    assert p50["verdict"] == "regression"
+    assert len(p50["confirm_change_pct"]) == 2 and min(p50["confirm_change_pct"]) > 50
+    assert "shown again in a fresh process" in p50["note"]
+    report = (repo / "reports/perfguard.md").read_text()
+    assert "| detectable | re-measured |" in report
+    assert "measured again in 2 fresh processes" in report
+
+
+def test_the_re_measure_loads_the_plugins_this_session_loaded() -> None:
+    from perfguard.pytest_plugin.confirm import plugin_args
+
+    args = ["-q", "-p", "no:randomly", "-pmyplugin", "--pdb", "tests", "-p"]
+    assert plugin_args(args) == ["-p", "no:randomly", "-p", "myplugin"]
+
+
+def test_the_re_measure_waits_out_the_gap_after_the_last_measurement(
+    pytestconfig: pytest.Config,
+) -> None:
+    from dataclasses import replace
+
+    from perfguard.pytest_plugin.confirm import remeasurer
+    from perfguard.pytest_plugin.options import resolve
+    from perfguard.records import VariantResult
+
+    now = [100.0]
+    slept: list[float] = []
+    calls: list[list[str]] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        now[0] += seconds
+
+    def child(
+        root: Path, args: Sequence[str], items: Mapping[tuple[str, str], str]
+    ) -> list[VariantResult]:
+        calls.append(sorted(items.values()))
+        now[0] += 5.0  # the child takes 5 s
+        return [VariantResult(t, v, "error", "fake") for t, v in items]
+
+    options = replace(resolve(pytestconfig), confirm=2, confirm_gap_s=60.0)
+    said: list[str] = []
+    again = remeasurer(
+        pytestconfig,
+        options,
+        {("t", "eager"): "t.py::t[eager]", ("u", "eager"): "t.py::u[eager]"},
+        {"t.py::t[eager]": 50.0, "t.py::u[eager]": 90.0},  # measured 50 s and 10 s ago
+        said.append,
+        run_child=child,
+        clock=lambda: now[0],
+        sleep=sleep,
+    )
+    assert again([("t", "eager")]) and slept == [10.0]  # 60 s after t, not after u
+    assert again([("t", "eager"), ("u", "eager")]) and slept == [10.0, 60.0]  # after round 1
+    assert calls == [["t.py::t[eager]"], ["t.py::t[eager]", "t.py::u[eager]"]]
+    assert any("waiting 60s before re-measuring" in line for line in said)
+    assert again([("nobody", "eager")]) == []  # an item this session did not measure
+
+
+def test_a_bad_confirm_count_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_user=USER_SUITE)
+    result = run(pytester, "--perfguard", "--perfguard-confirm=twice")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--perfguard-confirm: expected a whole number, got 'twice'*"])
 
 
 def test_a_corrupt_baseline_stops_the_comparison_naming_the_file(

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from perfguard.records import VariantResult
-from perfguard.stats.verdicts import Thresholds, compare_runs
+from perfguard.records import Comparison, VariantResult
+from perfguard.stats.verdicts import Thresholds, compare_runs, confirm_targets, confirm_verdicts
 from tests.factories import result, run
 
 T = "t.py::test_m"
@@ -148,3 +148,87 @@ def test_latency_comparisons_carry_bootstrap_intervals() -> None:
     assert c.baseline_ci[0] <= c.baseline_ci[1] < c.current_ci[0] <= c.current_ci[1]
     again = type(c).from_json(c.to_json())
     assert again == c
+
+
+def _flagged(head_ms: float, min_change_pct: float = 10.0) -> tuple[Comparison, ...]:
+    th = Thresholds(min_change_pct=min_change_pct)
+    return compare_runs(
+        run([result(T, "eager", 1.0, seed=1, memory=1e6)]),
+        run([result(T, "eager", head_ms, seed=2, memory=2e6)]),
+        th,
+    )
+
+
+def _p50(comparisons: tuple[Comparison, ...]) -> Comparison:
+    return next(c for c in comparisons if c.metric == "latency_p50_ms")
+
+
+def test_confirm_targets_are_the_items_with_a_latency_verdict() -> None:
+    slow = _flagged(1.5)
+    assert confirm_targets(slow) == [(T, "eager")]
+    # memory alone regressed (2x): nothing to re-measure, latency is what processes skew
+    same = _flagged(1.0)
+    assert {c.metric: c.verdict for c in same}["peak_memory_bytes"] == "regression"
+    assert confirm_targets(same) == []
+
+
+def test_a_regression_that_shows_again_stands_with_the_change_seen_again() -> None:
+    first = _flagged(1.5)
+    again = result(T, "eager", 1.4, seed=3)
+    out = confirm_verdicts(first, [[again]])
+    c = _p50(out)
+    base_p50, again_p50 = _p50(first).baseline, again.metrics.latency_p50_ms
+    assert base_p50 is not None and again_p50 is not None
+    expected = 100.0 * (again_p50 - base_p50) / base_p50
+    assert c.verdict == "regression"
+    assert c.confirm_change_pct == (expected,)
+    assert f"shown again in a fresh process ({expected:+.1f}%)" in c.note
+    assert type(c).from_json(c.to_json()) == c
+    # what is not latency keeps its verdict and gets no note
+    memory = {x.metric: x for x in out}["peak_memory_bytes"]
+    assert memory == {x.metric: x for x in first}["peak_memory_bytes"]
+
+
+def test_a_regression_the_fresh_process_does_not_show_becomes_inconclusive() -> None:
+    first = _flagged(1.5)
+    out = confirm_verdicts(first, [[result(T, "eager", 1.05, seed=3)]])
+    c = _p50(out)
+    assert c.verdict == "inconclusive"
+    assert "not shown again in a fresh process" in c.note and "bar 10.0%" in c.note
+    assert not any(x.verdict == "regression" and x.metric.startswith("latency") for x in out)
+    # every re-measure must show it: one of two falling short withdraws it
+    two = confirm_verdicts(first, [[result(T, "eager", 1.5, seed=3)], [result(T, "eager", 1.0)]])
+    assert _p50(two).verdict == "inconclusive" and len(_p50(two).confirm_change_pct) == 2
+
+
+def test_the_confirmation_bar_is_the_verdicts_own() -> None:
+    first = _flagged(1.3, min_change_pct=25.0)
+    assert _p50(first).verdict == "regression"
+    again = [[result(T, "eager", 1.2, seed=3)]]  # +20%: enough for the default 10% ...
+    assert _p50(confirm_verdicts(first, again)).verdict == "regression"
+    lifted = confirm_verdicts(first, again, Thresholds(min_change_pct=25.0))  # ... not for 25%
+    assert _p50(lifted).verdict == "inconclusive"
+    floor = {(T, "eager", "latency_p50_ms"): 30.0}  # a noise floor raises it the same way
+    assert _p50(confirm_verdicts(first, again, noise=floor)).verdict == "inconclusive"
+
+
+def test_an_improvement_must_show_again_in_its_own_direction() -> None:
+    first = _flagged(0.6)
+    assert _p50(first).verdict == "improvement"
+    assert _p50(confirm_verdicts(first, [[result(T, "eager", 0.65, seed=3)]])).verdict == (
+        "improvement"
+    )
+    assert _p50(confirm_verdicts(first, [[result(T, "eager", 1.2, seed=3)]])).verdict == (
+        "inconclusive"
+    )
+
+
+def test_a_re_measure_that_could_not_be_made_leaves_the_verdict_and_says_why() -> None:
+    first = _flagged(1.5)
+    broken = VariantResult(T, "eager", "error", "the re-measure process ran past 60s")
+    c = _p50(confirm_verdicts(first, [[broken]]))
+    assert c.verdict == "regression"
+    assert "unconfirmed (re-measure error: the re-measure process ran past 60s)" in c.note
+    assert c.confirm_change_pct == (None,)
+    assert "unconfirmed (not re-measured)" in _p50(confirm_verdicts(first, [[]])).note
+    assert confirm_verdicts(first, []) == first  # no re-measure asked for: nothing changes

@@ -247,7 +247,7 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
     if bench is not None and outcome.excinfo is None:
         result = result_from_benchmark(item.nodeid, bench)
         if result is not None:
-            state.record(result)
+            state.record(result, item.nodeid)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -308,6 +308,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         report=o.report,
         json=o.json,
         unhealthy=o.unhealthy,
+        confirm=o.confirm,
         thresholds=Thresholds(
             min_change_pct=o.min_change_pct,
             ab_min_change_pct=o.ab_min_change_pct,
@@ -315,6 +316,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             per_test=state.per_test_thresholds,
         ),
     )
+    remeasure = None
+    confirming = same is None and o.compare != "none" and o.confirm > 0
+    if confirming and exitstatus != pytest.ExitCode.INTERRUPTED:
+        from perfguard.pytest_plugin.confirm import remeasurer
+
+        remeasure = remeasurer(config, o, state.nodeids, state.measured_at, state.progress.note)
     outcome = finish_run(
         state.results,
         environment,
@@ -324,11 +331,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             "repeats": o.repeats,
             "seed": o.seed,
             "unhealthy": o.unhealthy,
+            "confirm": 0 if remeasure is None else o.confirm,
             **({"shard": f"{o.shard[0]}/{o.shard[1]}"} if o.shard else {}),
             **({"ab": o.ab} if o.ab else {}),
         },
         health=None if state.monitor is None else state.monitor.stop(),
         same_job=same,
+        remeasure=remeasure,
     )
     config.stash[outcome_key] = outcome
     if outcome.error is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -37,10 +38,14 @@ class SessionState:
     monitor: Monitor | None = None
     ab: AbSession | None = None  # driving same-job A/B
     worker: WorkerLink | None = None  # this session is an A/B worker
+    nodeids: dict[tuple[str, str], str] = field(default_factory=dict)  # result key -> item
+    measured_at: dict[str, float] = field(default_factory=dict)  # item -> time.monotonic()
 
-    def record(self, result: VariantResult) -> None:
+    def record(self, result: VariantResult, nodeid: str) -> None:
         self.results = [r for r in self.results if r.key != result.key]
         self.results.append(result)
+        self.nodeids[result.key] = nodeid
+        self.measured_at[nodeid] = time.monotonic()
 
 
 class PerfguardFixture:
@@ -135,7 +140,7 @@ class PerfguardFixture:
                 environment=self._state.environment,
             )
         self.result = result
-        self._state.record(result)
+        self._state.record(result, self._nodeid)
         if result.status == "skipped":
             pytest.skip(f"{self.variant}: {result.error}")
         if result.status == "error":

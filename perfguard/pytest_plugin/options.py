@@ -45,6 +45,11 @@ HELP = {
     "of a test stay together); join the shards' --perfguard-json files with perfguard merge",
     "ab": "same-job A/B: measure git revision REF (default: the commit 'auto' compares "
     "with) in a worktree beside this tree, blocks interleaved, and compare paired",
+    "confirm": "stored-baseline comparisons: re-measure each item with a latency regression "
+    "or improvement in N fresh processes (default 1; 0: off); the verdict stands only if "
+    "every re-measure shows it again",
+    "confirm_gap": "seconds at least between measuring an item and measuring it again to "
+    "confirm (default 60): a passing slowdown of the host must not hit both",
     "unhealthy": "when runner health checks warn (busy GPU or CPU, clocks not locked, "
     "throttling): 'warn' (default) notes it in the report; 'inconclusive' also withholds "
     "speed verdicts",
@@ -84,6 +89,8 @@ OPTIONS: tuple[_Opt, ...] = (
     _Opt("shard", "--perfguard-shard", "str", None, "K/N"),
     _Opt("unhealthy", "--perfguard-unhealthy", "str", "warn", "warn|inconclusive"),
     _Opt("ab", "--perfguard-ab", "str", None, "REF"),
+    _Opt("confirm", "--perfguard-confirm", "str", "1", "N"),
+    _Opt("confirm_gap", "--perfguard-confirm-gap", "str", "60", "SECONDS"),
 )
 
 
@@ -147,6 +154,33 @@ class Options:
     ab_min_change_pct: float = 5.0
     ab: str | None = None  # same-job A/B against this revision ("auto": find it)
     worker: bool = False  # this session is an A/B worker, driven from another session
+    confirm: int = 1  # fresh-process re-measures of a flagged item (stored-baseline mode)
+    confirm_gap_s: float = 60.0  # least time between an item's measurement and its re-measure
+
+    def measuring_args(self, rootdir: Path, repeats: int) -> list[str]:
+        """The pytest command line of a child session that measures as this one does
+        (A/B workers, confirmation re-measures): it never compares, saves or confirms."""
+        args = [
+            f"--rootdir={rootdir}",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:xdist",
+            "--perfguard",
+            "--perfguard-compare=none",
+            "--perfguard-confirm=0",
+            "--perfguard-progress=no",
+            f"--perfguard-budget={self.budget_s}",
+            f"--perfguard-repeats={repeats}",
+            f"--perfguard-device={self.device}",
+            f"--perfguard-seed={self.seed}",
+        ]
+        if self.threads is not None:
+            args.append(f"--perfguard-threads={self.threads}")
+        if self.variants is not None and self.variants_source.startswith("--"):
+            args.append(f"--perfguard-variants={','.join(self.variants)}")
+        return args
 
 
 def _shard(config: pytest.Config, opt: _Opt) -> tuple[int, int] | None:
@@ -249,4 +283,6 @@ def resolve(config: pytest.Config) -> Options:
         ab=ab,
         ab_min_change_pct=_number(config, by_name["ab_min_change"], float, 0.0),
         worker=worker,
+        confirm=_number(config, by_name["confirm"], int, 0),
+        confirm_gap_s=_number(config, by_name["confirm_gap"], float, 0.0),
     )

@@ -35,12 +35,19 @@ class ProgressWriter:
             return
         if self._mode == "auto" and not phase.startswith(MAIN_PHASES):
             return
+        elapsed = time.monotonic() - self._start
+        self._write(f"[perfguard] {self._item}: {phase} ({elapsed:.1f}s)")
+
+    def note(self, text: str) -> None:
+        """A line about the session rather than one item (shown unless progress is off)."""
+        if self._on:
+            self._write(f"[perfguard] {text}")
+
+    def _write(self, line: str) -> None:
         reporter = self._config.pluginmanager.get_plugin("terminalreporter")
         if reporter is None:
             return
         capman = self._config.pluginmanager.get_plugin("capturemanager")
-        elapsed = time.monotonic() - self._start
-        line = f"[perfguard] {self._item}: {phase} ({elapsed:.1f}s)"
         if capman is not None:
             with capman.global_and_fixture_disabled():
                 reporter.ensure_newline()

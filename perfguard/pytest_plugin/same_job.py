@@ -48,27 +48,10 @@ class AbSession:
 
 def worker_args(options: Options, rootdir: Path) -> list[str]:
     """The pytest command line of a worker: the measuring settings of this session."""
-    args = [
-        f"--rootdir={rootdir}",
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        "-p",
-        "no:xdist",
+    return [
+        *options.measuring_args(rootdir, AB_REPEAT_FACTOR * options.repeats),
         "--continue-on-collection-errors",
-        "--perfguard",
-        "--perfguard-compare=none",
-        "--perfguard-progress=no",
-        f"--perfguard-budget={options.budget_s}",
-        f"--perfguard-repeats={AB_REPEAT_FACTOR * options.repeats}",
-        f"--perfguard-device={options.device}",
-        f"--perfguard-seed={options.seed}",
     ]
-    if options.threads is not None:
-        args.append(f"--perfguard-threads={options.threads}")
-    if options.variants is not None and options.variants_source.startswith("--"):
-        args.append(f"--perfguard-variants={','.join(options.variants)}")
-    return args
 
 
 def start(root: Path, options: Options, items: list[str]) -> AbSession:
@@ -134,7 +117,7 @@ def run_item(ab: AbSession, state: SessionState, nodeid: str, test: str, variant
         state.environment = head.environment
     if head.result is not None:
         details = {**head.result.details, "ab": pairing.to_json()}
-        state.record(replace(head.result, details=details))
+        state.record(replace(head.result, details=details), nodeid)
     if head.outcome == "passed":
         return
     if head.outcome == "skipped":

@@ -102,6 +102,11 @@ def _change_pct(base: float | None, cur: float | None) -> float | None:
     return 100.0 * (cur - base) / base
 
 
+def practical_bar(test: str, variant: str, metric: str, th: Thresholds, noise: NoiseFloor) -> float:
+    """The smallest |% change| a stored-baseline latency verdict may act on."""
+    return max(th.min_change_pct, noise.get((test, variant, metric), 0.0))
+
+
 def block_percentiles(result: VariantResult, q: float) -> list[float]:
     return [float(np.percentile(block, q)) for block in result.blocks() if block]
 
@@ -163,7 +168,7 @@ def _latency(
             _, p, _ = welch_t_test(a, b)
             d = cohens_d(a, b)
             floor = noise.get((test, variant, metric), 0.0)
-            practical = max(th.min_change_pct, floor)
+            practical = practical_bar(test, variant, metric, th, noise)
             power_limit = min_detectable_pct(a, b, alpha=th.alpha)
         # what could have been flagged: the test's power limit, and never below the
         # practical minimum the rules demand
@@ -418,6 +423,69 @@ def compare_runs(
     out = tuple(decided[id(i)] if isinstance(i, _Pending) else i for i in items)
     forbid = forbidding_change(base, head)
     return withhold_speed_verdicts(out, forbid) if forbid else out
+
+
+def confirm_targets(comparisons: Sequence[Comparison]) -> list[tuple[str, str]]:
+    """(test, variant) of every latency regression or improvement: what to re-measure."""
+    keys: list[tuple[str, str]] = []
+    for c in comparisons:
+        flagged = c.verdict in ("regression", "improvement")
+        if flagged and c.metric in LATENCY_METRICS and (c.test, c.variant) not in keys:
+            keys.append((c.test, c.variant))
+    return keys
+
+
+def confirm_verdicts(
+    comparisons: Sequence[Comparison],
+    remeasures: Sequence[Sequence[VariantResult]],
+    thresholds: Thresholds | None = None,
+    noise: NoiseFloor | None = None,
+) -> tuple[Comparison, ...]:
+    """Latency verdicts that must show again in fresh processes (stored-baseline mode).
+
+    A process carries an offset of its own (a few % on a shared runner), which a test on
+    the repeats inside it cannot see. So each latency regression or improvement is
+    re-measured in `remeasures` (each a fresh process's results, same code, same baseline):
+    the verdict stands only when every re-measure moves the same way by at least the same
+    practical bar (minimum change and noise floor); otherwise it becomes `inconclusive`.
+    A re-measure that could not be made leaves the verdict as it was, and says why.
+    """
+    th_all = thresholds or Thresholds()
+    floor = noise or {}
+    out: list[Comparison] = []
+    for c in comparisons:
+        flagged = c.verdict in ("regression", "improvement")
+        if not flagged or c.metric not in LATENCY_METRICS or not remeasures:
+            out.append(c)
+            continue
+        bar = practical_bar(c.test, c.variant, c.metric, th_all.for_test(c.test), floor)
+        sign = 1.0 if c.verdict == "regression" else -1.0
+        changes: list[float | None] = []
+        missing = ""
+        for results in remeasures:
+            again = next((r for r in results if r.key == (c.test, c.variant)), None)
+            if again is None or again.status != "ok":
+                missing = "not re-measured" if again is None else f"re-measure {again.status}"
+                if again is not None and again.error:
+                    missing += f": {again.error}"
+                changes.append(None)
+                continue
+            changes.append(_change_pct(c.baseline, getattr(again.metrics, c.metric)))
+        seen = ", ".join(f"{x:+.1f}%" for x in changes if x is not None)
+        if missing:
+            out.append(_annotate(c, f"unconfirmed ({missing})", changes))
+        elif all(x is not None and sign * x >= bar for x in changes):
+            out.append(_annotate(c, f"shown again in a fresh process ({seen})", changes))
+        else:
+            why = f"not shown again in a fresh process ({seen}; bar {bar:.1f}%)"
+            out.append(replace(_annotate(c, why, changes), verdict="inconclusive"))
+    return tuple(out)
+
+
+def _annotate(c: Comparison, text: str, changes: Sequence[float | None]) -> Comparison:
+    return replace(
+        c, note=f"{c.note}; {text}" if c.note else text, confirm_change_pct=tuple(changes)
+    )
 
 
 def withhold_speed_verdicts(

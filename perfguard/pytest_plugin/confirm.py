@@ -1,0 +1,156 @@
+"""Confirmation re-measures: flagged items measured again in a fresh pytest process.
+
+Each process runs at a speed of its own: on a shared runner, identical code measured in
+two processes differs by a few percent, and the repeats inside one process cannot show
+it. Against a stored baseline that offset is what makes false alarms. So before a latency
+regression or improvement stands, the items that carry one are measured again in a child
+pytest session of this rootdir (`--perfguard-confirm=N` times), and `confirm_verdicts`
+keeps only what every re-measure shows again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+import math
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import pytest
+
+from perfguard.pipeline import Remeasure
+from perfguard.pytest_plugin.options import Options
+from perfguard.records import RecordError, Run, VariantResult
+
+TIMEOUT_BASE_S = 1800.0
+TIMEOUT_PER_ITEM_S = 600.0  # a max-autotune compile on a cold cache can take minutes
+
+
+ChildRunner = Callable[[Path, Sequence[str], Mapping[tuple[str, str], str]], list[VariantResult]]
+"""(rootdir, pytest arguments, {key: node id}) -> the child session's results."""
+
+
+def remeasurer(
+    config: pytest.Config,
+    options: Options,
+    nodeids: Mapping[tuple[str, str], str],
+    measured_at: Mapping[str, float],
+    say: Callable[[str], None],
+    *,
+    run_child: ChildRunner | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Remeasure:
+    """A `Remeasure` that runs the flagged items' test items in a child pytest session.
+
+    It starts no sooner than `options.confirm_gap_s` after the last of those items was
+    measured (or re-measured): a slowdown of the host lasts seconds to a minute, and must
+    not hit both measurements.
+    """
+    root = Path(config.rootpath)
+    # the child reads the same ini file and loads the same plugins as this session
+    extra = ["-c", str(config.inipath)] if config.inipath else []
+    extra += plugin_args(config.invocation_params.args)
+    child = run_child or _run_child
+    rounds = 0
+    last_end = -math.inf
+
+    def remeasure(keys: Sequence[tuple[str, str]]) -> Sequence[VariantResult]:
+        nonlocal rounds, last_end
+        items = {key: nodeids[key] for key in keys if key in nodeids}
+        if not items:
+            return []
+        rounds += 1
+        latest = max([last_end, *(measured_at.get(i, -math.inf) for i in items.values())])
+        wait = options.confirm_gap_s - (clock() - latest)
+        if wait > 0:
+            say(f"waiting {wait:.0f}s before re-measuring (--perfguard-confirm-gap)")
+            sleep(wait)
+        say(
+            f"confirming {len(items)} flagged item(s) in a fresh process "
+            f"({rounds} of {options.confirm}): {', '.join(items.values())}"
+        )
+        _release_device_memory()
+        began = clock()
+        results = child(root, [*options.measuring_args(root, options.repeats), *extra], items)
+        last_end = clock()
+        failed = sum(r.status != "ok" for r in results)
+        say(
+            f"re-measured in {last_end - began:.1f}s"
+            + (f"; {failed} could not be measured" if failed else "")
+        )
+        return results
+
+    return remeasure
+
+
+def plugin_args(args: Sequence[str]) -> list[str]:
+    """The `-p NAME` options of a command line (also written `-pNAME`)."""
+    out: list[str] = []
+    for i, arg in enumerate(args):
+        if arg == "-p" and i + 1 < len(args):
+            out += ["-p", args[i + 1]]
+        elif arg.startswith("-p") and len(arg) > 2:
+            out += ["-p", arg[2:]]
+    return out
+
+
+def _run_child(
+    root: Path, args: Sequence[str], items: Mapping[tuple[str, str], str]
+) -> list[VariantResult]:
+    with tempfile.TemporaryDirectory(prefix="perfguard-confirm-") as tmp:
+        out, log = Path(tmp) / "results.json", Path(tmp) / "pytest.log"
+        cmd = [
+            sys.executable,
+            "-m",
+            "pytest",
+            *args,
+            f"--perfguard-json={out}",
+            f"--perfguard-report={Path(tmp) / 'report.md'}",
+            "--perfguard-fail-on=never",
+            *items.values(),
+        ]
+        timeout = TIMEOUT_BASE_S + TIMEOUT_PER_ITEM_S * len(items)
+        try:
+            with log.open("wb") as sink:
+                code = subprocess.run(
+                    cmd, cwd=root, stdout=sink, stderr=subprocess.STDOUT, timeout=timeout
+                ).returncode
+        except subprocess.TimeoutExpired:
+            return _failed(items, f"the re-measure process ran past {timeout:.0f}s")
+        except OSError as exc:
+            return _failed(items, f"the re-measure process could not start: {exc}")
+        try:
+            run = Run.from_json(json.loads(out.read_text(encoding="utf-8")))
+        except (OSError, ValueError, RecordError):
+            lines = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()
+            last = lines[-1] if lines else "no output"
+            return _failed(
+                items, f"the re-measure process wrote no results (exit code {code}): {last}"
+            )
+    got = {r.key: r for r in run.results}
+    return [
+        got.get(key) or _error(key, "the re-measure process did not measure it") for key in items
+    ]
+
+
+def _failed(items: Mapping[tuple[str, str], str], why: str) -> list[VariantResult]:
+    return [_error(key, why) for key in items]
+
+
+def _error(key: tuple[str, str], why: str) -> VariantResult:
+    return VariantResult(key[0], key[1], "error", why)
+
+
+def _release_device_memory() -> None:
+    """What this session still holds on the GPU would crowd the child's measurements."""
+    gc.collect()
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        with contextlib.suppress(RuntimeError):
+            torch.cuda.empty_cache()
