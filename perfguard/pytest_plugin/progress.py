@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 
@@ -50,8 +51,15 @@ class ProgressWriter:
         capman = self._config.pluginmanager.get_plugin("capturemanager")
         if capman is not None:
             with capman.global_and_fixture_disabled():
-                reporter.ensure_newline()
-                reporter.write_line(line)
+                _write_line(reporter, line)
         else:
-            reporter.ensure_newline()
-            reporter.write_line(line)
+            _write_line(reporter, line)
+
+
+def _write_line(reporter: Any, line: str) -> None:
+    """A line of its own, also after pytest's progress dots (`[100%]` ends no line)."""
+    reporter.ensure_newline()
+    writer = getattr(reporter, "_tw", None)
+    if writer is not None and getattr(writer, "width_of_current_line", 0):
+        reporter.write("\n")
+    reporter.write_line(line)
