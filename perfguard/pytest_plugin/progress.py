@@ -60,6 +60,6 @@ def _write_line(reporter: Any, line: str) -> None:
     """A line of its own, also after pytest's progress dots (`[100%]` ends no line)."""
     reporter.ensure_newline()
     writer = getattr(reporter, "_tw", None)
-    if writer is not None and getattr(writer, "width_of_current_line", 0):
+    if writer is not None and getattr(writer, "width_of_current_line", False):
         reporter.write("\n")
     reporter.write_line(line)
