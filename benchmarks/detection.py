@@ -133,7 +133,9 @@ def _progress(done: int, total: int, what: str, started: float) -> None:
     )
 
 
-def run_study(directory: Path, history: int, trials: int, seed: int) -> None:
+def run_study(
+    directory: Path, history: int, trials: int, seed: int, confirm_gap: float = 60.0
+) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     steps = schedule(history, trials, seed)
     (directory / "schedule.json").write_text(
@@ -142,19 +144,34 @@ def run_study(directory: Path, history: int, trials: int, seed: int) -> None:
     todo = [s for s in steps if not (directory / f"{s.name}.json").exists()]
     started = time.monotonic()
     done = 0
+    # As the plugin does: what a comparison flags is measured again in a fresh process, no
+    # sooner than `confirm_gap` seconds later; the next steps run meanwhile, as the rest of
+    # a suite would.
+    pending: list[tuple[float, Step, list[str]]] = []
+
+    def confirm_due(wait: bool = False) -> None:
+        for due, step, flagged in sorted(pending, key=lambda p: p[0]):
+            left = due - time.monotonic()
+            if left > 0 and not wait:
+                continue
+            time.sleep(max(left, 0.0))
+            _measure(step.extra_pct, directory / f"{step.name}.confirm.json", flagged)
+            pending.remove((due, step, flagged))
+            print(f"    re-measured {', '.join(flagged)} of {step.name}", flush=True)
+
     for step in steps:
         out = directory / f"{step.name}.json"
         if not out.exists():
             _measure(step.extra_pct, out, MODELS)
             done += 1
             _progress(done, len(todo), step.name, started)
-        # as the plugin does: what this comparison flags is measured again, in a fresh process
         confirm = directory / f"{step.name}.confirm.json"
         if step.base is not None and not confirm.exists():
             flagged = sorted({test for test, _ in _targets(directory, steps, step)})
             if flagged:
-                _measure(step.extra_pct, confirm, flagged)
-                print(f"    re-measured {', '.join(flagged)} of {step.name}", flush=True)
+                pending.append((time.monotonic() + confirm_gap, step, flagged))
+        confirm_due()
+    confirm_due(wait=True)
 
 
 def _measure(extra_pct: int, out: Path, models: Sequence[str]) -> None:
@@ -451,6 +468,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("--history", type=int, default=8, help="warm-up baselines on main")
     run.add_argument("--trials", type=int, default=40)
     run.add_argument("--seed", type=int, default=0)
+    run.add_argument(
+        "--confirm-gap", type=float, default=60.0, help="seconds before a re-measure (plugin: 60)"
+    )
     run_ab = sub.add_parser("run-ab", help="same-job A/B runs through pytest (resumes)")
     run_ab.add_argument("--dir", type=Path, default=DEFAULT_AB_DIR)
     run_ab.add_argument("--seed", type=int, default=0)
@@ -472,7 +492,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(table)
         return 0
     if args.command == "run":
-        run_study(args.dir, args.history, args.trials, args.seed)
+        run_study(args.dir, args.history, args.trials, args.seed, args.confirm_gap)
     directories = [args.dir] if isinstance(args.dir, Path) else (args.dir or [DEFAULT_DIR])
     summary = analyze(directories)
     if getattr(args, "ab_dir", None):
