@@ -280,13 +280,13 @@ def _confirm_summary(
     flagged = [
         (b, a)
         for b, a in zip(before, after, strict=True)
-        if b.verdict in ("regression", "improvement") and b.metric in LATENCY_METRICS
+        if b.verdict in ("regression", "improvement") and b.metric in LATENCY_METRICS and b.gating
     ]
     withdrawn = sum(a.verdict != b.verdict for b, a in flagged)
     unconfirmed = sum("unconfirmed" in a.note for _, a in flagged)
     text = (
         f"confirmation: {items} flagged item(s) re-measured in "
         f"{'a fresh process' if rounds == 1 else f'{rounds} fresh processes'}; "
-        f"{len(flagged) - withdrawn} latency verdict(s) stood, {withdrawn} withdrawn"
+        f"{len(flagged) - withdrawn} gating latency verdict(s) stood, {withdrawn} withdrawn"
     )
     return text + (f", {unconfirmed} could not be re-measured" if unconfirmed else "")
