@@ -204,19 +204,21 @@ def _compare_step(
     from perfguard.store.history import history_frame, noise_floor
 
     assert step.base is not None, "a warm-up baseline is compared with nothing"
-    baselines = [s.name for s in steps if s.name.startswith("b")]
-    position = baselines.index(step.base)
-    window = [runs[b] for b in baselines[max(0, position - HISTORY_WINDOW + 1) : position + 1]]
-    floor = noise_floor(history_frame(window))
+    floor = noise_floor(history_frame([runs[b.name] for b in _history(steps, step)]))
     return compare_runs(runs[step.base], runs[step.name], Thresholds(), floor), floor
+
+
+def _history(steps: Sequence[Step], step: Step) -> list[Step]:
+    """The baselines the noise floor of `step` is learned from, ending with its own."""
+    baselines = [s for s in steps if s.name.startswith("b")]
+    position = next(i for i, s in enumerate(baselines) if s.name == step.base)
+    return baselines[max(0, position - HISTORY_WINDOW + 1) : position + 1]
 
 
 def _targets(directory: Path, steps: Sequence[Step], step: Step) -> list[tuple[str, str]]:
     from perfguard.stats.verdicts import confirm_targets
 
-    baselines = [s for s in steps if s.name.startswith("b")]
-    position = next(i for i, s in enumerate(baselines) if s.name == step.base)
-    needed = [*baselines[max(0, position - HISTORY_WINDOW + 1) : position + 1], step]
+    needed = [*_history(steps, step), step]
     comparisons, _ = _compare_step(steps, _load_runs(directory, needed), step)
     return confirm_targets(comparisons)
 

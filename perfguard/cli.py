@@ -172,8 +172,7 @@ def _finish_merged(args: argparse.Namespace, merged: Run) -> int:
         merged.environment,
         settings,
         extra_settings={
-            **{k: v for k, v in merged.settings.items() if k not in ("thresholds", "shard")},
-            "confirm": len(merged.confirm_results),
+            k: v for k, v in merged.settings.items() if k not in ("thresholds", "shard")
         },
         health=Health.from_json(merged.health),
         # the shards measured their flagged items again on the GPU; the verdicts of the

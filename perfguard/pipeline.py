@@ -25,11 +25,11 @@ from perfguard.health import Health
 from perfguard.records import BaselineRef, Comparison, Run, VariantResult
 from perfguard.report.outputs import write_reports
 from perfguard.stats.verdicts import (
-    LATENCY_METRICS,
     Thresholds,
     compare_runs,
     confirm_targets,
     confirm_verdicts,
+    is_flagged_latency,
     withhold_speed_verdicts,
 )
 from perfguard.store.baselines import BaselineError, BaselineStore, write_json_atomic
@@ -151,7 +151,12 @@ def finish_run(
         environment=environment,
         results=tuple(results),
         created=created,
-        settings={"thresholds": settings.thresholds.to_json(), **(extra_settings or {})},
+        settings={
+            "thresholds": settings.thresholds.to_json(),
+            **(extra_settings or {}),
+            # how many re-measures a flagged latency verdict had to survive (0: none)
+            "confirm": settings.confirm if remeasure and same_job is None else 0,
+        },
         health={} if health is None else health.to_json(),
     )
     for warning in run.health_warnings:
@@ -278,12 +283,10 @@ def _confirm_summary(
     before: Sequence[Comparison], after: Sequence[Comparison], items: int, rounds: int
 ) -> str:
     flagged = [
-        (b, a)
-        for b, a in zip(before, after, strict=True)
-        if b.verdict in ("regression", "improvement") and b.metric in LATENCY_METRICS and b.gating
+        (b, a) for b, a in zip(before, after, strict=True) if is_flagged_latency(b) and b.gating
     ]
     withdrawn = sum(a.verdict != b.verdict for b, a in flagged)
-    unconfirmed = sum("unconfirmed" in a.note for _, a in flagged)
+    unconfirmed = sum(None in a.confirm_change_pct for _, a in flagged)
     text = (
         f"confirmation: {items} flagged item(s) re-measured in "
         f"{'a fresh process' if rounds == 1 else f'{rounds} fresh processes'}; "

@@ -331,7 +331,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             "repeats": o.repeats,
             "seed": o.seed,
             "unhealthy": o.unhealthy,
-            "confirm": 0 if remeasure is None else o.confirm,
             **({"shard": f"{o.shard[0]}/{o.shard[1]}"} if o.shard else {}),
             **({"ab": o.ab} if o.ab else {}),
         },

@@ -96,6 +96,11 @@ NoiseFloor = Mapping[tuple[str, str, str], float]
 """(test, variant, metric) -> typical % change between successive baselines on main."""
 
 
+def add_note(note: str, text: str) -> str:
+    """`text` after what `note` already says ("; " between)."""
+    return f"{note}; {text}" if note else text
+
+
 def _change_pct(base: float | None, cur: float | None) -> float | None:
     if base is None or cur is None or base == 0:
         return None
@@ -201,11 +206,11 @@ def _decide(pending: _Pending, adjusted_p: float, alpha: float) -> Comparison:
         verdict = "regression" if change > 0 else "improvement"
     elif practical:
         verdict = "inconclusive"
-        note = (note + "; " if note else "") + "change is large but within the noise"
+        note = add_note(note, "change is large but within the noise")
     else:
         verdict = "unchanged"
     if adjusted_p != pending.raw_p:
-        note = (note + "; " if note else "") + f"p adjusted (BH) {adjusted_p:.3g}"
+        note = add_note(note, f"p adjusted (BH) {adjusted_p:.3g}")
     return replace(c, verdict=verdict, note=note)
 
 
@@ -425,12 +430,16 @@ def compare_runs(
     return withhold_speed_verdicts(out, forbid) if forbid else out
 
 
+def is_flagged_latency(c: Comparison) -> bool:
+    """A latency regression or improvement: what a confirmation re-measure must show again."""
+    return c.verdict in ("regression", "improvement") and c.metric in LATENCY_METRICS
+
+
 def confirm_targets(comparisons: Sequence[Comparison]) -> list[tuple[str, str]]:
     """(test, variant) of every latency regression or improvement: what to re-measure."""
     keys: list[tuple[str, str]] = []
     for c in comparisons:
-        flagged = c.verdict in ("regression", "improvement")
-        if flagged and c.metric in LATENCY_METRICS and (c.test, c.variant) not in keys:
+        if is_flagged_latency(c) and (c.test, c.variant) not in keys:
             keys.append((c.test, c.variant))
     return keys
 
@@ -454,8 +463,7 @@ def confirm_verdicts(
     floor = noise or {}
     out: list[Comparison] = []
     for c in comparisons:
-        flagged = c.verdict in ("regression", "improvement")
-        if not flagged or c.metric not in LATENCY_METRICS or not remeasures:
+        if not is_flagged_latency(c) or not remeasures:
             out.append(c)
             continue
         bar = practical_bar(c.test, c.variant, c.metric, th_all.for_test(c.test), floor)
@@ -483,9 +491,7 @@ def confirm_verdicts(
 
 
 def _annotate(c: Comparison, text: str, changes: Sequence[float | None]) -> Comparison:
-    return replace(
-        c, note=f"{c.note}; {text}" if c.note else text, confirm_change_pct=tuple(changes)
-    )
+    return replace(c, note=add_note(c.note, text), confirm_change_pct=tuple(changes))
 
 
 def withhold_speed_verdicts(
@@ -496,7 +502,7 @@ def withhold_speed_verdicts(
     Drift keeps its verdict: numbers that are wrong are wrong on any machine.
     """
     return tuple(
-        replace(c, verdict="inconclusive", note=f"{c.note}; {reason}" if c.note else reason)
+        replace(c, verdict="inconclusive", note=add_note(c.note, reason))
         if c.verdict in ("regression", "improvement") and c.metric != "drift_max_rel"
         else c
         for c in comparisons
