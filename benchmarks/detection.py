@@ -134,10 +134,16 @@ def _progress(done: int, total: int, what: str, started: float) -> None:
 
 
 def run_study(
-    directory: Path, history: int, trials: int, seed: int, confirm_gap: float = 60.0
+    directory: Path,
+    history: int,
+    trials: int,
+    seed: int,
+    confirm_gap: float = 60.0,
+    confirm: str = "ab",
 ) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     steps = schedule(history, trials, seed)
+    ab = ab_repository(directory, (0, *LEVELS)) if confirm == "ab" else None
     (directory / "schedule.json").write_text(
         json.dumps([s.__dict__ for s in steps], indent=1), encoding="utf-8"
     )
@@ -155,7 +161,11 @@ def run_study(
             if left > 0 and not wait:
                 continue
             time.sleep(max(left, 0.0))
-            _measure(step.extra_pct, directory / f"{step.name}.confirm.json", flagged)
+            out = directory / f"{step.name}.confirm.json"
+            if ab is None:
+                _measure(step.extra_pct, out, flagged)
+            else:
+                _measure_ab(ab, step.extra_pct, out, flagged)
             pending.remove((due, step, flagged))
             print(f"    re-measured {', '.join(flagged)} of {step.name}", flush=True)
 
@@ -165,11 +175,12 @@ def run_study(
             _measure(step.extra_pct, out, MODELS)
             done += 1
             _progress(done, len(todo), step.name, started)
-        confirm = directory / f"{step.name}.confirm.json"
-        if step.base is not None and not confirm.exists():
+        if step.base is not None and not (directory / f"{step.name}.confirm.json").exists():
             flagged = sorted({test for test, _ in _targets(directory, steps, step)})
             if flagged:
-                pending.append((time.monotonic() + confirm_gap, step, flagged))
+                # beside the base commit a slow spell hits both sides: no need to wait
+                gap = confirm_gap if ab is None else 0.0
+                pending.append((time.monotonic() + gap, step, flagged))
         confirm_due()
     confirm_due(wait=True)
 
@@ -182,6 +193,23 @@ def _measure(extra_pct: int, out: Path, models: Sequence[str]) -> None:
     tmp.rename(out)
 
 
+def _measure_ab(
+    ab: tuple[Path, str, dict[int, str]], extra_pct: int, out: Path, models: Sequence[str]
+) -> None:
+    """What the plugin's A/B confirmation runs: pytest on the head commit of `extra_pct`
+    with `--perfguard-ab` at the base commit, for the flagged models only."""
+    repo, base, heads = ab
+    _git(repo, "checkout", "-q", "--detach", heads[extra_pct])
+    tmp = out.with_suffix(".tmp").resolve()
+    cmd = [
+        sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--perfguard",
+        f"--perfguard-ab={base}", f"--perfguard-json={tmp}", "--perfguard-fail-on=never",
+        "--perfguard-report=last-report.md", "-k", " or ".join(models), "test_study.py",
+    ]  # fmt: skip
+    subprocess.run(cmd, cwd=repo, check=True, stdout=subprocess.DEVNULL)
+    tmp.rename(out)
+
+
 def _load_runs(directory: Path, steps: Sequence[Step]) -> dict[str, Any]:
     """The runs of `steps` kept in `directory`, by file stem (confirmations `NAME.confirm`)."""
     from perfguard.records import Run
@@ -191,8 +219,18 @@ def _load_runs(directory: Path, steps: Sequence[Step]) -> dict[str, Any]:
         for stem in (s.name, f"{s.name}.confirm"):
             path = directory / f"{stem}.json"
             if path.exists():
-                runs[stem] = Run.from_json(json.loads(path.read_text()))
+                runs[stem] = _by_model(Run.from_json(json.loads(path.read_text())))
     return runs
+
+
+def _by_model(run: Any) -> Any:
+    """A run whose results are named by model: pytest names them `...test_model[linear]`."""
+    from dataclasses import replace
+
+    def short(results: Sequence[Any]) -> tuple[Any, ...]:
+        return tuple(replace(r, test=r.test.rpartition("[")[2].rstrip("]")) for r in results)
+
+    return replace(run, results=short(run.results), baseline_results=short(run.baseline_results))
 
 
 def _compare_step(
@@ -252,7 +290,9 @@ def _git(repo: Path, *args: str) -> str:
     return done.stdout.strip()
 
 
-def ab_repository(directory: Path) -> tuple[Path, str, dict[int, str]]:
+def ab_repository(
+    directory: Path, levels: Sequence[int] = tuple(AB_PLAN)
+) -> tuple[Path, str, dict[int, str]]:
     """(repo, base sha, head sha per level), made once and reused when resuming."""
     repo = directory / "repo"
     index = directory / "commits.json"
@@ -270,7 +310,7 @@ def ab_repository(directory: Path) -> tuple[Path, str, dict[int, str]]:
     _git(repo, "commit", "-q", "-m", "base")
     base = _git(repo, "rev-parse", "HEAD")
     heads: dict[int, str] = {}
-    for level in AB_PLAN:
+    for level in levels:
         _git(repo, "checkout", "-q", "--detach", base)
         (repo / "study_models.py").write_text(_study_models(level), encoding="utf-8")
         _git(repo, "commit", "-q", "--allow-empty", "-am", f"head +{level}%")
@@ -390,7 +430,9 @@ def _tally(steps: Sequence[Step], runs: dict[str, Any], tally: dict[int, dict[st
         final = (
             first
             if again is None
-            else confirm_verdicts(first, [again.results], Thresholds(), floor)
+            else confirm_verdicts(
+                first, [again.results], Thresholds(), floor, bases=[again.baseline_results]
+            )
         )
         later = next((t.name for t in steps[i + 1 :] if t.extra_pct == s.extra_pct), None)
         spaced = None
@@ -473,6 +515,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument(
         "--confirm-gap", type=float, default=60.0, help="seconds before a re-measure (plugin: 60)"
     )
+    run.add_argument(
+        "--confirm",
+        choices=("ab", "fresh"),
+        default="ab",
+        help="re-measure beside the base commit (A/B, as the plugin) or in a fresh process",
+    )
     run_ab = sub.add_parser("run-ab", help="same-job A/B runs through pytest (resumes)")
     run_ab.add_argument("--dir", type=Path, default=DEFAULT_AB_DIR)
     run_ab.add_argument("--seed", type=int, default=0)
@@ -494,7 +542,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(table)
         return 0
     if args.command == "run":
-        run_study(args.dir, args.history, args.trials, args.seed, args.confirm_gap)
+        run_study(args.dir, args.history, args.trials, args.seed, args.confirm_gap, args.confirm)
     directories = [args.dir] if isinstance(args.dir, Path) else (args.dir or [DEFAULT_DIR])
     summary = analyze(directories)
     if getattr(args, "ab_dir", None):

@@ -232,3 +232,42 @@ def test_a_re_measure_that_could_not_be_made_leaves_the_verdict_and_says_why() -
     assert c.confirm_change_pct == (None,)
     assert "unconfirmed (not re-measured)" in _p50(confirm_verdicts(first, [[]])).note
     assert confirm_verdicts(first, []) == first  # no re-measure asked for: nothing changes
+
+
+def test_an_ab_round_confirms_by_the_paired_verdict_of_base_and_head_measured_together() -> None:
+    first = _flagged(1.5)  # +50% against the stored baseline
+    # the base commit, measured beside the head, is just as slow: the host was, not the code
+    spell = confirm_verdicts(
+        first, [[result(T, "eager", 1.5, seed=3)]], bases=[[result(T, "eager", 1.5, seed=4)]]
+    )
+    c = _p50(spell)
+    assert c.verdict == "inconclusive"
+    assert "not shown again beside the base commit (" in c.note and "A/B: unchanged" in c.note
+    assert c.confirm_change_pct[0] is not None and abs(c.confirm_change_pct[0]) < 5.0
+    # the head is slower than the base beside it: the regression stands, with the A/B change
+    shown = _p50(
+        confirm_verdicts(
+            first, [[result(T, "eager", 1.5, seed=3)]], bases=[[result(T, "eager", 1.0, seed=4)]]
+        )
+    )
+    assert shown.verdict == "regression"
+    assert shown.confirm_change_pct[0] is not None and 45.0 < shown.confirm_change_pct[0] < 55.0
+    assert "shown again beside the base commit (+" in shown.note
+
+
+def test_an_ab_round_without_the_base_side_leaves_the_verdict_unconfirmed() -> None:
+    first = _flagged(1.5)
+    failed = VariantResult(T, "eager", "error", "ImportError: no module named model")
+    c = _p50(confirm_verdicts(first, [[result(T, "eager", 1.5, seed=3)]], bases=[[failed]]))
+    assert c.verdict == "regression" and c.confirm_change_pct == (None,)
+    assert "unconfirmed (re-measure error: the base commit's side: new (baseline was error))" in (
+        c.note
+    )
+    # a fresh-process round beside an A/B round: each judged its own way, both must show it
+    mixed = confirm_verdicts(
+        first,
+        [[result(T, "eager", 1.5, seed=3)], [result(T, "eager", 1.45, seed=5)]],
+        bases=[[], [result(T, "eager", 1.0, seed=4)]],
+    )
+    assert _p50(mixed).verdict == "regression"
+    assert "in a fresh process and beside the base commit" in _p50(mixed).note

@@ -449,18 +449,30 @@ def confirm_verdicts(
     remeasures: Sequence[Sequence[VariantResult]],
     thresholds: Thresholds | None = None,
     noise: NoiseFloor | None = None,
+    *,
+    bases: Sequence[Sequence[VariantResult]] = (),
 ) -> tuple[Comparison, ...]:
-    """Latency verdicts that must show again in fresh processes (stored-baseline mode).
+    """Latency verdicts that must show again before they stand (stored-baseline mode).
 
-    A process carries an offset of its own (a few % on a shared runner), which a test on
-    the repeats inside it cannot see. So each latency regression or improvement is
-    re-measured in `remeasures` (each a fresh process's results, same code, same baseline):
-    the verdict stands only when every re-measure moves the same way by at least the same
-    practical bar (minimum change and noise floor); otherwise it becomes `inconclusive`.
-    A re-measure that could not be made leaves the verdict as it was, and says why.
+    A process carries an offset of its own (a few % on a shared runner, for minutes at a
+    time), which a test on the repeats inside it cannot see. So each latency regression or
+    improvement is measured again, once per round in `remeasures`:
+    - where `bases[k]` holds results, round k measured the base commit beside the head in
+      one job (same-job A/B, block pairs interleaved), and the verdict stands only when the
+      paired comparison of that round gives the same verdict: a slow spell of the host hits
+      both sides alike, and the stored baseline's own offset is out of it;
+    - otherwise round k is a fresh process of the head alone, and the verdict stands only
+      when it moves the same way against the same baseline by at least the same practical
+      bar (minimum change and noise floor).
+    Any round not showing it makes the verdict `inconclusive`. A re-measure that could not
+    be made leaves the verdict as it was, and says why.
     """
     th_all = thresholds or Thresholds()
     floor = noise or {}
+    paired = [
+        _paired_round(results, bases[k], th_all) if k < len(bases) and bases[k] else None
+        for k, results in enumerate(remeasures)
+    ]
     out: list[Comparison] = []
     for c in comparisons:
         if not is_flagged_latency(c) or not remeasures:
@@ -470,24 +482,68 @@ def confirm_verdicts(
         sign = 1.0 if c.verdict == "regression" else -1.0
         changes: list[float | None] = []
         missing = ""
-        for results in remeasures:
+        shown = True
+        said: list[str] = []  # what the A/B rounds that did not show it decided instead
+        for results, ab in zip(remeasures, paired, strict=True):
             again = next((r for r in results if r.key == (c.test, c.variant)), None)
+            if ab is not None and again is not None and again.status == "ok":
+                beside = ab.get((c.test, c.variant, c.metric))
+                if beside is None or beside.verdict in ("error", "missing", "new"):
+                    again = VariantResult(c.test, c.variant, "error", _base_side_gone(beside))
             if again is None or again.status != "ok":
                 missing = "not re-measured" if again is None else f"re-measure {again.status}"
                 if again is not None and again.error:
                     missing += f": {again.error}"
                 changes.append(None)
                 continue
-            changes.append(_change_pct(c.baseline, getattr(again.metrics, c.metric)))
+            if ab is not None:
+                beside = ab[(c.test, c.variant, c.metric)]
+                changes.append(beside.change_pct)
+                if beside.verdict != c.verdict:
+                    shown = False
+                    said.append(f"A/B: {beside.verdict}")
+            else:
+                change = _change_pct(c.baseline, getattr(again.metrics, c.metric))
+                changes.append(change)
+                shown = shown and change is not None and sign * change >= bar
         seen = ", ".join(f"{x:+.1f}%" for x in changes if x is not None)
+        where = _where(paired)
         if missing:
             out.append(_annotate(c, f"unconfirmed ({missing})", changes))
-        elif all(x is not None and sign * x >= bar for x in changes):
-            out.append(_annotate(c, f"shown again in a fresh process ({seen})", changes))
+        elif shown:
+            out.append(_annotate(c, f"shown again {where} ({seen})", changes))
         else:
-            why = f"not shown again in a fresh process ({seen}; bar {bar:.1f}%)"
+            bars = [f"bar {bar:.1f}%"] if any(ab is None for ab in paired) else []
+            why = f"not shown again {where} ({'; '.join([seen, *bars, *said])})"
             out.append(replace(_annotate(c, why, changes), verdict="inconclusive"))
     return tuple(out)
+
+
+def _paired_round(
+    results: Sequence[VariantResult], base: Sequence[VariantResult], th: Thresholds
+) -> dict[tuple[str, str, str], Comparison]:
+    """One A/B confirmation round judged as same-job A/B judges it (paired, BH over it)."""
+    head_run = Run(commit=None, machine="", environment={}, results=tuple(results))
+    base_run = Run(commit=None, machine="", environment={}, results=tuple(base))
+    return {
+        (c.test, c.variant, c.metric): c for c in compare_runs(base_run, head_run, th, paired=True)
+    }
+
+
+def _base_side_gone(beside: Comparison | None) -> str:
+    if beside is None:
+        return "the base commit's side measured nothing for it"
+    return f"the base commit's side: {beside.verdict}" + (
+        f" ({beside.note})" if beside.note else ""
+    )
+
+
+def _where(paired: Sequence[object | None]) -> str:
+    if all(ab is not None for ab in paired):
+        return "beside the base commit"
+    if all(ab is None for ab in paired):
+        return "in a fresh process"
+    return "in a fresh process and beside the base commit"
 
 
 def _annotate(c: Comparison, text: str, changes: Sequence[float | None]) -> Comparison:
