@@ -70,7 +70,8 @@ def git_state(path: Path) -> GitState | None:
 def resolve(path: Path, ref: str) -> str:
     repo = _repo(path)
     try:
-        return str(repo.commit(ref).hexsha)
+        # verified: a full sha of a commit this clone lacks (a shallow one) must not pass
+        return str(repo.git.rev_parse("--verify", "--quiet", f"{ref}^{{commit}}"))
     except Exception:
         raise GitError(f"{ref!r} is not a revision of this repository") from None
 

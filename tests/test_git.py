@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from perfguard.git import SHALLOW_HINT, explicit_baseline, find_baseline, git_state
+from perfguard.git import (
+    SHALLOW_HINT,
+    GitError,
+    explicit_baseline,
+    find_baseline,
+    git_state,
+    resolve,
+)
 
 ENV = {
     **os.environ,
@@ -141,3 +148,13 @@ def test_explicit_ref(repo: Path) -> None:
     assert explicit_baseline(repo, "HEAD~1", {a}.__contains__).commit == a
     missing = explicit_baseline(repo, "HEAD", {a}.__contains__)
     assert missing.commit is None and "no stored baseline" in missing.reason
+
+
+def test_resolve_knows_only_commits_this_clone_holds(repo: Path) -> None:
+    a = commit(repo, "A")
+    assert resolve(repo, a[:8]) == a and resolve(repo, "HEAD") == a
+    # a full sha parses without being here (a shallow clone lacks the base commit)
+    with pytest.raises(GitError, match="is not a revision of this repository"):
+        resolve(repo, "0" * 40)
+    with pytest.raises(GitError):
+        resolve(repo, "no-such-branch")
