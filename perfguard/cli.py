@@ -14,7 +14,7 @@ from pathlib import Path
 
 from perfguard import __version__
 from perfguard.github import COMMENT_LIMIT
-from perfguard.records import BaselineRef, RecordError, Run
+from perfguard.records import BaselineRef, RecordError, Run, VariantResult
 from perfguard.report.markdown import render_markdown
 from perfguard.report.outputs import write_reports
 from perfguard.stats.verdicts import Thresholds, compare_runs
@@ -85,6 +85,7 @@ def merge_runs(runs: Sequence[tuple[Path, Run]]) -> Run:
     comparisons = list(first.comparisons)
     base_side = list(first.baseline_results)  # same-job A/B shards: each its base side
     confirm = [list(rs) for rs in first.confirm_results]  # round k of every shard together
+    confirm_base = [list(rs) for rs in first.confirm_base_results]  # their A/B base sides
     warnings = list(first.health_warnings)
     for path, run in rest:
         if run.commit != first.commit:
@@ -107,10 +108,8 @@ def merge_runs(runs: Sequence[tuple[Path, Run]]) -> Run:
             results.append(r)
         comparisons.extend(run.comparisons)
         base_side.extend(run.baseline_results)
-        for k, made in enumerate(run.confirm_results):
-            if k == len(confirm):
-                confirm.append([])
-            confirm[k].extend(made)
+        _extend_rounds(confirm, run.confirm_results)
+        _extend_rounds(confirm_base, run.confirm_base_results)
         warnings += [w for w in run.health_warnings if w not in warnings]
     health = {**first.health, "warnings": warnings} if warnings else dict(first.health)
     return replace(
@@ -120,7 +119,18 @@ def merge_runs(runs: Sequence[tuple[Path, Run]]) -> Run:
         health=health,
         baseline_results=tuple(base_side),
         confirm_results=tuple(map(tuple, confirm)),
+        confirm_base_results=tuple(map(tuple, confirm_base)),
     )
+
+
+def _extend_rounds(
+    rounds: list[list[VariantResult]], more: Sequence[Sequence[VariantResult]]
+) -> None:
+    """Round k of `more` joins round k of `rounds` (a shard may have made fewer rounds)."""
+    for k, made in enumerate(more):
+        if k == len(rounds):
+            rounds.append([])
+        rounds[k].extend(made)
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
@@ -177,7 +187,11 @@ def _finish_merged(args: argparse.Namespace, merged: Run) -> int:
         health=Health.from_json(merged.health),
         # the shards measured their flagged items again on the GPU; the verdicts of the
         # whole run are confirmed with those re-measures
-        remeasure=replay(merged.confirm_results) if merged.confirm_results else None,
+        remeasure=(
+            replay(merged.confirm_results, merged.confirm_base_results)
+            if merged.confirm_results
+            else None
+        ),
     )
     for message in outcome.messages:
         print(message, file=sys.stderr)

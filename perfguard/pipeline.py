@@ -10,7 +10,7 @@ import datetime as _dt
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from perfguard.environment_diff import environment_differences
 from perfguard.git import (
@@ -30,6 +30,7 @@ from perfguard.stats.verdicts import (
     confirm_targets,
     confirm_verdicts,
     is_flagged_latency,
+    settle_targets,
     withhold_speed_verdicts,
 )
 from perfguard.store.baselines import BaselineError, BaselineStore, write_json_atomic
@@ -55,12 +56,25 @@ class FinishSettings:
     thresholds: Thresholds = field(default_factory=Thresholds)
     history_length: int = 20  # baselines the noise floor is learned from
     unhealthy: str = "warn"  # "inconclusive": health warnings withhold speed verdicts
-    confirm: int = 1  # fresh-process re-measures a latency verdict must survive (stored mode)
+    confirm: int = 1  # re-measures a latency verdict must survive (stored mode)
 
 
-Remeasure = Callable[[Sequence[tuple[str, str]]], Sequence[VariantResult]]
-"""Measures these (test, variant) items again in a fresh process and returns the results;
-an item it could not measure comes back as an error result, or not at all (never raises)."""
+class ConfirmRound(NamedTuple):
+    """One confirmation re-measure of the flagged (and undecided) items."""
+
+    results: tuple[VariantResult, ...]
+    # measured beside the base commit in one job (same-job A/B): that commit's side;
+    # empty when the round was a fresh process of this tree alone
+    base_results: tuple[VariantResult, ...] = ()
+
+
+Remeasure = Callable[
+    [Sequence[tuple[str, str]], str | None, Sequence[tuple[str, str]]], ConfirmRound
+]
+"""(flagged, base commit, undecided): measures the flagged (test, variant) items again,
+beside the given base commit where it can (None: no commit known), else in a fresh process;
+the undecided items too, only when beside the base commit (nothing else can settle them).
+An item it could not measure comes back as an error result, or not at all (never raises)."""
 
 
 @dataclass(frozen=True)
@@ -193,7 +207,9 @@ def finish_run(
             error = refusal
         else:
             try:
-                saved = store.save(replace(run, baseline_results=(), confirm_results=()))
+                saved = store.save(
+                    replace(run, baseline_results=(), confirm_results=(), confirm_base_results=())
+                )
                 messages.append(f"saved baseline {saved}")
             except BaselineError as exc:
                 error = f"baseline not saved: {exc}"
@@ -237,13 +253,31 @@ def _compare_stored(
             messages.append(f"noise floor learned from {history['commit'].nunique()} baselines")
     if settings.compare != "none":
         comparisons = compare_runs(base, run, settings.thresholds, noise)
-        targets = confirm_targets(comparisons) if remeasure and settings.confirm > 0 else []
-        if remeasure is not None and targets:
-            again = [tuple(remeasure(targets)) for _ in range(settings.confirm)]
-            confirmed = confirm_verdicts(comparisons, again, settings.thresholds, noise)
-            messages.append(_confirm_summary(comparisons, confirmed, len(targets), len(again)))
+        confirming = remeasure is not None and settings.confirm > 0
+        targets = confirm_targets(comparisons) if confirming else []
+        undecided = settle_targets(comparisons, settings.thresholds) if confirming else []
+        rounds: list[ConfirmRound] = []
+        if remeasure is not None and (targets or undecided):
+            rounds = [remeasure(targets, choice.commit, undecided) for _ in range(settings.confirm)]
+        if not targets and not any(r.results for r in rounds):
+            rounds = []  # nothing flagged, and nothing measured beside the base commit
+        if rounds:
+            confirmed = confirm_verdicts(
+                comparisons,
+                [r.results for r in rounds],
+                settings.thresholds,
+                noise,
+                bases=[r.base_results for r in rounds],
+            )
+            messages.append(
+                _confirm_summary(comparisons, confirmed, len(targets), len(undecided), rounds)
+            )
             comparisons = confirmed
-            run = replace(run, confirm_results=tuple(again))
+            run = replace(
+                run,
+                confirm_results=tuple(r.results for r in rounds),
+                confirm_base_results=tuple(r.base_results for r in rounds),
+            )
         if history is not None:
             comparisons = with_trends(comparisons, history)
         run = replace(run, comparisons=comparisons)
@@ -267,29 +301,65 @@ def _compare_same_job(run: Run, base: SameJobBase, settings: FinishSettings) -> 
     )
 
 
-def replay(rounds: Sequence[Sequence[VariantResult]]) -> Remeasure:
+def replay(
+    rounds: Sequence[Sequence[VariantResult]], bases: Sequence[Sequence[VariantResult]] = ()
+) -> Remeasure:
     """A `Remeasure` that hands back re-measures made earlier (the shards' own, when
-    `perfguard merge` compares the whole run): round after round, the asked-for items."""
-    pending = list(rounds)
+    `perfguard merge` compares the whole run): round after round, the asked-for items,
+    with the base commit's side of the rounds that were measured beside it."""
+    pending = [
+        (tuple(made), tuple(bases[k]) if k < len(bases) else ()) for k, made in enumerate(rounds)
+    ]
 
-    def remeasure(keys: Sequence[tuple[str, str]]) -> Sequence[VariantResult]:
-        made = pending.pop(0) if pending else ()
-        return [r for r in made if r.key in keys]
+    def remeasure(
+        keys: Sequence[tuple[str, str]],
+        base_commit: str | None,
+        undecided: Sequence[tuple[str, str]] = (),
+    ) -> ConfirmRound:
+        made, base = pending.pop(0) if pending else ((), ())
+        asked = {*keys, *undecided}
+        return ConfirmRound(
+            tuple(r for r in made if r.key in asked), tuple(r for r in base if r.key in asked)
+        )
 
     return remeasure
 
 
 def _confirm_summary(
-    before: Sequence[Comparison], after: Sequence[Comparison], items: int, rounds: int
+    before: Sequence[Comparison],
+    after: Sequence[Comparison],
+    items: int,
+    undecided: int,
+    rounds: Sequence[ConfirmRound],
 ) -> str:
-    flagged = [
-        (b, a) for b, a in zip(before, after, strict=True) if is_flagged_latency(b) and b.gating
-    ]
+    pairs = list(zip(before, after, strict=True))
+    flagged = [(b, a) for b, a in pairs if is_flagged_latency(b) and b.gating]
     withdrawn = sum(a.verdict != b.verdict for b, a in flagged)
     unconfirmed = sum(None in a.confirm_change_pct for _, a in flagged)
-    text = (
-        f"confirmation: {items} flagged item(s) re-measured in "
-        f"{'a fresh process' if rounds == 1 else f'{rounds} fresh processes'}; "
-        f"{len(flagged) - withdrawn} gating latency verdict(s) stood, {withdrawn} withdrawn"
-    )
-    return text + (f", {unconfirmed} could not be re-measured" if unconfirmed else "")
+    ab = sum(bool(r.base_results) for r in rounds)
+    alone = len(rounds) - ab
+    how = []
+    if ab:
+        how.append(f"{_times(ab)} beside the base commit (same-job A/B)")
+    if alone:
+        how.append("in a fresh process" if alone == 1 else f"in {alone} fresh processes")
+    parts = []
+    if items:
+        parts.append(
+            f"{items} flagged item(s) re-measured {' and '.join(how)}: "
+            f"{len(flagged) - withdrawn} gating latency verdict(s) stood, {withdrawn} withdrawn"
+            + (f", {unconfirmed} could not be re-measured" if unconfirmed else "")
+        )
+    if ab and undecided:
+        settled = sum(
+            a.gating and is_flagged_latency(a) and not is_flagged_latency(b) for b, a in pairs
+        )
+        parts.append(
+            f"{undecided} undecided item(s) (median moved by the minimum change, no verdict) "
+            f"measured {_times(ab)} beside the base commit: {settled} latency verdict(s) shown"
+        )
+    return "confirmation: " + "; ".join(parts)
+
+
+def _times(n: int) -> str:
+    return {1: "once", 2: "twice"}.get(n, f"{n} times")

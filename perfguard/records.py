@@ -350,14 +350,19 @@ class Run:
     settings: Mapping[str, Any] = field(default_factory=dict)
     health: Mapping[str, Any] = field(default_factory=dict)  # {"warnings": [...], "facts": {...}}
     baseline_results: tuple[VariantResult, ...] = ()  # same-job A/B: the base side's results
-    # confirmation re-measures of flagged items, one tuple per round (fresh process)
+    # confirmation re-measures of flagged items, one tuple per round ...
     confirm_results: tuple[tuple[VariantResult, ...], ...] = ()
+    # ... and, for a round measured beside the base commit (A/B), that commit's side
+    confirm_base_results: tuple[tuple[VariantResult, ...], ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "health", dict(self.health))
         object.__setattr__(self, "results", tuple(self.results))
         object.__setattr__(self, "baseline_results", tuple(self.baseline_results))
         object.__setattr__(self, "confirm_results", tuple(map(tuple, self.confirm_results)))
+        object.__setattr__(
+            self, "confirm_base_results", tuple(map(tuple, self.confirm_base_results))
+        )
         object.__setattr__(self, "comparisons", tuple(self.comparisons))
         object.__setattr__(self, "environment", dict(self.environment))
         object.__setattr__(self, "settings", dict(self.settings))
@@ -403,6 +408,15 @@ class Run:
                 if self.confirm_results
                 else {}
             ),
+            **(
+                {
+                    "confirm_base_results": [
+                        [r.to_json() for r in rs] for rs in self.confirm_base_results
+                    ]
+                }
+                if any(self.confirm_base_results)
+                else {}
+            ),
         }
 
     @classmethod
@@ -437,6 +451,10 @@ class Run:
                 confirm_results=tuple(
                     tuple(VariantResult.from_json(r) for r in rs)
                     for rs in data.get("confirm_results") or ()
+                ),
+                confirm_base_results=tuple(
+                    tuple(VariantResult.from_json(r) for r in rs)
+                    for rs in data.get("confirm_base_results") or ()
                 ),
             )
         except KeyError as exc:

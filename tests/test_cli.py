@@ -148,9 +148,11 @@ def test_merge_confirms_the_whole_run_with_the_shards_re_measures(
         run([result("t.py::a", "eager", 1.6, seed=3)], commit=b),
         confirm_results=((result("t.py::a", "eager", 1.5, seed=5),),),
     )
+    # this shard re-measured beside the base commit: the base side was as slow (a spell)
     fluke = replace(
         run([result("t.py::b", "eager", 1.6, seed=4)], commit=b),
-        confirm_results=((result("t.py::b", "eager", 1.01, seed=6),),),
+        confirm_results=((result("t.py::b", "eager", 1.6, seed=6),),),
+        confirm_base_results=((result("t.py::b", "eager", 1.6, seed=7),),),
     )
     s1, s2 = write(tmp_path / "s1.json", real), write(tmp_path / "s2.json", fluke)
     monkeypatch.chdir(repo)
@@ -161,6 +163,8 @@ def test_merge_confirms_the_whole_run_with_the_shards_re_measures(
     assert p50["t.py::a"]["verdict"] == "regression"
     assert p50["t.py::a"]["confirm_change_pct"][0] > 40
     assert p50["t.py::b"]["verdict"] == "inconclusive"
-    assert "not shown again in a fresh process" in p50["t.py::b"]["note"]
+    assert "not shown again beside the base commit" in p50["t.py::b"]["note"]
+    assert "shown again in a fresh process" in p50["t.py::a"]["note"]  # each its own way
     assert [len(rs) for rs in doc["confirm_results"]] == [2]  # one round, both shards
+    assert [len(rs) for rs in doc["confirm_base_results"]] == [1]
     assert doc["settings"]["confirm"] == 1

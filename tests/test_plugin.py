@@ -7,8 +7,11 @@ import os
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from perfguard.records import VariantResult
 
 FAST = (
     "--perfguard-budget=0.02",
@@ -300,11 +303,13 @@ def test_forgot(perfguard):
 # ---- baselines through git ------------------------------------------------------------------
 
 SCALED = """
-import os, pytest, torch
+import pathlib, pytest, torch
+
+WIDTH = pathlib.Path(__file__).with_name("width.txt")  # tracked: each commit has its own
 
 @pytest.mark.perfguard(variants=["eager"])
 def test_model(perfguard):
-    width = int(os.environ.get("WIDTH", "64"))
+    width = int(WIDTH.read_text()) if WIDTH.exists() else 64
     model = torch.nn.Sequential(torch.nn.Linear(256, width), torch.nn.ReLU(),
                                 torch.nn.Linear(width, 8)).eval()
     perfguard.run(model, (torch.randn(64, 256),))
@@ -324,6 +329,13 @@ def git(cwd: Path, *args: str) -> str:
     ).stdout.strip()
 
 
+def commit_width(repo: Path, width: int) -> None:
+    """Commit B: the model of `SCALED` at this width (real extra compute, in the code)."""
+    (repo / "width.txt").write_text(str(width))
+    git(repo, "add", "width.txt")
+    git(repo, "commit", "-q", "-m", "B")
+
+
 @pytest.fixture
 def repo(pytester: pytest.Pytester) -> Path:
     pytester.makepyfile(test_scaled=SCALED)
@@ -335,7 +347,7 @@ def repo(pytester: pytest.Pytester) -> Path:
 
 
 def test_save_then_compare_finds_the_baseline_and_flags_a_regression(
-    pytester: pytest.Pytester, repo: Path, monkeypatch: pytest.MonkeyPatch
+    pytester: pytest.Pytester, repo: Path
 ) -> None:
     a = git(repo, "rev-parse", "HEAD")
     saved = run(pytester, "--perfguard", "--perfguard-save", "--perfguard-repeats=5")
@@ -344,8 +356,7 @@ def test_save_then_compare_finds_the_baseline_and_flags_a_regression(
     assert len(files) == 1
 
     git(repo, "checkout", "-q", "-b", "feature")
-    git(repo, "commit", "-q", "--allow-empty", "-m", "B")
-    monkeypatch.setenv("WIDTH", "4096")  # real extra compute
+    commit_width(repo, 4096)
     slower = run(pytester, "--perfguard", "--perfguard-json=out.json", "--perfguard-repeats=5")
     assert slower.ret == pytest.ExitCode.TESTS_FAILED, slower.stdout.str()
     slower.stdout.fnmatch_lines(
@@ -380,6 +391,7 @@ def test_a_slowdown_only_one_process_saw_is_withdrawn_by_the_re_measure(
 ) -> None:
     pytester.makepyfile(test_scaled=SLOW_ONCE)
     git(repo, "commit", "-q", "-am", "A2")
+    a2 = git(repo, "rev-parse", "HEAD")
     saved = run(pytester, "--perfguard", "--perfguard-save", "--perfguard-budget=0.2")
     assert saved.ret == 0
     git(repo, "commit", "-q", "--allow-empty", "-m", "B")
@@ -391,20 +403,22 @@ def test_a_slowdown_only_one_process_saw_is_withdrawn_by_the_re_measure(
     assert result.ret == 0, result.stdout.str()
     result.stdout.fnmatch_lines(
         [
-            "*confirming 1 flagged item(s) in a fresh process (1 of 1): "
+            f"*confirming 1 flagged item(s) beside the base commit {a2[:10]} (A/B) (1 of 1): "
             "test_scaled.py::test_model[[]eager[]]*",
-            "*confirmation: 1 flagged item(s) re-measured in a fresh process; "
-            "0 gating latency verdict(s) stood, 2 withdrawn*",
+            "*confirmation: 1 flagged item(s) re-measured once beside the base commit "
+            "(same-job A/B): 0 gating latency verdict(s) stood, 2 withdrawn*",
         ]
     )
     doc = json.loads((repo / "out.json").read_text())
     p50 = next(c for c in doc["comparisons"] if c["metric"] == "latency_p50_ms")
     assert p50["change_pct"] > 100  # what this process measured ...
-    assert p50["verdict"] == "inconclusive"  # ... but the fresh one did not see it
-    assert "not shown again in a fresh process" in p50["note"]
+    assert p50["verdict"] == "inconclusive"  # ... but beside the base commit it was not
+    assert "not shown again beside the base commit" in p50["note"]
     assert len(p50["confirm_change_pct"]) == 1 and p50["confirm_change_pct"][0] < 50
     assert doc["settings"]["confirm"] == 1
-    assert "measured again in 1 fresh process" in (repo / "reports/perfguard.md").read_text()
+    assert [len(r) for r in doc["confirm_base_results"]] == [1]  # the base side, kept
+    report = (repo / "reports/perfguard.md").read_text()
+    assert "measured again beside the base commit, 1 time, in this job" in report
 
     (repo / "slow-once").write_text("")  # without confirming, the same run is a regression
     once = run(pytester, "--perfguard", *bar, "--perfguard-confirm=0")
@@ -413,11 +427,10 @@ def test_a_slowdown_only_one_process_saw_is_withdrawn_by_the_re_measure(
 
 
 def test_a_real_slowdown_stands_when_re_measured_and_the_report_says_so(
-    pytester: pytest.Pytester, repo: Path, monkeypatch: pytest.MonkeyPatch
+    pytester: pytest.Pytester, repo: Path
 ) -> None:
     assert run(pytester, "--perfguard", "--perfguard-save", "--perfguard-repeats=5").ret == 0
-    git(repo, "commit", "-q", "--allow-empty", "-m", "B")
-    monkeypatch.setenv("WIDTH", "4096")  # every process of this code is slower
+    commit_width(repo, 4096)  # every process of this code is slower than the base's
     result = run(
         pytester,
         "--perfguard",
@@ -431,10 +444,10 @@ def test_a_real_slowdown_stands_when_re_measured_and_the_report_says_so(
     p50 = next(c for c in doc["comparisons"] if c["metric"] == "latency_p50_ms")
     assert p50["verdict"] == "regression"
     assert len(p50["confirm_change_pct"]) == 2 and min(p50["confirm_change_pct"]) > 50
-    assert "shown again in a fresh process" in p50["note"]
+    assert "shown again beside the base commit" in p50["note"]
     report = (repo / "reports/perfguard.md").read_text()
     assert "| detectable | re-measured |" in report
-    assert "measured again in 2 fresh processes" in report
+    assert "measured again beside the base commit, 2 times, in this job" in report
 
 
 def test_the_re_measure_loads_the_plugins_this_session_loaded() -> None:
@@ -447,32 +460,86 @@ def test_the_re_measure_loads_the_plugins_this_session_loaded() -> None:
 def test_the_re_measure_waits_out_the_gap_after_the_last_measurement(
     pytestconfig: pytest.Config,
 ) -> None:
-    from dataclasses import replace
-
-    from perfguard.pytest_plugin.confirm import remeasurer
-    from perfguard.pytest_plugin.options import resolve
-    from perfguard.records import VariantResult
+    """Without the base commit in the checkout, the flagged items are measured again alone,
+    no sooner than the gap after they (or the previous round) were measured."""
+    from perfguard.pipeline import ConfirmRound
 
     now = [100.0]
     slept: list[float] = []
     calls: list[list[str]] = []
 
+    def child(
+        root: Path, args: Sequence[str], items: Mapping[tuple[str, str], str]
+    ) -> ConfirmRound:
+        calls.append(sorted(items.values()))
+        assert "--perfguard-compare=none" in args
+        assert not [a for a in args if a.startswith("--perfguard-ab")]
+        now[0] += 5.0  # the child takes 5 s
+        return ConfirmRound(tuple(VariantResult(t, v, "error", "fake") for t, v in items))
+
+    said: list[str] = []
+    again = _remeasurer(pytestconfig, child, now, slept, said)
+    unknown = "0" * 40  # not a commit of this repository: A/B cannot check it out
+    assert again([("t", "eager")], unknown).results and slept == [10.0]  # 60 s after t
+    assert again([("t", "eager"), ("u", "eager")], None).results and slept == [10.0, 60.0]
+    assert calls == [["t.py::t[eager]"], ["t.py::t[eager]", "t.py::u[eager]"]]
+    assert any("waiting 60s before re-measuring" in line for line in said)
+    assert any("in a fresh process (1 of 2)" in line for line in said)
+    assert again([("nobody", "eager")], None) == ConfirmRound(())  # not measured here
+    # undecided items: only a measure beside the base commit could settle them
+    assert again([], None, [("u", "eager")]) == ConfirmRound(())
+    assert len(calls) == 2
+
+
+def test_the_re_measure_runs_beside_the_base_commit_when_the_checkout_has_it(
+    pytestconfig: pytest.Config,
+) -> None:
+    from perfguard.pipeline import ConfirmRound
+
+    now = [100.0]
+    slept: list[float] = []
+    seen: list[Sequence[str]] = []
+    base = VariantResult("t", "eager", "error", "fake base")
+
+    def child(
+        root: Path, args: Sequence[str], items: Mapping[tuple[str, str], str]
+    ) -> ConfirmRound:
+        seen.append(args)
+        return ConfirmRound(tuple(VariantResult(t, v, "error", "fake") for t, v in items), (base,))
+
+    said: list[str] = []
+    again = _remeasurer(pytestconfig, child, now, slept, said)
+    head = git(Path(pytestconfig.rootpath), "rev-parse", "HEAD")
+    made = again([("t", "eager")], head[:12])  # an abbreviated sha resolves too
+    assert made.base_results == (base,)
+    assert slept == []  # a slow spell hits both sides of a pair alike: no gap to wait
+    assert f"--perfguard-ab={head}" in seen[0] and "--perfguard-compare=none" not in seen[0]
+    assert any(f"beside the base commit {head[:10]} (A/B) (1 of 2)" in line for line in said)
+    # beside the base commit, the undecided items are measured too
+    both = again([("t", "eager")], head, [("u", "eager")])
+    assert [r.key for r in both.results] == [("t", "eager"), ("u", "eager")]
+    assert any("confirming 1 flagged and 1 undecided item(s) beside" in line for line in said)
+
+
+def _remeasurer(
+    config: pytest.Config,
+    child: Any,
+    now: list[float],
+    slept: list[float],
+    said: list[str],
+) -> Any:
+    from dataclasses import replace
+
+    from perfguard.pytest_plugin.confirm import remeasurer
+    from perfguard.pytest_plugin.options import resolve
+
     def sleep(seconds: float) -> None:
         slept.append(seconds)
         now[0] += seconds
 
-    def child(
-        root: Path, args: Sequence[str], items: Mapping[tuple[str, str], str]
-    ) -> list[VariantResult]:
-        calls.append(sorted(items.values()))
-        now[0] += 5.0  # the child takes 5 s
-        return [VariantResult(t, v, "error", "fake") for t, v in items]
-
-    options = replace(resolve(pytestconfig), confirm=2, confirm_gap_s=60.0)
-    said: list[str] = []
-    again = remeasurer(
-        pytestconfig,
-        options,
+    return remeasurer(
+        config,
+        replace(resolve(config), confirm=2, confirm_gap_s=60.0),
         {("t", "eager"): "t.py::t[eager]", ("u", "eager"): "t.py::u[eager]"},
         {"t.py::t[eager]": 50.0, "t.py::u[eager]": 90.0},  # measured 50 s and 10 s ago
         said.append,
@@ -480,11 +547,6 @@ def test_the_re_measure_waits_out_the_gap_after_the_last_measurement(
         clock=lambda: now[0],
         sleep=sleep,
     )
-    assert again([("t", "eager")]) and slept == [10.0]  # 60 s after t, not after u
-    assert again([("t", "eager"), ("u", "eager")]) and slept == [10.0, 60.0]  # after round 1
-    assert calls == [["t.py::t[eager]"], ["t.py::t[eager]", "t.py::u[eager]"]]
-    assert any("waiting 60s before re-measuring" in line for line in said)
-    assert again([("nobody", "eager")]) == []  # an item this session did not measure
 
 
 def test_a_bad_confirm_count_is_a_usage_error(pytester: pytest.Pytester) -> None:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -87,3 +88,21 @@ def test_wrong_documents_are_record_errors() -> None:
         Run.from_json({"schema_version": 1, "results": []})
     with pytest.raises(RecordError, match="not a JSON object"):
         Run.from_json([1, 2])
+
+
+def test_confirmation_rounds_round_trip_with_their_base_sides() -> None:
+    again = result(latency_p50_ms=1.1)
+    base = replace(result(latency_p50_ms=1.0), repeats_ms=(1.4,))
+    run = Run(
+        commit="a" * 40,
+        machine="cpu-x-2c",
+        environment={},
+        results=(result(latency_p50_ms=1.2),),
+        confirm_results=((again,), (again,)),
+        confirm_base_results=((base,), ()),  # round 1 beside the base commit, round 2 alone
+    )
+    doc = json.loads(json.dumps(run.to_json()))
+    assert [len(r) for r in doc["confirm_base_results"]] == [1, 0]
+    assert Run.from_json(doc) == run
+    alone = replace(run, confirm_base_results=((), ()))
+    assert "confirm_base_results" not in alone.to_json()  # no A/B round: no key

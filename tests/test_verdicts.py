@@ -3,7 +3,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 from perfguard.records import Comparison, VariantResult
-from perfguard.stats.verdicts import Thresholds, compare_runs, confirm_targets, confirm_verdicts
+from perfguard.stats.verdicts import (
+    Thresholds,
+    compare_runs,
+    confirm_targets,
+    confirm_verdicts,
+    settle_targets,
+)
 from tests.factories import result, run
 
 T = "t.py::test_m"
@@ -271,3 +277,64 @@ def test_an_ab_round_without_the_base_side_leaves_the_verdict_unconfirmed() -> N
     )
     assert _p50(mixed).verdict == "regression"
     assert "in a fresh process and beside the base commit" in _p50(mixed).note
+
+
+def _held() -> tuple[Comparison, ...]:
+    """+50% against a stored baseline taken in a slow spell: within a 60% noise floor."""
+    floor = {(T, "eager", m): 60.0 for m in ("latency_p50_ms", "latency_p95_ms", "latency_p99_ms")}
+    return compare_runs(
+        run([result(T, "eager", 1.0, seed=1)]), run([result(T, "eager", 1.5, seed=2)]), None, floor
+    )
+
+
+def test_settle_targets_are_items_whose_median_moved_without_a_verdict() -> None:
+    held = _held()
+    assert _p50(held).verdict == "unchanged" and "noise floor 60.0%" in _p50(held).note
+    assert settle_targets(held) == [(T, "eager")]
+    assert settle_targets(held, Thresholds(min_change_pct=60.0)) == []  # moved less than that
+    assert settle_targets(_flagged(1.5)) == []  # flagged: a confirmation target already
+    p99 = {(T, "eager", m): 60.0 for m in ("latency_p50_ms", "latency_p95_ms")}
+    flagged = compare_runs(
+        run([result(T, "eager", 1.0, seed=1)]), run([result(T, "eager", 1.5, seed=2)]), None, p99
+    )
+    assert confirm_targets(flagged) == [(T, "eager")] and settle_targets(flagged) == []
+    # ... re-measured for its p99, its undecided p50 is settled by the same A/B round
+    beside = confirm_verdicts(
+        flagged, [[result(T, "eager", 1.5, seed=3)]], bases=[[result(T, "eager", 1.0, seed=4)]]
+    )
+    assert {c.metric: c.verdict for c in beside}["latency_p50_ms"] == "regression"
+    assert settle_targets(_flagged(1.05)) == []  # +5%: below the minimum change
+    few = compare_runs(run([result(T, "eager", 1.0, repeats=2)]), run([result(T, "eager", 1.5)]))
+    assert _p50(few).verdict == "inconclusive" and settle_targets(few) == []  # never tested
+
+
+def test_an_undecided_item_takes_the_verdict_shown_beside_the_base_commit() -> None:
+    held = _held()
+    head, base = [[result(T, "eager", 1.5, seed=3)]], [[result(T, "eager", 1.0, seed=4)]]
+    out = confirm_verdicts(held, head, bases=base)
+    c = _p50(out)
+    assert c.verdict == "regression"
+    assert c.confirm_change_pct[0] is not None and 45.0 < c.confirm_change_pct[0] < 55.0
+    assert "noise floor 60.0%; shown beside the base commit (+" in c.note
+    assert {x.metric: x.verdict for x in out}["latency_p95_ms"] == "regression"
+    assert {x.metric: x.verdict for x in out}["latency_p99_ms"] == "unchanged"  # not gating
+    # the base commit beside it is as slow: the host is slow now, not the code
+    same = _p50(confirm_verdicts(held, head, bases=[[result(T, "eager", 1.5, seed=4)]]))
+    assert same.verdict == "unchanged"
+    assert "beside the base commit: unchanged (" in same.note
+    # every round must show it, the way the stored comparison moved
+    two = confirm_verdicts(held, head * 2, bases=[base[0], [result(T, "eager", 1.5, seed=5)]])
+    assert _p50(two).verdict == "unchanged" and len(_p50(two).confirm_change_pct) == 2
+    faster = confirm_verdicts(held, [[result(T, "eager", 0.5, seed=3)]], bases=base)
+    assert _p50(faster).verdict == "unchanged"  # A/B says improvement: not the stored way
+    assert "beside the base commit: improvement" in _p50(faster).note
+
+
+def test_only_a_round_beside_the_base_commit_settles_an_undecided_item() -> None:
+    held = _held()
+    fresh = confirm_verdicts(held, [[result(T, "eager", 1.5, seed=3)]])
+    assert fresh == held  # a fresh process compares with the same baseline: it cannot
+    failed = VariantResult(T, "eager", "error", "ImportError: no module named model")
+    gone = _p50(confirm_verdicts(held, [[result(T, "eager", 1.5, seed=3)]], bases=[[failed]]))
+    assert gone.verdict == "unchanged"
+    assert "not settled (the base commit's side: new (baseline was error))" in gone.note

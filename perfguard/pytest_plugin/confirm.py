@@ -1,11 +1,14 @@
-"""Confirmation re-measures: flagged items measured again in a fresh pytest process.
+"""Confirmation re-measures: flagged items measured again before their verdicts stand.
 
 Each process runs at a speed of its own: on a shared runner, identical code measured in
-two processes differs by a few percent, and the repeats inside one process cannot show
-it. Against a stored baseline that offset is what makes false alarms. So before a latency
-regression or improvement stands, the items that carry one are measured again in a child
-pytest session of this rootdir (`--perfguard-confirm=N` times), and `confirm_verdicts`
-keeps only what every re-measure shows again.
+two processes differs by a few percent, for minutes at a time, and the repeats inside one
+process cannot show it. Against a stored baseline that offset, the baseline's and this
+run's, is what makes false alarms. So before a latency regression or improvement stands,
+the items that carry one are measured again in a child pytest session of this rootdir
+(`--perfguard-confirm=N` times): beside the base commit (same-job A/B, `--perfguard-ab`)
+when this repository has that commit, so a slow spell of the host hits both sides alike;
+otherwise alone in a fresh process, no sooner than `--perfguard-confirm-gap` later.
+`confirm_verdicts` keeps only what every re-measure shows again.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from perfguard.pipeline import Remeasure
+from perfguard.git import GitError, resolve
+from perfguard.pipeline import ConfirmRound, Remeasure
 from perfguard.pytest_plugin.options import Options
 from perfguard.records import RecordError, Run, VariantResult
 
@@ -31,8 +35,9 @@ TIMEOUT_BASE_S = 1800.0
 TIMEOUT_PER_ITEM_S = 600.0  # a max-autotune compile on a cold cache can take minutes
 
 
-ChildRunner = Callable[[Path, Sequence[str], Mapping[tuple[str, str], str]], list[VariantResult]]
-"""(rootdir, pytest arguments, {key: node id}) -> the child session's results."""
+ChildRunner = Callable[[Path, Sequence[str], Mapping[tuple[str, str], str]], ConfirmRound]
+"""(rootdir, pytest arguments, {key: node id}) -> the child session's results (and, in
+A/B, the base side's)."""
 
 
 def remeasurer(
@@ -48,9 +53,9 @@ def remeasurer(
 ) -> Remeasure:
     """A `Remeasure` that runs the flagged items' test items in a child pytest session.
 
-    It starts no sooner than `options.confirm_gap_s` after the last of those items was
-    measured (or re-measured): a slowdown of the host lasts seconds to a minute, and must
-    not hit both measurements.
+    Beside the base commit (A/B) when it is in this repository. Otherwise alone, starting
+    no sooner than `options.confirm_gap_s` after the last of those items was measured (or
+    re-measured): a slowdown of the host lasts seconds to minutes, and must not hit both.
     """
     root = Path(config.rootpath)
     # the child reads the same ini file and loads the same plugins as this session
@@ -60,33 +65,56 @@ def remeasurer(
     rounds = 0
     last_end = -math.inf
 
-    def remeasure(keys: Sequence[tuple[str, str]]) -> Sequence[VariantResult]:
+    def remeasure(
+        keys: Sequence[tuple[str, str]],
+        base_commit: str | None,
+        undecided: Sequence[tuple[str, str]] = (),
+    ) -> ConfirmRound:
         nonlocal rounds, last_end
-        items = {key: nodeids[key] for key in keys if key in nodeids}
+        ab = _known_commit(root, base_commit)
+        # only a measure beside the base commit can settle what the stored one left open
+        wanted = [*keys, *(undecided if ab is not None else ())]
+        items = {key: nodeids[key] for key in wanted if key in nodeids}
         if not items:
-            return []
+            return ConfirmRound(())
         rounds += 1
-        latest = max([last_end, *(measured_at.get(i, -math.inf) for i in items.values())])
-        wait = options.confirm_gap_s - (clock() - latest)
-        if wait > 0:
-            say(f"waiting {wait:.0f}s before re-measuring (--perfguard-confirm-gap)")
-            sleep(wait)
+        flagged = [key for key in keys if key in items]
+        if ab is None:
+            latest = max([last_end, *(measured_at.get(i, -math.inf) for i in items.values())])
+            wait = options.confirm_gap_s - (clock() - latest)
+            if wait > 0:
+                say(f"waiting {wait:.0f}s before re-measuring (--perfguard-confirm-gap)")
+                sleep(wait)
+        where = "in a fresh process" if ab is None else f"beside the base commit {ab[:10]} (A/B)"
+        open_ = f" and {len(items) - len(flagged)} undecided" if len(items) > len(flagged) else ""
         say(
-            f"confirming {len(items)} flagged item(s) in a fresh process "
+            f"confirming {len(flagged)} flagged{open_} item(s) {where} "
             f"({rounds} of {options.confirm}): {', '.join(items.values())}"
         )
         _release_device_memory()
         began = clock()
-        results = child(root, [*options.measuring_args(root, options.repeats), *extra], items)
+        args = [*options.measuring_args(root, options.repeats, ab=ab), *extra]
+        made = child(root, args, items)
         last_end = clock()
-        failed = sum(r.status != "ok" for r in results)
+        failed = sum(r.status != "ok" for r in made.results)
         say(
             f"re-measured in {last_end - began:.1f}s"
             + (f"; {failed} could not be measured" if failed else "")
         )
-        return results
+        return made
 
     return remeasure
+
+
+def _known_commit(root: Path, commit: str | None) -> str | None:
+    """`commit` when this repository holds it (a shallow clone may not): A/B can check it
+    out."""
+    if commit is None:
+        return None
+    try:
+        return resolve(root, commit)
+    except GitError:
+        return None
 
 
 def plugin_args(args: Sequence[str]) -> list[str]:
@@ -102,7 +130,7 @@ def plugin_args(args: Sequence[str]) -> list[str]:
 
 def _run_child(
     root: Path, args: Sequence[str], items: Mapping[tuple[str, str], str]
-) -> list[VariantResult]:
+) -> ConfirmRound:
     with tempfile.TemporaryDirectory(prefix="perfguard-confirm-") as tmp:
         out, log = Path(tmp) / "results.json", Path(tmp) / "pytest.log"
         cmd = [
@@ -134,13 +162,17 @@ def _run_child(
                 items, f"the re-measure process wrote no results (exit code {code}): {last}"
             )
     got = {r.key: r for r in run.results}
-    return [
-        got.get(key) or _error(key, "the re-measure process did not measure it") for key in items
-    ]
+    return ConfirmRound(
+        tuple(
+            got.get(key) or _error(key, "the re-measure process did not measure it")
+            for key in items
+        ),
+        tuple(r for r in run.baseline_results if r.key in items),
+    )
 
 
-def _failed(items: Mapping[tuple[str, str], str], why: str) -> list[VariantResult]:
-    return [_error(key, why) for key in items]
+def _failed(items: Mapping[tuple[str, str], str], why: str) -> ConfirmRound:
+    return ConfirmRound(tuple(_error(key, why) for key in items))
 
 
 def _error(key: tuple[str, str], why: str) -> VariantResult:

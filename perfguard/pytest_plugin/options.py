@@ -46,10 +46,12 @@ HELP = {
     "ab": "same-job A/B: measure git revision REF (default: the commit 'auto' compares "
     "with) in a worktree beside this tree, blocks interleaved, and compare paired",
     "confirm": "stored-baseline comparisons: re-measure each item with a latency regression "
-    "or improvement in N fresh processes (default 1; 0: off); the verdict stands only if "
-    "every re-measure shows it again",
-    "confirm_gap": "seconds at least between measuring an item and measuring it again to "
-    "confirm (default 60): a passing slowdown of the host must not hit both",
+    "or improvement N times (default 1; 0: off), beside the base commit (same-job A/B) when "
+    "the checkout has it, else in a fresh process; the verdict stands only if every "
+    "re-measure shows it again. Beside the base commit, items whose median moved by the "
+    "minimum change without a verdict are measured too, and take the paired verdict",
+    "confirm_gap": "seconds at least between measuring an item and re-measuring it in a "
+    "fresh process (default 60): a passing slowdown of the host must not hit both",
     "unhealthy": "when runner health checks warn (busy GPU or CPU, clocks not locked, "
     "throttling): 'warn' (default) notes it in the report; 'inconclusive' also withholds "
     "speed verdicts",
@@ -154,12 +156,13 @@ class Options:
     ab_min_change_pct: float = 5.0
     ab: str | None = None  # same-job A/B against this revision ("auto": find it)
     worker: bool = False  # this session is an A/B worker, driven from another session
-    confirm: int = 1  # fresh-process re-measures of a flagged item (stored-baseline mode)
+    confirm: int = 1  # re-measures of a flagged item (stored-baseline mode)
     confirm_gap_s: float = 60.0  # least time between an item's measurement and its re-measure
 
-    def measuring_args(self, rootdir: Path, repeats: int) -> list[str]:
+    def measuring_args(self, rootdir: Path, repeats: int, ab: str | None = None) -> list[str]:
         """The pytest command line of a child session that measures as this one does
-        (A/B workers, confirmation re-measures): it never compares, saves or confirms."""
+        (A/B workers, confirmation re-measures): it never saves or confirms, and compares
+        only with the base commit `ab` measured beside it (same-job A/B), if given."""
         args = [
             f"--rootdir={rootdir}",
             "-q",
@@ -168,7 +171,7 @@ class Options:
             "-p",
             "no:xdist",
             "--perfguard",
-            "--perfguard-compare=none",
+            "--perfguard-compare=none" if ab is None else f"--perfguard-ab={ab}",
             "--perfguard-confirm=0",
             "--perfguard-progress=no",
             f"--perfguard-budget={self.budget_s}",

@@ -444,6 +444,44 @@ def confirm_targets(comparisons: Sequence[Comparison]) -> list[tuple[str, str]]:
     return keys
 
 
+def settle_targets(
+    comparisons: Sequence[Comparison], thresholds: Thresholds | None = None
+) -> list[tuple[str, str]]:
+    """(test, variant) of every item the stored comparison could not decide, and that is
+    not a confirmation target already: its median moved by at least the minimum change,
+    yet without a latency verdict (within the noise floor, or not significant). A baseline
+    measured in a slow spell of the host hides a real slowdown that way; measured beside
+    the base commit (same-job A/B), it shows."""
+    flagged = set(confirm_targets(comparisons))
+    return [key for key in _moved_keys(comparisons, thresholds) if key not in flagged]
+
+
+def _moved_keys(
+    comparisons: Sequence[Comparison], thresholds: Thresholds | None
+) -> list[tuple[str, str]]:
+    """Items whose median moved by at least the minimum change without a verdict."""
+    th_all = thresholds or Thresholds()
+    keys: list[tuple[str, str]] = []
+    for c in comparisons:
+        key = (c.test, c.variant)
+        if key in keys or c.metric != "latency_p50_ms" or not _undecided(c):
+            continue
+        if abs(c.change_pct or 0.0) >= th_all.for_test(c.test).min_change_pct:
+            keys.append(key)
+    return keys
+
+
+def _undecided(c: Comparison) -> bool:
+    """A gating latency comparison that was tested and gave no regression or improvement."""
+    return (
+        c.metric in LATENCY_METRICS
+        and c.gating
+        and c.verdict in ("unchanged", "inconclusive")
+        and c.p_value is not None
+        and bool(c.change_pct)
+    )
+
+
 def confirm_verdicts(
     comparisons: Sequence[Comparison],
     remeasures: Sequence[Sequence[VariantResult]],
@@ -466,15 +504,24 @@ def confirm_verdicts(
       bar (minimum change and noise floor).
     Any round not showing it makes the verdict `inconclusive`. A re-measure that could not
     be made leaves the verdict as it was, and says why.
+
+    The items of `settle_targets` are settled by the A/B rounds alone: a gating latency
+    metric without a verdict takes the regression or improvement that every round gave
+    beside the base commit, when it is the way the stored comparison moved too.
     """
     th_all = thresholds or Thresholds()
     floor = noise or {}
+    settle = set(_moved_keys(comparisons, th_all))
+    # per round: the paired comparisons of the items it measured beside the base commit
     paired = [
-        _paired_round(results, bases[k], th_all) if k < len(bases) and bases[k] else None
+        _paired_round(results, bases[k] if k < len(bases) else (), th_all)
         for k, results in enumerate(remeasures)
     ]
     out: list[Comparison] = []
     for c in comparisons:
+        if (c.test, c.variant) in settle and _undecided(c) and remeasures:
+            out.append(_settled(c, paired))
+            continue
         if not is_flagged_latency(c) or not remeasures:
             out.append(c)
             continue
@@ -484,66 +531,86 @@ def confirm_verdicts(
         missing = ""
         shown = True
         said: list[str] = []  # what the A/B rounds that did not show it decided instead
+        ways: set[str] = set()
         for results, ab in zip(remeasures, paired, strict=True):
             again = next((r for r in results if r.key == (c.test, c.variant)), None)
-            if ab is not None and again is not None and again.status == "ok":
-                beside = ab.get((c.test, c.variant, c.metric))
-                if beside is None or beside.verdict in ("error", "missing", "new"):
-                    again = VariantResult(c.test, c.variant, "error", _base_side_gone(beside))
+            beside = ab.get((c.test, c.variant, c.metric))
+            base_gone = beside is not None and beside.verdict in ("error", "missing", "new")
+            if again is not None and again.status == "ok" and beside is not None and base_gone:
+                again = VariantResult(c.test, c.variant, "error", _base_side_gone(beside))
             if again is None or again.status != "ok":
                 missing = "not re-measured" if again is None else f"re-measure {again.status}"
                 if again is not None and again.error:
                     missing += f": {again.error}"
                 changes.append(None)
                 continue
-            if ab is not None:
-                beside = ab[(c.test, c.variant, c.metric)]
+            if beside is not None:
+                ways.add("beside the base commit")
                 changes.append(beside.change_pct)
                 if beside.verdict != c.verdict:
                     shown = False
                     said.append(f"A/B: {beside.verdict}")
             else:
+                ways.add("in a fresh process")
                 change = _change_pct(c.baseline, getattr(again.metrics, c.metric))
                 changes.append(change)
                 shown = shown and change is not None and sign * change >= bar
         seen = ", ".join(f"{x:+.1f}%" for x in changes if x is not None)
-        where = _where(paired)
+        where = " and ".join(sorted(ways, reverse=True))
         if missing:
             out.append(_annotate(c, f"unconfirmed ({missing})", changes))
         elif shown:
             out.append(_annotate(c, f"shown again {where} ({seen})", changes))
         else:
-            bars = [f"bar {bar:.1f}%"] if any(ab is None for ab in paired) else []
+            bars = [f"bar {bar:.1f}%"] if "in a fresh process" in ways else []
             why = f"not shown again {where} ({'; '.join([seen, *bars, *said])})"
             out.append(replace(_annotate(c, why, changes), verdict="inconclusive"))
     return tuple(out)
 
 
+def _settled(
+    c: Comparison, paired: Sequence[Mapping[tuple[str, str, str], Comparison]]
+) -> Comparison:
+    """`c`, undecided against the stored baseline, judged by the rounds that measured it
+    beside the base commit (unchanged when a round did not)."""
+    besides = [ab.get((c.test, c.variant, c.metric)) for ab in paired]
+    if any(b is None for b in besides):
+        return c  # not measured beside the base commit: nothing settles it
+    shown = [b for b in besides if b is not None]
+    changes = [b.change_pct for b in shown]
+    seen = ", ".join(f"{x:+.1f}%" for x in changes if x is not None)
+    gone = next((b for b in shown if b.verdict in ("error", "missing", "new")), None)
+    if gone is not None:
+        return _annotate(c, f"not settled ({_base_side_gone(gone)})", changes)
+    want: Verdict = "regression" if (c.change_pct or 0.0) > 0 else "improvement"
+    if all(b.verdict == want for b in shown):
+        return replace(
+            _annotate(c, f"shown beside the base commit ({seen})", changes), verdict=want
+        )
+    said = ", ".join(sorted({b.verdict for b in shown}))
+    return _annotate(c, f"beside the base commit: {said} ({seen})", changes)
+
+
 def _paired_round(
     results: Sequence[VariantResult], base: Sequence[VariantResult], th: Thresholds
 ) -> dict[tuple[str, str, str], Comparison]:
-    """One A/B confirmation round judged as same-job A/B judges it (paired, BH over it)."""
-    head_run = Run(commit=None, machine="", environment={}, results=tuple(results))
+    """The items of one confirmation round that were measured beside the base commit,
+    judged as same-job A/B judges them (paired, Benjamini-Hochberg over the round)."""
+    keys = {r.key for r in base}
+    if not keys:
+        return {}
+    head_run = Run(
+        commit=None, machine="", environment={}, results=tuple(r for r in results if r.key in keys)
+    )
     base_run = Run(commit=None, machine="", environment={}, results=tuple(base))
     return {
         (c.test, c.variant, c.metric): c for c in compare_runs(base_run, head_run, th, paired=True)
     }
 
 
-def _base_side_gone(beside: Comparison | None) -> str:
-    if beside is None:
-        return "the base commit's side measured nothing for it"
-    return f"the base commit's side: {beside.verdict}" + (
-        f" ({beside.note})" if beside.note else ""
-    )
-
-
-def _where(paired: Sequence[object | None]) -> str:
-    if all(ab is not None for ab in paired):
-        return "beside the base commit"
-    if all(ab is None for ab in paired):
-        return "in a fresh process"
-    return "in a fresh process and beside the base commit"
+def _base_side_gone(beside: Comparison) -> str:
+    note = f" ({beside.note})" if beside.note else ""
+    return f"the base commit's side: {beside.verdict}{note}"
 
 
 def _annotate(c: Comparison, text: str, changes: Sequence[float | None]) -> Comparison:

@@ -1,0 +1,81 @@
+"""The stored-baseline pipeline's confirmation step, with a fake re-measure (no torch)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from perfguard.pipeline import ConfirmRound, FinishSettings, finish_run
+from perfguard.store.baselines import BaselineStore
+from tests.factories import result, run
+from tests.test_git import commit, git
+
+T = "t.py::test_m"
+MACHINE = "cuda-test-gpu"
+
+
+@pytest.fixture
+def history(tmp_path: Path) -> tuple[Path, Path, str]:
+    """A repository whose main has four baselines of identical code measured in fast and
+    slow spells (a noise floor of about 60%), the newest fast, and a head commit on top."""
+    repo, store_dir = tmp_path / "repo", tmp_path / "baselines"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    store = BaselineStore(store_dir)
+    for i, center in enumerate((1.0, 1.6, 1.0, 1.6, 1.0)):
+        sha = commit(repo, f"main {i}")
+        store.save(run([result(T, "eager", center, seed=i)], commit=sha, machine=MACHINE))
+    return repo, store_dir, commit(repo, "head")
+
+
+def _finish(
+    history: tuple[Path, Path, str], remeasure: object, head_ms: float = 1.5
+) -> tuple[str, ...]:
+    repo, store_dir, _ = history
+    outcome = finish_run(
+        [result(T, "eager", head_ms, seed=9)],
+        run([]).environment,
+        FinishSettings(root=repo, baseline_dir=store_dir, machine=MACHINE),
+        remeasure=remeasure,  # type: ignore[arg-type]
+    )
+    assert outcome.error is None
+    p50 = next(c for c in outcome.run.comparisons if c.metric == "latency_p50_ms")
+    return (p50.verdict, p50.note, *outcome.messages)
+
+
+def test_an_undecided_slowdown_is_settled_beside_the_base_commit(
+    history: tuple[Path, Path, str],
+) -> None:
+    asked: list[tuple[Sequence[tuple[str, str]], str | None, Sequence[tuple[str, str]]]] = []
+
+    def beside(
+        keys: Sequence[tuple[str, str]], base: str | None, undecided: Sequence[tuple[str, str]]
+    ) -> ConfirmRound:
+        asked.append((keys, base, undecided))
+        return ConfirmRound((result(T, "eager", 1.5, seed=3),), (result(T, "eager", 1.0, seed=4),))
+
+    verdict, note, *messages = _finish(history, beside)
+    newest = git(history[0], "rev-parse", "HEAD~1")
+    assert asked == [([], newest, [(T, "eager")])]  # nothing flagged; the p50 moved +50%
+    assert verdict == "regression"
+    assert "noise floor" in note and "shown beside the base commit (+" in note
+    assert any(
+        m == "confirmation: 1 undecided item(s) (median moved by the minimum change, no verdict) "
+        "measured once beside the base commit: 2 latency verdict(s) shown"
+        for m in messages
+    )
+
+
+def test_without_the_base_commit_an_undecided_item_stays_as_it_was(
+    history: tuple[Path, Path, str],
+) -> None:
+    def alone(
+        keys: Sequence[tuple[str, str]], base: str | None, undecided: Sequence[tuple[str, str]]
+    ) -> ConfirmRound:
+        return ConfirmRound(())  # what the plugin's re-measure does without the commit
+
+    verdict, note, *messages = _finish(history, alone)
+    assert verdict == "unchanged" and "beside" not in note
+    assert not any("confirmation:" in m for m in messages)  # nothing was re-measured
