@@ -507,7 +507,8 @@ def confirm_verdicts(
 
     The items of `settle_targets` are settled by the A/B rounds alone: a gating latency
     metric without a verdict takes the regression or improvement that every round gave
-    beside the base commit, when it is the way the stored comparison moved too.
+    beside the base commit, when it is the way the stored comparison moved too (the
+    opposite way: `inconclusive`).
     """
     th_all = thresholds or Thresholds()
     floor = noise or {}
@@ -588,7 +589,12 @@ def _settled(
             _annotate(c, f"shown beside the base commit ({seen})", changes), verdict=want
         )
     said = ", ".join(sorted({b.verdict for b in shown}))
-    return _annotate(c, f"beside the base commit: {said} ({seen})", changes)
+    note = _annotate(c, f"beside the base commit: {said} ({seen})", changes)
+    if len({b.verdict for b in shown}) == 1 and shown[0].verdict in ("regression", "improvement"):
+        # the pairing is sure, and says the opposite of the stored comparison (a baseline
+        # measured far off its speed): neither can be taken alone
+        return replace(note, verdict="inconclusive")
+    return note
 
 
 def _paired_round(
