@@ -24,6 +24,12 @@ different commit), +5%, +10% or +20%. Each run is `pytest --perfguard --perfguar
 on a head, exactly as CI would run it, and the verdicts are perfguard's own, from the
 results JSON. `analyze --dir D --ab-dir E` prints both modes side by side.
 
+Confirmation (`run --confirm ab`, the default, as the plugin in a checkout that has the
+base commit): the flagged models, and the undecided ones (median moved by the minimum
+change, no verdict), are measured again by `pytest --perfguard --perfguard-ab=BASE` on the
+head commit of a scratch repository like the one above. `--confirm fresh`: the flagged
+models alone in a fresh process, `--confirm-gap` seconds later.
+
 Runs are kept as JSON in `--dir`, so `analyze` can be repeated without measuring again, and
 `run` resumes where it stopped. Do not run anything else on the machine meanwhile.
 """
@@ -150,9 +156,10 @@ def run_study(
     todo = [s for s in steps if not (directory / f"{s.name}.json").exists()]
     started = time.monotonic()
     done = 0
-    # As the plugin does: what a comparison flags is measured again in a fresh process, no
-    # sooner than `confirm_gap` seconds later; the next steps run meanwhile, as the rest of
-    # a suite would.
+    # As the plugin does: what a comparison flags (and, beside the base commit, what it left
+    # undecided) is measured again: beside the base commit at once (`ab`), or in a fresh
+    # process no sooner than `confirm_gap` seconds later while the next steps run, as the
+    # rest of a suite would.
     pending: list[tuple[float, Step, list[str]]] = []
 
     def confirm_due(wait: bool = False) -> None:
@@ -176,7 +183,7 @@ def run_study(
             done += 1
             _progress(done, len(todo), step.name, started)
         if step.base is not None and not (directory / f"{step.name}.confirm.json").exists():
-            flagged = sorted({test for test, _ in _targets(directory, steps, step)})
+            flagged = sorted({test for test, _ in _targets(directory, steps, step, ab is not None)})
             if flagged:
                 # beside the base commit a slow spell hits both sides: no need to wait
                 gap = confirm_gap if ab is None else 0.0
@@ -253,12 +260,14 @@ def _history(steps: Sequence[Step], step: Step) -> list[Step]:
     return baselines[max(0, position - HISTORY_WINDOW + 1) : position + 1]
 
 
-def _targets(directory: Path, steps: Sequence[Step], step: Step) -> list[tuple[str, str]]:
-    from perfguard.stats.verdicts import confirm_targets
+def _targets(directory: Path, steps: Sequence[Step], step: Step, ab: bool) -> list[tuple[str, str]]:
+    """What the plugin re-measures: the flagged items, and beside the base commit also the
+    undecided ones (median moved by the minimum change, no verdict)."""
+    from perfguard.stats.verdicts import confirm_targets, settle_targets
 
     needed = [*_history(steps, step), step]
     comparisons, _ = _compare_step(steps, _load_runs(directory, needed), step)
-    return confirm_targets(comparisons)
+    return confirm_targets(comparisons) + (settle_targets(comparisons) if ab else [])
 
 
 # --- same-job A/B mode ----------------------------------------------------------------
@@ -396,6 +405,7 @@ def analyze(directories: Sequence[Path]) -> str:
     """The tables over every study kept in `directories` (each with its own schedule)."""
     tally: dict[int, dict[str, Any]] = {
         p: {"n": 0, "pg": 0, "first": 0, "later": 0, "later_n": 0, "naive": 0, "improve": 0}
+        | {"settled": 0}
         | {"effect": []}
         for p in (0, *LEVELS)
     }
@@ -447,6 +457,7 @@ def _tally(steps: Sequence[Step], runs: dict[str, Any], tally: dict[int, dict[st
             row["n"] += 1
             row["pg"] += flagged(final, model)
             row["first"] += flagged(first, model)
+            row["settled"] += flagged(final, model) and not flagged(first, model)
             if spaced is not None:
                 row["later_n"] += 1
                 row["later"] += flagged(spaced, model)
@@ -481,10 +492,19 @@ def _table(tally: dict[int, dict[str, Any]], processes: int, confirmed: int, any
             f"({100 * row['later'] / max(row['later_n'], 1):.1f}%) "
             f"| {row['naive']} ({100 * row['naive'] / n:.1f}%) |"
         )
+    settled = ", ".join(
+        f"{'identical' if p == 0 else f'+{p}%'} {row['settled']}"
+        for p, row in tally.items()
+        if row["n"]
+    )
+    lines.append(
+        "\nFlags that the stored comparison left undecided and a re-measure beside the base "
+        f"commit settled: {settled}."
+    )
     ident = tally[0]
     if ident["n"]:
         lines.append(
-            f"\nIdentical code flagged as an improvement by perfguard: {ident['improve']} of "
+            f"Identical code flagged as an improvement by perfguard: {ident['improve']} of "
             f"{ident['n']}."
         )
     smallest = next(
