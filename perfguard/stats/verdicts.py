@@ -536,9 +536,9 @@ def confirm_verdicts(
         for results, ab in zip(remeasures, paired, strict=True):
             again = next((r for r in results if r.key == (c.test, c.variant)), None)
             beside = ab.get((c.test, c.variant, c.metric))
-            base_gone = beside is not None and beside.verdict in ("error", "missing", "new")
-            if again is not None and again.status == "ok" and beside is not None and base_gone:
-                again = VariantResult(c.test, c.variant, "error", _base_side_gone(beside))
+            gone = _base_side_gone(beside)
+            if again is not None and again.status == "ok" and gone:
+                again = VariantResult(c.test, c.variant, "error", gone)
             if again is None or again.status != "ok":
                 missing = "not re-measured" if again is None else f"re-measure {again.status}"
                 if again is not None and again.error:
@@ -580,17 +580,17 @@ def _settled(
     shown = [b for b in besides if b is not None]
     changes = [b.change_pct for b in shown]
     seen = ", ".join(f"{x:+.1f}%" for x in changes if x is not None)
-    gone = next((b for b in shown if b.verdict in ("error", "missing", "new")), None)
-    if gone is not None:
-        return _annotate(c, f"not settled ({_base_side_gone(gone)})", changes)
+    gone = next((why for why in map(_base_side_gone, shown) if why), "")
+    if gone:
+        return _annotate(c, f"not settled ({gone})", changes)
     want: Verdict = "regression" if (c.change_pct or 0.0) > 0 else "improvement"
     if all(b.verdict == want for b in shown):
         return replace(
             _annotate(c, f"shown beside the base commit ({seen})", changes), verdict=want
         )
-    said = ", ".join(sorted({b.verdict for b in shown}))
-    note = _annotate(c, f"beside the base commit: {said} ({seen})", changes)
-    if len({b.verdict for b in shown}) == 1 and shown[0].verdict in ("regression", "improvement"):
+    verdicts = {b.verdict for b in shown}
+    note = _annotate(c, f"beside the base commit: {', '.join(sorted(verdicts))} ({seen})", changes)
+    if len(verdicts) == 1 and shown[0].verdict in ("regression", "improvement"):
         # the pairing is sure, and says the opposite of the stored comparison (a baseline
         # measured far off its speed): neither can be taken alone
         return replace(note, verdict="inconclusive")
@@ -614,7 +614,11 @@ def _paired_round(
     }
 
 
-def _base_side_gone(beside: Comparison) -> str:
+def _base_side_gone(beside: Comparison | None) -> str:
+    """Why the base commit's side of an A/B pairing gave nothing to compare with ('' when
+    it did, or when the item was not measured beside the base commit)."""
+    if beside is None or beside.verdict not in ("error", "missing", "new"):
+        return ""
     note = f" ({beside.note})" if beside.note else ""
     return f"the base commit's side: {beside.verdict}{note}"
 
