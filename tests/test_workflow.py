@@ -1,0 +1,109 @@
+"""The shipped workflow: write tokens only where no pull-request code runs.
+
+actionlint and zizmor (`make lint`) check the syntax and the known traps; these tests pin the
+design decisions that no linter knows about.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+WORKFLOW = Path(__file__).resolve().parent.parent / ".github" / "workflows" / "perfguard.yml"
+RUNS_CODE = re.compile(r"pip install[^\n]* \.(\[|\s|$)|pytest|perfguard merge")
+TRUSTED = "${{ github.event.pull_request.base.sha || github.sha }}"  # never the PR's code
+
+
+@pytest.fixture(scope="module")
+def workflow() -> dict[Any, Any]:
+    doc: dict[Any, Any] = yaml.safe_load(WORKFLOW.read_text())
+    return doc
+
+
+def _writes(job: dict[str, Any]) -> set[str]:
+    perms = job.get("permissions") or {}
+    return {scope for scope, level in perms.items() if level == "write"}
+
+
+def _runs(job: dict[str, Any]) -> str:
+    return "\n".join(str(step.get("run", "")) for step in job.get("steps", []))
+
+
+def _checkout_refs(job: dict[str, Any]) -> list[str]:
+    return [
+        str((step.get("with") or {}).get("ref", ""))
+        for step in job.get("steps", [])
+        if str(step.get("uses", "")).startswith("actions/checkout@")
+    ]
+
+
+def test_the_workflow_grants_nothing_by_default(workflow: dict[Any, Any]) -> None:
+    assert workflow["permissions"] == {}
+    for name, job in workflow["jobs"].items():
+        assert "permissions" in job, f"job {name} must say its permissions"
+
+
+def test_jobs_that_run_pr_code_hold_no_write_token(workflow: dict[Any, Any]) -> None:
+    for name, job in workflow["jobs"].items():
+        only_main = "github.event_name == 'push'" in str(job.get("if", ""))
+        trusted = only_main or _checkout_refs(job) == [TRUSTED]
+        if RUNS_CODE.search(_runs(job)) and _writes(job) and not trusted:
+            raise AssertionError(f"job {name} runs the PR's code with {_writes(job)} write")
+    # and the jobs that do run it are the measuring ones, read-only
+    for name in ("measure", "compare"):
+        assert RUNS_CODE.search(_runs(workflow["jobs"][name]))
+        assert _writes(workflow["jobs"][name]) == set()
+
+
+def test_the_comment_is_posted_by_a_job_that_reads_an_artifact_and_trusted_code(
+    workflow: dict[Any, Any],
+) -> None:
+    writers = {n: j for n, j in workflow["jobs"].items() if "pull-requests" in _writes(j)}
+    assert list(writers) == ["comment"]
+    job = writers["comment"]
+    assert _writes(job) == {"pull-requests"}
+    assert re.search(r"pip install .*--no-deps \.", _runs(job))
+    assert "pytest" not in _runs(job) and "-e ." not in _runs(job)
+    assert _checkout_refs(job) == [TRUSTED]
+    assert any("download-artifact" in str(s.get("uses", "")) for s in job["steps"])
+
+
+def test_the_baselines_are_pushed_only_on_main_by_a_job_of_its_own(
+    workflow: dict[Any, Any],
+) -> None:
+    writers = {n: j for n, j in workflow["jobs"].items() if "contents" in _writes(j)}
+    assert list(writers) == ["baselines"]
+    job = writers["baselines"]
+    assert "github.event_name == 'push'" in str(job["if"])
+    assert "perfguard baselines push" in _runs(job)
+
+
+def test_the_git_credentials_never_outlive_their_step(workflow: dict[Any, Any]) -> None:
+    text = WORKFLOW.read_text()
+    assert "GITHUB_ENV" not in text
+    for name, job in workflow["jobs"].items():
+        for step in job.get("steps", []):
+            env = step.get("env") or {}
+            if "github.token" in str(env):
+                needs = r"perfguard (comment|baselines (pull|push))|gh api"
+                assert re.search(needs, step["run"]), (
+                    f"job {name}, step {step.get('name')}: a token for a step that does not "
+                    "need one"
+                )
+
+
+def test_a_deliberate_run_is_pinned_to_the_reviewed_head_and_checked(
+    workflow: dict[Any, Any],
+) -> None:
+    inputs = workflow[True]["workflow_dispatch"]["inputs"]  # yaml reads `on` as True
+    assert inputs["sha"]["required"] is True
+    config = _runs(workflow["jobs"]["config"])
+    assert ".head.sha" in config and "SHA" in config
+    for name in ("measure", "compare"):
+        job = workflow["jobs"][name]
+        assert _checkout_refs(job) == ["${{ needs.config.outputs.ref }}"]
+        assert 'git rev-parse HEAD)" != "$SHA"' in _runs(job), name
