@@ -32,8 +32,10 @@ LOG_TAIL = 1500
 
 # perfguard itself always comes from this installation, whatever the tree holds; the
 # user's code comes from the tree (cwd and PYTHONPATH)
+# (a worker ends with the driver, even when the driver is killed)
 BOOT = (
-    "import sys; sys.path.insert(0, {where!r}); import perfguard.pytest_plugin; "
+    "import sys; sys.path.insert(0, {where!r}); from perfguard.ab.worker import follow_parent; "
+    "follow_parent({parent}); import perfguard.pytest_plugin; "
     "del sys.path[0]; import pytest; sys.exit(pytest.main(sys.argv[1:]))"
 )
 
@@ -91,7 +93,13 @@ class Side:
         where = str(Path(perfguard.__file__).resolve().parent.parent)
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-c", BOOT.format(where=where), *self.args, *files],
+                [
+                    sys.executable,
+                    "-c",
+                    BOOT.format(where=where, parent=os.getpid()),
+                    *self.args,
+                    *files,
+                ],
                 cwd=top,
                 env=env,
                 stdout=out,
@@ -197,13 +205,17 @@ class Side:
         assert outcome is not None  # only `ready` gives None, and it does not end here
         return outcome
 
-    def stop(self) -> None:
+    def stop(self, *, at_once: bool = False) -> None:
+        """End the worker: it finishes its item and exits within 30 s, or is killed;
+        `at_once` (the session was interrupted) terminates it without waiting."""
         if self.conn is not None:
             self.conn.close()
             self.conn = None
         if self.proc is not None:
+            if at_once:
+                self.proc.terminate()
             try:
-                self.proc.wait(timeout=30)
+                self.proc.wait(timeout=5 if at_once else 30)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
@@ -289,9 +301,9 @@ class Driver:
         self.crashed = True
         return SideOutcome(None, "crashed", str(exc))
 
-    def close(self) -> None:
+    def close(self, *, at_once: bool = False) -> None:
         """Stop both workers; their logs are kept only when one of them crashed."""
         for side in (self.a, self.b):
-            side.stop()
+            side.stop(at_once=at_once)
         if not self.crashed:
             shutil.rmtree(self._logs, ignore_errors=True)

@@ -22,6 +22,31 @@ from perfguard.measure.sampling import (
 )
 
 
+def follow_parent(parent: int) -> None:
+    """End this worker when the driver process ends, even by SIGKILL (which lets the driver
+    clean nothing up): the kernel's parent-death signal on Linux, a watchdog elsewhere."""
+    import signal
+    import sys
+    import threading
+    import time
+
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGTERM))
+    else:
+
+        def watch() -> None:
+            while os.getppid() == parent:
+                time.sleep(1.0)
+            os._exit(1)
+
+        threading.Thread(target=watch, name="perfguard-follow-parent", daemon=True).start()
+    if os.getppid() != parent:  # the driver ended before the signal was armed
+        os._exit(1)
+
+
 class DriverGoneError(RuntimeError):
     """The driving pytest session closed the connection: this worker stops."""
 

@@ -9,6 +9,8 @@ given, in the driver's order, each when the driver says so, and reports back.
 from __future__ import annotations
 
 import contextlib
+import signal
+import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,10 +42,22 @@ class AbSession:
     items: list[str]  # the perf items' node ids, in the order this session runs them
     base_results: list[VariantResult] = field(default_factory=list)
     base_environment: dict[str, Any] | None = None
+    previous_sigterm: Any = None  # the SIGTERM handler before this session's
 
-    def close(self) -> None:
-        self.driver.close()
-        self.worktree.remove()
+    def close(self, *, interrupted: bool = False) -> None:
+        try:
+            self.driver.close(at_once=interrupted)
+            self.worktree.remove()
+        finally:
+            if self.previous_sigterm is not None:
+                signal.signal(signal.SIGTERM, self.previous_sigterm)
+                self.previous_sigterm = None
+
+
+def _interrupt_on_sigterm(signum: int, frame: Any) -> None:
+    """SIGTERM (a cancelled CI job, `kill`) unwinds the session like Ctrl-C, so that the
+    workers are stopped and the worktree removed on the way out."""
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def worker_args(options: Options, rootdir: Path) -> list[str]:
@@ -88,7 +102,10 @@ def start(root: Path, options: Options, items: list[str]) -> AbSession:
         lambda rootdir: worker_args(options, rootdir),
         seed=options.seed,
     )
-    return AbSession(driver, worktree, commit, reason, items)
+    session = AbSession(driver, worktree, commit, reason, items)
+    if threading.current_thread() is threading.main_thread():
+        session.previous_sigterm = signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
+    return session
 
 
 def _base_result(outcome: SideOutcome, test: str, variant: str) -> VariantResult | None:
