@@ -25,8 +25,15 @@ USER_AGENT = "perfguard"
 _NEXT = re.compile(r'<([^>]+)>;\s*rel="next"')
 
 
+ACTIONS_BOT = "github-actions[bot]"  # who Actions' GITHUB_TOKEN posts as
+
+
 class GitHubError(Exception):
     """A request GitHub refused, or that kept failing: one line, never with the token."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status  # the HTTP status, when GitHub answered
 
 
 @dataclass
@@ -103,7 +110,8 @@ class Client:
                     self._sleep(wait)
                     continue
                 raise GitHubError(
-                    self._scrub(f"{method} {path}: HTTP {exc.code} {message}{_hint(exc.code)}")
+                    self._scrub(f"{method} {path}: HTTP {exc.code} {message}{_hint(exc.code)}"),
+                    exc.code,
                 ) from None
             except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
                 reason = getattr(exc, "reason", exc)
@@ -133,10 +141,35 @@ def _hint(code: int) -> str:
     }.get(code, "")
 
 
-def _next_link(headers: Mapping[str, str]) -> str | None:
+def _next_link(headers: Mapping[str, str], api: str) -> str | None:
+    """The next page's URL; refused when it leaves the API's host (the token goes along)."""
     link = headers.get("Link") or headers.get("link") or ""
     found = _NEXT.search(link)
-    return found.group(1) if found else None
+    if not found:
+        return None
+    url = found.group(1)
+    there, home = urllib.parse.urlsplit(url), urllib.parse.urlsplit(api)
+    if (there.scheme, there.netloc) != (home.scheme, home.netloc):
+        raise GitHubError(
+            f"the next page of comments is on another host ({there.scheme}://{there.netloc}, "
+            f"not {home.netloc}): refusing to send the token there"
+        )
+    return url
+
+
+def posting_identity(client: Client) -> str:
+    """The login the token posts as: GET /user, or, for an app installation token (Actions'
+    GITHUB_TOKEN), which GitHub does not let ask (403), the Actions bot."""
+    try:
+        me, _ = client.request("GET", "/user")
+    except GitHubError as exc:
+        if exc.status != 403:
+            raise
+        return ACTIONS_BOT
+    login = me.get("login") if isinstance(me, dict) else None
+    if not isinstance(login, str) or not login:
+        raise GitHubError("GET /user: no login in the answer")
+    return login
 
 
 def with_marker(body: str, marker: str = MARKER) -> str:
@@ -158,14 +191,32 @@ def with_marker(body: str, marker: str = MARKER) -> str:
 class Posted:
     action: str  # "created" or "updated"
     url: str
-    duplicates: int  # other comments carrying the marker, left as they are
+    author: str  # the identity it was posted as
+    duplicates: int  # other comments of ours carrying the marker, left as they are
+    foreign: int = 0  # comments carrying the marker that someone else wrote, never touched
 
 
-def upsert_comment(client: Client, repo: str, pr: int, body: str, marker: str = MARKER) -> Posted:
-    """Update the PR's comment that carries `marker`, or create it when there is none."""
+def _author(comment: Mapping[str, Any]) -> str:
+    user = comment.get("user")
+    return str(user.get("login", "")) if isinstance(user, dict) else ""
+
+
+def upsert_comment(
+    client: Client,
+    repo: str,
+    pr: int,
+    body: str,
+    marker: str = MARKER,
+    *,
+    author: str | None = None,
+) -> Posted:
+    """Update the PR's comment that carries `marker` and was written by `author` (the token's
+    own identity when None), or create it when there is none. A comment someone else wrote
+    is never edited, whatever it carries: a marker is easy to quote or to forge."""
     if not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", repo):
         raise ValueError(f"--repo must be OWNER/NAME, got {repo!r}")
     body = with_marker(body, marker)
+    me = author or posting_identity(client)
     url: str | None = f"/repos/{repo}/issues/{pr}/comments?per_page=100"
     found: list[Mapping[str, Any]] = []
     while url:
@@ -175,12 +226,14 @@ def upsert_comment(client: Client, repo: str, pr: int, body: str, marker: str = 
                 f"GET comments of {repo}#{pr}: expected a list, got {type(page).__name__}"
             )
         found += [c for c in page if isinstance(c, dict) and marker in str(c.get("body") or "")]
-        url = _next_link(headers)
-    if found:
-        first = found[0]
+        url = _next_link(headers, client.api)
+    ours = [c for c in found if _author(c) == me]
+    foreign = len(found) - len(ours)
+    if ours:
         updated, _ = client.request(
-            "PATCH", f"/repos/{repo}/issues/comments/{first['id']}", {"body": body}
+            "PATCH", f"/repos/{repo}/issues/comments/{ours[0]['id']}", {"body": body}
         )
-        return Posted("updated", str((updated or {}).get("html_url", "")), len(found) - 1)
+        url_ = str((updated or {}).get("html_url", ""))
+        return Posted("updated", url_, me, len(ours) - 1, foreign)
     created, _ = client.request("POST", f"/repos/{repo}/issues/{pr}/comments", {"body": body})
-    return Posted("created", str((created or {}).get("html_url", "")), 0)
+    return Posted("created", str((created or {}).get("html_url", "")), me, 0, foreign)

@@ -22,6 +22,9 @@ class FakeGitHub:
     forbidden: bool = False  # a token without the permission: 403 on every call
     requests: list[tuple[str, str]] = field(default_factory=list)
     next_id: int = 1000
+    login: str = "github-actions[bot]"  # who the token posts as
+    app_token: bool = True  # like Actions' GITHUB_TOKEN: GET /user is refused
+    next_root: str | None = None  # where `Link: rel="next"` points (default: this server)
 
     def __enter__(self) -> FakeGitHub:
         fake = self
@@ -76,11 +79,13 @@ class FakeGitHub:
         self.server.shutdown()
         self.server.server_close()
 
-    def add(self, body: str) -> dict[str, Any]:
+    def add(self, body: str, author: str | None = None) -> dict[str, Any]:
         self.next_id += 1
+        login = author or "a-human"
         comment = {
             "id": self.next_id,
             "body": body,
+            "user": {"login": login, "type": "Bot" if login.endswith("[bot]") else "User"},
             "html_url": f"https://github.test/{self.repo}/pull/{self.pr}#c{self.next_id}",
         }
         self.comments.append(comment)
@@ -90,7 +95,12 @@ class FakeGitHub:
         parts = urlsplit(h.path)
         listing = re.fullmatch(r"/repos/([^/]+/[^/]+)/issues/(\d+)/comments", parts.path)
         single = re.fullmatch(r"/repos/([^/]+/[^/]+)/issues/comments/(\d+)", parts.path)
-        if listing and (listing.group(1) != self.repo or int(listing.group(2)) != self.pr):
+        if parts.path == "/user" and method == "GET":
+            if self.app_token:
+                h._send(403, {"message": "Resource not accessible by integration"})
+            else:
+                h._send(200, {"login": self.login})
+        elif listing and (listing.group(1) != self.repo or int(listing.group(2)) != self.pr):
             h._send(404, {"message": "Not Found"})
         elif listing and method == "GET":
             query = parse_qs(parts.query)
@@ -99,11 +109,13 @@ class FakeGitHub:
             chunk = self.comments[(page - 1) * per_page : page * per_page]
             headers = {}
             if page * per_page < len(self.comments):
-                nxt = f"{self.url}{parts.path}?per_page={per_page}&page={page + 1}"
+                nxt = (
+                    f"{self.next_root or self.url}{parts.path}?per_page={per_page}&page={page + 1}"
+                )
                 headers["Link"] = f'<{nxt}>; rel="next", <{nxt}>; rel="last"'
             h._send(200, chunk, headers)
         elif listing and method == "POST":
-            h._send(201, self.add(body["body"]))
+            h._send(201, self.add(body["body"], author=self.login))
         elif single and method == "PATCH":
             for c in self.comments:
                 if c["id"] == int(single.group(2)):

@@ -129,3 +129,50 @@ def test_an_oversized_body_is_cut_at_a_line_with_a_note() -> None:
     assert cut.startswith(MARKER)
     assert "cut to GitHub's 65,536-character limit" in cut
     assert "\nline 1 " in cut and not cut.split("\n\n> [!NOTE]")[0].endswith("x" * 61)
+
+
+def test_a_marker_comment_someone_else_wrote_is_never_edited(
+    github: FakeGitHub, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    forged = github.add(f"{MARKER}\nquoted by a human, or planted", author="mallory")
+    assert comment(tmp_path, "the real report") == 0
+    assert forged["body"] == f"{MARKER}\nquoted by a human, or planted"
+    ours = [c for c in github.comments if c["user"]["login"] == "github-actions[bot]"]
+    assert [c["body"] for c in ours] == [f"{MARKER}\nthe real report"]
+    assert comment(tmp_path, "the second report") == 0
+    assert [c["body"] for c in ours] == [f"{MARKER}\nthe second report"]
+    assert len(github.comments) == 2
+    err = capsys.readouterr().err
+    assert "written by someone else" in err
+
+
+def test_the_posting_identity_comes_from_the_api_or_the_author_option(
+    github: FakeGitHub, tmp_path: Path
+) -> None:
+    github.app_token = False  # a personal token: GET /user answers
+    github.login = "perf-bot"
+    github.add(f"{MARKER}\nby github-actions", author="github-actions[bot]")
+    assert comment(tmp_path, "from perf-bot") == 0
+    assert [c["user"]["login"] for c in github.comments] == ["github-actions[bot]", "perf-bot"]
+    path = tmp_path / "r.md"
+    path.write_text("named")
+    github.login = "github-actions[bot]"
+    code = cli.main(
+        ["comment", "--repo", "octo/models", "--pr", "7", "--body-file", str(path),
+         "--author", "github-actions[bot]"]
+    )  # fmt: skip
+    assert code == 0
+    assert github.comments[0]["body"] == f"{MARKER}\nnamed"
+
+
+def test_the_token_never_follows_a_page_link_to_another_host(
+    github: FakeGitHub, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with FakeGitHub() as elsewhere:
+        github.page_size = 1
+        github.add("one")
+        github.add("two")
+        github.next_root = elsewhere.url.replace("127.0.0.1", "localhost")
+        assert comment(tmp_path, "report") == 2
+        assert elsewhere.requests == []
+        assert "another host" in capsys.readouterr().err

@@ -228,3 +228,13 @@ def test_write_reports_keeps_the_full_report_and_fills_the_step_summary(
     # a later report that fits removes the stale full file
     small = write_reports(sample_run(), tmp_path / "perfguard.md", step_summary=False)  # type: ignore[arg-type]
     assert small.full is None and not (tmp_path / "perfguard-full.md").exists()
+
+
+def test_mentions_and_control_characters_in_test_data_are_neutralised() -> None:
+    nasty = "m.py::test_ping_@octo-org/maintainers_and_@alice[a\x00b\u202eevil\u2066x\x1b[31m]"
+    head = run([result(nasty, "eager", 1.0), VariantResult(nasty, "int8", "error", "cc @bob\x07")])
+    text = render_markdown(head)
+    assert "@octo-org" not in text and "@alice" not in text and "@bob" not in text
+    for bad in ("\x00", "\u202e", "\u2066", "\x1b", "\x07"):
+        assert bad not in text
+    assert "U+202E" in text  # shown, not hidden

@@ -94,13 +94,17 @@ def count(value: int) -> str:
     return f"{value:,}"
 
 
-_CELL = re.compile(r"[\\`*_{}\[\]<>|#!~&]")
+_CELL = re.compile(r"[\\`*_{}\[\]<>|#!~&@]")  # @: no mention, no notification
 CELL_CHARS = 300  # longer text (a traceback pasted into a message) is cut, with an ellipsis
+# control characters, and the marks that reorder text on screen (bidi overrides and isolates,
+# as in "Trojan Source"): shown by their code point, never passed on
+_HIDDEN = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 def cell(text: object) -> str:
     """Text from a test (node ids, exception text) made safe inside a Markdown table cell."""
     raw = " ".join(str(text).split())  # newlines and runs of spaces become one space
+    raw = _HIDDEN.sub(lambda m: f"U+{ord(m.group(0)):04X}", raw)
     if len(raw) > CELL_CHARS:
         raw = raw[: CELL_CHARS - 1] + "…"
     escaped = _CELL.sub(lambda m: f"&#{ord(m.group(0))};", raw)
