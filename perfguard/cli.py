@@ -1,30 +1,46 @@
 """The `perfguard` command: the steps that need no GPU and no torch.
 
 Exit codes: 0 fine, 1 regression found, 2 usage or input error (one line on stderr).
+Each command imports what it needs when it runs: `comment` needs only the standard library,
+and `baselines pull`/`push` only filelock, so the workflow's jobs that hold a write token can
+install perfguard without its dependencies (and without the pull request's code).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from perfguard import __version__
 from perfguard.github import COMMENT_LIMIT
 from perfguard.records import BaselineRef, RecordError, Run, VariantResult
-from perfguard.report.markdown import render_markdown
-from perfguard.report.outputs import write_reports
-from perfguard.stats.verdicts import Thresholds, compare_runs
 from perfguard.store.baselines import BaselineError, BaselineStore, read_run_file, write_json_atomic
+
+if TYPE_CHECKING:
+    from perfguard.stats.verdicts import Thresholds
 
 EXIT_OK, EXIT_REGRESSION, EXIT_INPUT = 0, 1, 2
 
 
 class InputError(Exception):
     """Bad input: reported as one line on stderr, exit 2."""
+
+
+def _percent(text: str) -> float:
+    """An argparse type: a finite percentage, 0 or more (NaN would switch a gate off)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of percent, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number, 0 or more, got {text!r}")
+    return value
 
 
 def _limit(args: argparse.Namespace) -> int | None:
@@ -35,6 +51,9 @@ def _limit(args: argparse.Namespace) -> int | None:
 
 def _render(args: argparse.Namespace, run: Run, thresholds: Thresholds | None = None) -> None:
     """The report to -o (comment-sized, the full one beside it when trimmed) or stdout."""
+    from perfguard.report.markdown import render_markdown
+    from perfguard.report.outputs import write_reports
+
     if args.output is None:
         sys.stdout.write(render_markdown(run, thresholds, limit=_limit(args)))
         return
@@ -52,6 +71,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def compare_files(base: Run, head: Run, thresholds: Thresholds, base_path: Path) -> Run:
+    from perfguard.stats.verdicts import compare_runs
+
     if base.machine != head.machine:
         raise InputError(
             f"{base_path} was measured on machine {base.machine!r}, the other file on "
@@ -66,8 +87,12 @@ def compare_files(base: Run, head: Run, thresholds: Thresholds, base_path: Path)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    from perfguard.stats.verdicts import Thresholds
+
     base, head = read_run_file(args.base), read_run_file(args.head)
-    thresholds = Thresholds(min_change_pct=args.min_change, gate_p99=args.gate_p99)
+    thresholds = Thresholds(gate_p99=args.gate_p99)
+    if args.min_change is not None:
+        thresholds = replace(thresholds, min_change_pct=args.min_change)
     run = compare_files(base, head, thresholds, args.base)
     if args.json is not None:
         write_json_atomic(args.json, run.to_json())
@@ -77,8 +102,40 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return EXIT_REGRESSION if run.has_regression else EXIT_OK
 
 
+def check_shards(runs: Sequence[tuple[Path, Run]]) -> None:
+    """Files of a sharded run must be every shard of it, once each (a missing shard would
+    make a partial run, and a partial baseline)."""
+    seen: dict[int, Path] = {}
+    total: int | None = None
+    for path, run in runs:
+        label = run.settings.get("shard")
+        if label is None:
+            if seen:
+                raise InputError(f"{path} is not a shard, the other files are: merge one run")
+            continue
+        k, _, n = str(label).partition("/")
+        if not (k.isdigit() and n.isdigit()):
+            raise InputError(f"{path}: its shard {label!r} is not K/N")
+        if total is not None and int(n) != total:
+            raise InputError(f"{path} is shard {label} of a run of {total} shards, not {n}")
+        if int(k) in seen:
+            raise InputError(f"shard {label} is in both {seen[int(k)]} and {path}")
+        total = int(n)
+        seen[int(k)] = path
+    if total is not None:
+        if len(seen) != len(runs):
+            raise InputError("some files are shards and some are not: merge one run")
+        missing = [f"{k}/{total}" for k in range(1, total + 1) if k not in seen]
+        if missing:
+            raise InputError(
+                f"shard {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} missing: "
+                "merge needs every shard's results file (did a shard job fail?)"
+            )
+
+
 def merge_runs(runs: Sequence[tuple[Path, Run]]) -> Run:
     """Join shard results of one run: same commit and machine, no result measured twice."""
+    check_shards(runs)
     (first_path, first), rest = runs[0], runs[1:]
     seen = {r.key: first_path for r in first.results}
     results = list(first.results)
@@ -136,6 +193,8 @@ def _extend_rounds(
 def cmd_merge(args: argparse.Namespace) -> int:
     runs = [(p, read_run_file(p)) for p in args.files]
     merged = merge_runs(runs)
+    if args.save_replace and not args.save:
+        raise InputError("--save-replace goes with --save")
     if args.compare is None:
         if args.save or args.report:
             raise InputError("--save and --report need --compare (auto, a git revision or none)")
@@ -154,6 +213,7 @@ def _finish_merged(args: argparse.Namespace, merged: Run) -> int:
     from perfguard.git import git_state
     from perfguard.health import Health
     from perfguard.pipeline import FinishSettings, finish_run, replay
+    from perfguard.stats.verdicts import Thresholds
 
     state = git_state(Path.cwd())
     if state is None or state.head is None:
@@ -170,6 +230,7 @@ def _finish_merged(args: argparse.Namespace, merged: Run) -> int:
         compare=args.compare,
         main_branch=args.main_branch,
         save=args.save,
+        save_replace=args.save_replace,
         allow_dirty=True,  # the shards were measured at this commit; merge adds no code
         report=args.report,
         json=args.output,
@@ -243,6 +304,8 @@ def cmd_baselines_pull(args: argparse.Namespace) -> int:
     )
     for path in result.kept:
         print(f"kept the local {path}: it differs from the branch's copy")
+    for refusal in result.refused:
+        print(f"perfguard: refused the branch's {refusal}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -275,14 +338,23 @@ def cmd_comment(args: argparse.Namespace) -> int:
         log=lambda line: print(line, file=sys.stderr),
     )
     try:
-        posted = upsert_comment(client, args.repo, args.pr, body)
+        posted = upsert_comment(client, args.repo, args.pr, body, author=args.author)
     except (GitHubError, ValueError) as exc:
         raise InputError(f"comment not posted: {exc}") from None
-    print(f"{posted.action} the perfguard comment on {args.repo}#{args.pr} {posted.url}".rstrip())
+    print(
+        f"{posted.action} the perfguard comment on {args.repo}#{args.pr} as {posted.author} "
+        f"{posted.url}".rstrip()
+    )
     if posted.duplicates:
         print(
             f"note: {posted.duplicates} older comment(s) also carry the marker; "
             "they were left as they are",
+            file=sys.stderr,
+        )
+    if posted.foreign:
+        print(
+            f"note: {posted.foreign} comment(s) carrying the marker were written by someone "
+            "else; they were not touched (--author names the identity to update as)",
             file=sys.stderr,
         )
     return EXIT_OK
@@ -326,9 +398,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", type=Path, help="write the Markdown report here")
     p.add_argument(
         "--min-change",
-        type=float,
-        default=Thresholds().min_change_pct,
-        help="smallest latency change in percent that can be a regression",
+        type=_percent,
+        default=None,
+        help="smallest latency change in percent that can be a regression (default 10)",
     )
     p.add_argument("--gate-p99", action="store_true", help="let p99 latency gate the verdict")
     _output_options(p)
@@ -338,6 +410,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repo", required=True, help="OWNER/NAME")
     p.add_argument("--pr", type=int, required=True, help="pull-request number")
     p.add_argument("--body-file", type=Path, required=True, help="the report to post")
+    p.add_argument(
+        "--author",
+        help="the login the token posts as, whose comment is updated (default: asked of the "
+        "API; github-actions[bot] for Actions' GITHUB_TOKEN)",
+    )
     p.set_defaults(func=cmd_comment)
 
     p = sub.add_parser("merge", help="merge the results files of shards of one run")
@@ -354,6 +431,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--report", type=Path, help="with --compare: write the Markdown report here")
     p.add_argument(
         "--save", action="store_true", help="with --compare: store it as the baseline of HEAD"
+    )
+    p.add_argument(
+        "--save-replace",
+        action="store_true",
+        help="with --save: replace HEAD's stored baseline whole (default: update it, keeping "
+        "the results of tests these files do not have)",
     )
     p.set_defaults(func=cmd_merge)
 

@@ -86,8 +86,23 @@ def _main_ref(repo: Any, main_branch: str) -> str | None:
     return None
 
 
+def _has_commit(repo: Any, sha: str) -> bool:
+    """Whether this clone holds the commit (a shallow clone knows parents it lacks)."""
+    try:
+        repo.git.rev_parse("--verify", "--quiet", f"{sha}^{{commit}}")
+    except Exception:
+        return False
+    return True
+
+
 def _first_parent_walk(repo: Any, start: str, limit: int) -> list[str]:
-    out = repo.git.rev_list("--first-parent", f"--max-count={limit}", start)
+    """`start` and its first-parent ancestors this clone holds, newest first."""
+    if not _has_commit(repo, start):
+        return []
+    try:
+        out = repo.git.rev_list("--first-parent", f"--max-count={limit}", start)
+    except Exception as exc:  # a broken or grafted history
+        raise GitError(f"cannot walk the history from {start[:10]}: {exc}") from None
     return [line for line in str(out).splitlines() if line]
 
 
@@ -104,8 +119,15 @@ def _search_start(repo: Any, main_branch: str) -> tuple[str, str] | BaselineChoi
         return BaselineChoice(None, "not compared: the repository has no commits yet")
     shallow = Path(repo.git_dir, "shallow").exists()
     if len(head.parents) >= 2:
+        base = head.parents[0].hexsha
+        if not _has_commit(repo, base):
+            return BaselineChoice(
+                None,
+                f"not compared: the base tip {base[:10]} (first parent of the pull-request "
+                f"merge commit) is not in this clone; {SHALLOW_HINT}",
+            )
         return (
-            head.parents[0].hexsha,
+            base,
             f"first parent of the pull-request merge commit {head.hexsha[:10]} (the base tip)",
         )
     main = _main_ref(repo, main_branch)
@@ -128,7 +150,12 @@ def _search_start(repo: Any, main_branch: str) -> tuple[str, str] | BaselineChoi
         return start, f"merge-base of HEAD with {main}"
     if not head.parents:
         return BaselineChoice(None, "not compared: HEAD is the first commit")
-    return head.parents[0].hexsha, f"first parent of HEAD, which is on {main}"
+    parent = head.parents[0].hexsha
+    if not _has_commit(repo, parent):
+        return BaselineChoice(
+            None, f"not compared: HEAD's parent {parent[:10]} is not in this clone; {SHALLOW_HINT}"
+        )
+    return parent, f"first parent of HEAD, which is on {main}"
 
 
 def find_baseline(
@@ -148,7 +175,10 @@ def find_baseline(
         return found
     start, why = found
     shallow = Path(repo.git_dir, "shallow").exists()
-    walk = _first_parent_walk(repo, start, depth + 1)
+    try:
+        walk = _first_parent_walk(repo, start, depth + 1)
+    except GitError as exc:
+        return BaselineChoice(None, f"not compared: {exc}{'; ' + SHALLOW_HINT if shallow else ''}")
     for steps, sha in enumerate(walk):
         if has_baseline(sha):
             if steps == 0:

@@ -33,7 +33,7 @@ from perfguard.stats.verdicts import (
     settle_targets,
     withhold_speed_verdicts,
 )
-from perfguard.store.baselines import BaselineError, BaselineStore, write_json_atomic
+from perfguard.store.baselines import BaselineError, BaselineStore, Saved, write_json_atomic
 from perfguard.store.history import load_history, noise_floor, with_trends
 
 
@@ -50,6 +50,9 @@ class FinishSettings:
     main_branch: str = "main"
     baseline_depth: int = 50
     save: bool = False
+    save_replace: bool = False  # replace HEAD's stored baseline whole instead of updating it
+    # why this session's results must not be saved (interrupted, collection errors)
+    unsaved_reason: str | None = None
     allow_dirty: bool = False
     report: Path | None = None
     json: Path | None = None
@@ -186,34 +189,73 @@ def finish_run(
                 run.comparisons, "runner health: " + "; ".join(run.health_warnings)
             )
             run = replace(run, comparisons=withheld)
-    except (BaselineError, PipelineError) as exc:
+    except (BaselineError, PipelineError, GitError) as exc:
         error = f"comparison stopped: {exc}"
         run = replace(run, baseline=BaselineRef(None, error))
 
     json_path = report_path = saved = None
-    if settings.json is not None:
-        write_json_atomic(settings.json, run.to_json())
-        json_path = settings.json
-    if settings.report is not None:
-        written = write_reports(run, settings.report, settings.thresholds)
-        report_path = settings.report
-        if written.full is not None:
-            messages.append(
-                f"the report was trimmed to fit a GitHub comment; full report: {written.full}"
-            )
-    if settings.save and error is None:
-        refusal = check_can_save(state, settings.allow_dirty)
+    failures: list[str] = [] if error is None else [error]
+    try:
+        if settings.json is not None:
+            write_json_atomic(settings.json, run.to_json())
+            json_path = settings.json
+    except OSError as exc:
+        failures.append(_unwritable(settings.json, exc))
+    try:
+        if settings.report is not None:
+            written = write_reports(run, settings.report, settings.thresholds)
+            report_path = settings.report
+            if written.full is not None:
+                messages.append(
+                    f"the report was trimmed to fit a GitHub comment; full report: {written.full}"
+                )
+    except OSError as exc:
+        failures.append(_unwritable(settings.report, exc))
+    if settings.save:
+        refusal = _save_refusal(run, settings, comparing_failed=error is not None)
         if refusal:
-            error = refusal
+            messages.append(f"baseline not saved: {refusal}")
+        elif (unsafe := check_can_save(state, settings.allow_dirty)) is not None:
+            failures.append(unsafe)
         else:
             try:
-                saved = store.save(
-                    replace(run, baseline_results=(), confirm_results=(), confirm_base_results=())
+                done = store.save(
+                    replace(run, baseline_results=(), confirm_results=(), confirm_base_results=()),
+                    replace_all=settings.save_replace,
                 )
-                messages.append(f"saved baseline {saved}")
+                messages.append(_saved_message(done))
+                saved = done.path
             except BaselineError as exc:
-                error = f"baseline not saved: {exc}"
+                failures.append(f"baseline not saved: {exc}")
+            except OSError as exc:
+                failures.append(f"baseline not saved: {_unwritable(None, exc)}")
+    error = "; ".join(failures) or None
     return Outcome(run, report_path, json_path, saved, tuple(messages), error)
+
+
+def _save_refusal(run: Run, settings: FinishSettings, *, comparing_failed: bool) -> str | None:
+    """Why this run is not stored as HEAD's baseline (a note, not an error), or None."""
+    if settings.unsaved_reason:
+        return f"{settings.unsaved_reason}; the stored baseline is unchanged"
+    if not run.results:
+        return "nothing was measured (no perf item ran); the stored baseline is unchanged"
+    if comparing_failed:
+        return "the comparison stopped (above); fix that and save again"
+    return None
+
+
+def _saved_message(done: Saved) -> str:
+    if done.kept:
+        return (
+            f"updated baseline {done.path}: {done.measured} result(s) measured, "
+            f"{done.kept} kept from the earlier save"
+        )
+    return f"saved baseline {done.path}" + (" (replacing the earlier save)" if done.updated else "")
+
+
+def _unwritable(path: Path | None, exc: OSError) -> str:
+    where = path or exc.filename
+    return f"could not write {where}: {exc.strerror or exc}"
 
 
 def _compare_stored(

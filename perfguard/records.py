@@ -9,11 +9,14 @@ are its only writers and readers.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
 SCHEMA_VERSION = 1
+SHA = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
+"""A full git commit id (SHA-1, or SHA-256 in a repository that uses it)."""
 
 Status = Literal["ok", "error", "skipped"]
 STATUSES: tuple[Status, ...] = ("ok", "error", "skipped")
@@ -328,6 +331,11 @@ class Comparison:
             raise RecordError(f"a comparison lacks the key {exc.args[0]!r}") from exc
 
 
+def _check_commit(name: str, value: object) -> None:
+    if value is not None and not (isinstance(value, str) and SHA.match(value)):
+        raise RecordError(f"{name} must be a full commit sha or null, got {value!r}")
+
+
 def _pair(value: Any) -> tuple[float, float] | None:
     if value is None:
         return None
@@ -356,6 +364,15 @@ class Run:
     confirm_base_results: tuple[tuple[VariantResult, ...], ...] = ()
 
     def __post_init__(self) -> None:
+        _check_commit("commit", self.commit)
+        _check_commit("baseline commit", self.baseline.commit)
+        if not isinstance(self.machine, str):
+            raise RecordError(f"machine must be a string, got {self.machine!r}")
+        if self.created is not None and not isinstance(self.created, str):
+            raise RecordError(f"created must be a date string or null, got {self.created!r}")
+        for name in ("environment", "settings", "health"):
+            if not isinstance(getattr(self, name), Mapping):
+                raise RecordError(f"{name} must be an object, got {getattr(self, name)!r}")
         object.__setattr__(self, "health", dict(self.health))
         object.__setattr__(self, "results", tuple(self.results))
         object.__setattr__(self, "baseline_results", tuple(self.baseline_results))
@@ -432,7 +449,7 @@ class Run:
             results: Sequence[Any] = data["results"]
             return cls(
                 commit=data.get("commit"),
-                machine=str(data["machine"]),
+                machine=data["machine"],
                 environment=data.get("environment") or {},
                 results=tuple(VariantResult.from_json(r) for r in results),
                 baseline=BaselineRef(
@@ -459,5 +476,7 @@ class Run:
             )
         except KeyError as exc:
             raise RecordError(f"the document lacks the key {exc.args[0]!r}") from exc
-        except (TypeError, AttributeError) as exc:
+        except (TypeError, AttributeError, ValueError) as exc:
+            if isinstance(exc, RecordError):
+                raise
             raise RecordError(f"the document has the wrong shape: {exc}") from exc

@@ -300,8 +300,8 @@ def test_merging_ab_shards_keeps_each_base_side(tmp_path: Path) -> None:
 
     one = _result([[1.0, 1.1]])
     two = VariantResult("u", "eager", "ok", samples_ms=(2.0,))
-    shard1 = Run("c", "m", {}, (one,), baseline_results=(one,))
-    shard2 = Run("c", "m", {}, (two,), baseline_results=(two,))
+    shard1 = Run("c" * 40, "m", {}, (one,), baseline_results=(one,))
+    shard2 = Run("c" * 40, "m", {}, (two,), baseline_results=(two,))
     merged = merge_runs([(tmp_path / "1.json", shard1), (tmp_path / "2.json", shard2)])
     assert [r.test for r in merged.baseline_results] == ["t", "u"]
     again = Run.from_json(json.loads(json.dumps(merged.to_json())))

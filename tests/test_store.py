@@ -16,7 +16,7 @@ SHA = "0123456789abcdef0123456789abcdef01234567"
 def test_save_load_and_list(tmp_path: Path) -> None:
     store = BaselineStore(tmp_path)
     r = run([result("t.py::a", "eager", 1.0), result("t.py::b", "eager", 1.0)], commit=SHA)
-    path = store.save(r)
+    path = store.save(r).path
     assert path == tmp_path / "cuda-test-gpu" / f"{SHA}.json"
     assert store.load("cuda-test-gpu", SHA) == r
     assert store.load("cuda-test-gpu", "f" * 40) is None

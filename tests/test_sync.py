@@ -35,7 +35,9 @@ def clone(remote: Path, where: Path) -> Path:
 
 
 def save(repo: Path, sha: str, test: str = "t.py::a") -> Path:
-    return BaselineStore(repo / "baselines").save(run([result(test, "eager", 1.0)], commit=sha))
+    return (
+        BaselineStore(repo / "baselines").save(run([result(test, "eager", 1.0)], commit=sha)).path
+    )
 
 
 def test_two_clones_pushing_at_once_both_land(remote: Path, tmp_path: Path) -> None:

@@ -147,12 +147,32 @@ def judge(
     )
 
 
+_PLAIN = (int, float, str, bool, type(None))
+
+
+def _settings(module: nn.Module) -> str:
+    """A module's own plain settings (a scale, an activation's name, `training`), which
+    change its outputs as much as its weights do."""
+    plain = {
+        k: v
+        for k, v in vars(module).items()
+        if not k.startswith("_")
+        and (
+            isinstance(v, _PLAIN)
+            or (isinstance(v, tuple) and all(isinstance(x, _PLAIN) for x in v))
+        )
+    }
+    return f"{type(module).__module__}.{type(module).__qualname__}{sorted(plain.items())!r}"
+
+
 def fingerprint(model: nn.Module, inputs: Sequence[Any]) -> str:
-    """A hash of the model's class, weights and the inputs: when it matches, so does eager."""
+    """A hash of the model's classes, settings, weights and the inputs: when it matches,
+    so does eager."""
     import hashlib
 
     digest = hashlib.blake2b(digest_size=16)
-    digest.update(type(model).__qualname__.encode())
+    for name, module in model.named_modules():
+        digest.update(f"{name}:{_settings(module)}".encode())
     tensors = [
         *model.state_dict().items(),
         *((f"input{i}", x) for i, x in enumerate(pytree.tree_leaves(tuple(inputs)))),

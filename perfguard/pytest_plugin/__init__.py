@@ -282,7 +282,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
     same = None
     if state.ab is not None:
-        state.ab.close()  # before the monitor stops: the workers' CPU time is then ours
+        # before the monitor stops: the workers' CPU time is then ours
+        state.ab.close(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
         same = SameJobBase(
             state.ab.commit,
             state.ab.reason,
@@ -304,6 +305,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         main_branch=o.main_branch,
         baseline_depth=o.baseline_depth,
         save=o.save,
+        save_replace=o.save_replace,
+        unsaved_reason=_why_not_saved(state, exitstatus),
         allow_dirty=o.allow_dirty,
         report=o.report,
         json=o.json,
@@ -347,6 +350,25 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         and session.exitstatus == pytest.ExitCode.OK
     ):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _why_not_saved(state: SessionState, exitstatus: int) -> str | None:
+    """A session that did not run its whole suite must not become a baseline."""
+    if state.collection_errors:
+        return f"{state.collection_errors} collection error(s): fix them and save again"
+    if exitstatus == pytest.ExitCode.INTERRUPTED:
+        return "the session was interrupted"
+    if exitstatus in (pytest.ExitCode.INTERNAL_ERROR, pytest.ExitCode.USAGE_ERROR):
+        return "the session ended with an internal or usage error"
+    return None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> Any:
+    outcome = yield
+    state = collector.config.stash.get(state_key, None)
+    if state is not None and outcome.get_result().failed:
+        state.collection_errors += 1
 
 
 def _fallback_environment(device: str) -> dict[str, Any]:

@@ -40,6 +40,7 @@ class SessionState:
     worker: WorkerLink | None = None  # this session is an A/B worker
     nodeids: dict[tuple[str, str], str] = field(default_factory=dict)  # result key -> item
     measured_at: dict[str, float] = field(default_factory=dict)  # item -> time.monotonic()
+    collection_errors: int = 0  # a session with any must not be saved as a baseline
 
     def record(self, result: VariantResult, nodeid: str) -> None:
         self.results = [r for r in self.results if r.key != result.key]
@@ -107,7 +108,9 @@ class PerfguardFixture:
         reference = None
         try:
             device = resolve_device(settings.device)
-            key = f"{device}:{fingerprint(model, example_inputs)}"
+            # the reference belongs to this test's model: same weights in another test, or
+            # another setting of the same class, must not share it
+            key = f"{self.test}:{device}:{fingerprint(model, example_inputs)}"
             reference = self._state.references.get(key)
             if reference is None:
                 progress("eager reference")

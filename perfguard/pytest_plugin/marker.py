@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -61,6 +62,10 @@ def read_marker(test: str, marker: pytest.Mark | None) -> MarkerSettings:
         if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
             raise _fail(test, f"{key} must be {what}, got {value!r}")
         number = value if isinstance(value, int | float) else None
+        if number is not None and not math.isfinite(number):
+            raise _fail(test, f"{key} must be a finite number, got {value!r}")
+        if key.endswith("_pct") and number is not None and number < 0:
+            raise _fail(test, f"{key} must be 0 or more, got {value!r}")
         positive = ("budget_s", "repeats", "threads", "compile_ratio")
         if key in positive and number is not None and number <= 0:
             raise _fail(test, f"{key} must be positive, got {value!r}")

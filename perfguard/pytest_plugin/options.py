@@ -6,6 +6,7 @@ per test where it has a key for it (variants, thresholds, budget, drift toleranc
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,8 @@ HELP = {
     "baseline_dir": "where baselines live (default: baselines under the rootdir)",
     "machine": "machine key baselines are filed under (default: derived from the GPU or CPU)",
     "save": "store the results as the baseline of the current commit (HEAD)",
+    "save_replace": "with --perfguard-save: replace HEAD's stored baseline whole (default: update "
+    "it with what this session measured, keeping the results of tests it did not run)",
     "allow_dirty": "allow --perfguard-save on a working tree with uncommitted changes",
     "compare": "compare against the baseline of git revision REF; 'auto' (default) picks the "
     "base commit, 'none' disables comparison",
@@ -72,6 +75,7 @@ OPTIONS: tuple[_Opt, ...] = (
     _Opt("baseline_dir", "--perfguard-baseline-dir", "str", None, "DIR"),
     _Opt("machine", "--perfguard-machine", "str", None, "NAME"),
     _Opt("save", "--perfguard-save", "bool", False),
+    _Opt("save_replace", "--perfguard-save-replace", "bool", False),
     _Opt("allow_dirty", "--perfguard-allow-dirty", "bool", False),
     _Opt("compare", "--perfguard-compare", "str", "auto", "REF"),
     _Opt("report", "--perfguard-report", "str", None, "PATH"),
@@ -158,6 +162,7 @@ class Options:
     worker: bool = False  # this session is an A/B worker, driven from another session
     confirm: int = 1  # re-measures of a flagged item (stored-baseline mode)
     confirm_gap_s: float = 60.0  # least time between an item's measurement and its re-measure
+    save_replace: bool = False  # replace HEAD's stored baseline whole, not update it
 
     def measuring_args(self, rootdir: Path, repeats: int, ab: str | None = None) -> list[str]:
         """The pytest command line of a child session that measures as this one does
@@ -221,6 +226,8 @@ def _number(config: pytest.Config, opt: _Opt, kind: type, low: float) -> Any:
         raise pytest.UsageError(
             f"{source}: expected a {'whole ' if kind is int else ''}number, got {value!r}"
         ) from None
+    if not math.isfinite(number):
+        raise pytest.UsageError(f"{source}: expected a finite number, got {value!r}")
     if number < low:
         raise pytest.UsageError(f"{source}: must be at least {low}, got {value!r}")
     return number
@@ -288,4 +295,5 @@ def resolve(config: pytest.Config) -> Options:
         worker=worker,
         confirm=_number(config, by_name["confirm"], int, 0),
         confirm_gap_s=_number(config, by_name["confirm_gap"], float, 0.0),
+        save_replace=bool(_raw(config, by_name["save_replace"])[0]),
     )

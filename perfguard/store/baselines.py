@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import re
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from filelock import FileLock, Timeout
-
-from perfguard.records import RecordError, Run
+from perfguard.records import SHA, RecordError, Run, VariantResult
 from perfguard.store.schema import SchemaError, upgrade
 
-SHA = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
+if TYPE_CHECKING:
+    from filelock import BaseFileLock
+
 LOCK_NAME = ".perfguard.lock"
 
 
@@ -59,14 +60,25 @@ def write_json_atomic(path: Path, data: object) -> None:
     write_bytes_atomic(path, (json.dumps(data, indent=1) + "\n").encode("utf-8"))
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """Temp file in the same folder, fsync, rename, fsync the folder: all or nothing."""
+    """Temp file in the same folder, fsync, rename, fsync the folder: all or nothing.
+
+    The file gets the permissions a plain `open` would give (0666 less the umask), not the
+    0600 of a temp file: baselines are shared with the CI user and the team.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
+            os.fchmod(fh.fileno(), 0o666 & ~_umask())
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
@@ -80,6 +92,44 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def _remove_stale_temp_files(folder: Path) -> None:
+    """Temp files of a save that was killed before its rename (the caller holds the lock,
+    so no save is writing one now)."""
+    if folder.is_dir():
+        for tmp in folder.glob(".*.json.*.tmp"):
+            tmp.unlink(missing_ok=True)
+
+
+@dataclass(frozen=True)
+class Saved:
+    """What a save stored: the file, and how the results in it came together."""
+
+    path: Path
+    measured: int  # results of the run being saved
+    kept: int = 0  # results kept from the file that was there (not measured this time)
+    updated: bool = False  # a baseline of this commit was there before
+
+
+def merge_into(stored: Run, run: Run) -> tuple[Run, int]:
+    """`run` with the results of `stored` that it did not measure; and how many those are.
+
+    A result that is not ok (error, skipped) does not replace an ok one of the same commit:
+    one failed attempt must not erase a good measurement of that very code.
+    """
+    old = {r.key: r for r in stored.results}
+    results: list[VariantResult] = []
+    kept = 0
+    for r in run.results:
+        before = old.pop(r.key, None)
+        if before is not None and before.status == "ok" and r.status != "ok":
+            results.append(before)
+            kept += 1
+        else:
+            results.append(r)
+    results.extend(old.values())  # what this run did not measure
+    return replace(run, results=tuple(results)), kept + len(old)
 
 
 @dataclass(frozen=True)
@@ -103,7 +153,9 @@ class BaselineStore:
             raise BaselineError(f"{machine!r} is not a usable machine key")
         return self.root / machine / f"{commit}.json"
 
-    def _lock(self) -> FileLock:
+    def _lock(self) -> BaseFileLock:
+        from filelock import FileLock  # imported here: `perfguard comment` runs without it
+
         self.root.mkdir(parents=True, exist_ok=True)
         return FileLock(str(self.root / LOCK_NAME), timeout=self.lock_timeout_s)
 
@@ -117,22 +169,42 @@ class BaselineStore:
             return None
         return read_run_file(path)
 
-    def save(self, run: Run) -> Path:
-        """Store `run` as the baseline of its commit. Refuses to replace an unreadable file."""
+    def save(self, run: Run, *, replace_all: bool = False) -> Saved:
+        """Store `run` as the baseline of its commit.
+
+        A baseline of that commit already stored is updated, never shrunk: its results that
+        `run` did not measure are kept (`replace_all` replaces the file whole). An unreadable
+        file is never replaced, and an empty run is never stored.
+        """
         if run.commit is None:
             raise BaselineError("cannot store a baseline without a commit (not a git checkout?)")
+        if not run.results:
+            raise BaselineError("nothing was measured, so there is nothing to store")
         path = self.path(run.machine, run.commit)
+        with self.locked():
+            _remove_stale_temp_files(path.parent)
+            kept = 0
+            updated = path.exists()
+            if updated:
+                stored = read_run_file(path)  # a corrupt file is evidence: never overwrite it
+                if not replace_all:
+                    run, kept = merge_into(stored, run)
+            write_json_atomic(path, run.to_json())
+        return Saved(path, len(run.results) - kept, kept, updated)
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the store's lock (saves, prunes and pulls take turns)."""
+        from filelock import Timeout
+
         try:
             with self._lock():
-                if path.exists():
-                    read_run_file(path)  # a corrupt file is evidence: never overwrite it
-                write_json_atomic(path, run.to_json())
+                yield
         except Timeout:
             raise BaselineError(
                 f"{self.root / LOCK_NAME}: another perfguard has held the lock for "
                 f"{self.lock_timeout_s:g}s; if none is running, delete the lock file"
             ) from None
-        return path
 
     def machines(self) -> list[str]:
         if not self.root.is_dir():
@@ -156,7 +228,7 @@ class BaselineStore:
         if keep < 0:
             raise BaselineError(f"--keep must be >= 0, got {keep}")
         removed: list[BaselineInfo] = []
-        with self._lock():
+        with self.locked():
             for m in [machine] if machine else self.machines():
                 infos = sorted(self.list(m), key=lambda i: i.created or "", reverse=True)
                 for info in infos[keep:]:

@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from perfguard.store.baselines import SHA, write_bytes_atomic
+from perfguard.records import SHA, Run
+from perfguard.store.baselines import BaselineError, BaselineStore, write_bytes_atomic
 
 DEFAULT_BRANCH = "perfguard-baselines"
 DEFAULT_REMOTE = "origin"
@@ -32,6 +33,40 @@ class SyncResult:
     added: tuple[str, ...]  # paths relative to the baseline directory
     kept: tuple[str, ...]  # present on both sides with different content: ours kept
     attempts: int = 1
+    refused: tuple[str, ...] = ()  # "path: why" of the branch's files that were not taken
+
+
+def baseline_path_problem(path: str) -> str | None:
+    """Why `path` (relative to the baseline directory) is not `<machine>/<sha>.json`."""
+    parts = path.split("/")
+    if len(parts) != 2:
+        return "not <machine>/<full sha>.json"
+    machine, name = parts
+    stem, dot, ext = name.rpartition(".")
+    if not dot or ext != "json" or not SHA.match(stem):
+        return "not <machine>/<full sha>.json"
+    try:
+        BaselineStore(Path(".")).path(machine, stem)
+    except BaselineError as exc:
+        return str(exc)
+    return None
+
+
+def baseline_content_problem(path: str, content: bytes) -> tuple[Run | None, str | None]:
+    """The run in a baseline file's bytes, or why they are not one that belongs at `path`."""
+    import json
+
+    from perfguard.records import RecordError
+    from perfguard.store.schema import SchemaError, upgrade
+
+    try:
+        run = Run.from_json(upgrade(json.loads(content.decode("utf-8"))))
+    except (ValueError, SchemaError, RecordError) as exc:
+        return None, f"not a valid baseline file ({str(exc).splitlines()[0][:200]})"
+    machine, name = path.split("/")
+    if run.machine != machine or f"{run.commit}.json" != name:
+        return None, f"it holds machine {run.machine!r}, commit {run.commit}: not its path"
+    return run, None
 
 
 def _git(
@@ -50,7 +85,14 @@ def _fetch(root: Path, remote: str, branch: str) -> str | None:
     """Fetch the branch into a private ref; its commit, or None when the remote has none."""
     ref = f"refs/perfguard/remote-{branch}"
     done = _git(
-        root, "fetch", "--quiet", "--no-tags", remote, f"+refs/heads/{branch}:{ref}", check=False
+        root,
+        "fetch",
+        "--quiet",
+        "--no-tags",
+        remote,
+        f"+refs/heads/{branch}:{ref}",
+        check=False,
+        env=_auth_env(),
     )
     if done.returncode != 0:
         message = (done.stderr or "").lower()
@@ -88,22 +130,34 @@ def _blob_of(root: Path, path: Path) -> str:
 def pull(
     root: Path, baseline_dir: Path, *, remote: str = DEFAULT_REMOTE, branch: str = DEFAULT_BRANCH
 ) -> SyncResult:
-    """Bring the branch's baselines that are missing here; never overwrite a local file."""
+    """Bring the branch's baselines that are missing here; never overwrite a local file.
+
+    Only `<machine>/<sha>.json` files that hold a valid baseline of that machine and commit
+    are taken: the branch is written by CI, and whoever can push to it must not be able to
+    plant other files (a `conftest.py`, a path with `..`) in the checkout.
+    """
     commit = _fetch(root, remote, branch)
     remote_files = _remote_files(root, commit)
     local = _local_files(baseline_dir)
-    added, kept = [], []
-    for path, blob in sorted(remote_files.items()):
-        if path in local:
-            if _blob_of(root, local[path]) != blob:
-                kept.append(path)
-            continue
-        content = subprocess.run(
-            ["git", "cat-file", "blob", blob], cwd=root, capture_output=True, check=True
-        ).stdout
-        write_bytes_atomic(baseline_dir / path, content)
-        added.append(path)
-    return SyncResult(tuple(added), tuple(kept))
+    added, kept, refused = [], [], []
+    store = BaselineStore(baseline_dir)
+    with store.locked():
+        for path, blob in sorted(remote_files.items()):
+            problem = baseline_path_problem(path)
+            if problem is None and path in local:
+                if _blob_of(root, local[path]) != blob:
+                    kept.append(path)
+                continue
+            content = b""
+            if problem is None:
+                content = _git_bytes(root, "cat-file", "blob", blob)
+                problem = baseline_content_problem(path, content)[1]
+            if problem is not None:
+                refused.append(f"{path}: {problem}")
+                continue
+            write_bytes_atomic(baseline_dir / path, content)
+            added.append(path)
+    return SyncResult(tuple(added), tuple(kept), refused=tuple(refused))
 
 
 def push(
@@ -115,10 +169,27 @@ def push(
     attempts: int = 8,
     message: str | None = None,
 ) -> SyncResult:
-    """Add the local baselines to the branch (ours win on the same path), retrying on races."""
+    """Add the local baselines to the branch (ours win on the same path), retrying on races.
+
+    All or nothing: every local file must be a valid baseline at its own path, and none may
+    hold fewer results than the branch's copy of the same commit (a partial save must not
+    replace a whole one); otherwise nothing is pushed and the error lists each file.
+    """
     local = _local_files(baseline_dir)
     if not local:
         return SyncResult((), ())
+    runs: dict[str, Run] = {}
+    problems = []
+    for path, f in local.items():
+        run, problem = baseline_content_problem(path, f.read_bytes())
+        if problem is None:
+            assert run is not None
+            runs[path] = run
+        else:
+            problems.append(f"{f}: {problem}")
+    if problems:
+        raise SyncError("nothing pushed; " + "; ".join(problems))
+    why = ""
     for attempt in range(1, attempts + 1):
         parent = _fetch(root, remote, branch)
         remote_files = _remote_files(root, parent)
@@ -126,6 +197,7 @@ def push(
         changed = sorted(p for p, b in blobs.items() if remote_files.get(p) != b)
         if not changed:
             return SyncResult((), (), attempt)
+        _refuse_shrinking(root, {p: remote_files[p] for p in changed if p in remote_files}, runs)
         with tempfile.TemporaryDirectory() as tmp:
             env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
             if parent is not None:
@@ -149,23 +221,84 @@ def push(
         if parent is not None:
             args = (*args, "-p", parent)
         commit = _git(root, *args, env=_identity(root)).stdout.strip()
-        done = _git(root, "push", "--quiet", remote, f"{commit}:refs/heads/{branch}", check=False)
+        done = _git(
+            root,
+            "push",
+            "--quiet",
+            remote,
+            f"{commit}:refs/heads/{branch}",
+            check=False,
+            env=_auth_env(),
+        )
         if done.returncode == 0:
             return SyncResult(tuple(changed), (), attempt)
-        text = (done.stderr or "").lower()
-        if (
-            "rejected" not in text
-            and "non-fast-forward" not in text
-            and "fetch first" not in text
-            and "failed to update ref" not in text
-            and "cannot lock ref" not in text
-        ):
-            raise SyncError(f"git push {remote} {branch} failed: {done.stderr.strip()}")
+        why = _server_reason(done.stderr or "")
+        if not _lost_a_race(done.stderr or ""):
+            raise SyncError(f"git push {remote} {branch} was refused: {why}")
         time.sleep(0.05 * attempt)  # someone else pushed first: fetch their files and retry
     raise SyncError(
-        f"git push {remote} {branch}: still rejected after {attempts} attempts "
-        "(many concurrent pushers?); run perfguard baselines push again"
+        f"git push {remote} {branch}: still behind after {attempts} attempts, each time "
+        f"because another push landed first ({why}); run perfguard baselines push again"
     )
+
+
+# git's words when the branch moved between our fetch and our push (a concurrent pusher)
+_RACE = ("non-fast-forward", "fetch first", "cannot lock ref", "failed to update ref")
+
+
+def _lost_a_race(stderr: str) -> bool:
+    text = stderr.lower()
+    return any(words in text for words in _RACE) and "hook declined" not in text
+
+
+def _server_reason(stderr: str) -> str:
+    """What the server said (its `remote:` lines), else git's last line."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    said = [line[len("remote:") :].strip() for line in lines if line.startswith("remote:")]
+    said = [line for line in said if line]
+    return " / ".join(said) if said else (lines[-1] if lines else "no reason given")
+
+
+def _refuse_shrinking(root: Path, theirs: dict[str, str], ours: dict[str, Run]) -> None:
+    """Raise when a local file would replace a branch copy that holds results it lacks."""
+    problems = []
+    for path, blob in sorted(theirs.items()):
+        content = _git_bytes(root, "cat-file", "blob", blob)
+        run = baseline_content_problem(path, content)[0]
+        if run is None:
+            continue  # a broken copy on the branch may be replaced
+        lost = {r.key for r in run.results} - {r.key for r in ours[path].results}
+        if lost:
+            test, variant = min(lost)
+            problems.append(
+                f"{path} has fewer results than the branch's copy ({len(lost)} missing, e.g. "
+                f"{test} [{variant}]): save the whole suite, or pull and measure again"
+            )
+    if problems:
+        raise SyncError("nothing pushed; " + "; ".join(problems))
+
+
+def _git_bytes(root: Path, *args: str) -> bytes:
+    return subprocess.run(["git", *args], cwd=root, capture_output=True, check=True).stdout
+
+
+def _auth_env() -> dict[str, str]:
+    """With GITHUB_TOKEN set (a CI step), git's HTTP calls to the GitHub server carry it,
+    for this one git process only: the checkout keeps no credentials, and nothing is
+    written to the environment of later steps."""
+    token = os.environ.get("GITHUB_TOKEN", "").strip()
+    if not token:
+        return {}
+    import base64
+
+    server = os.environ.get("GITHUB_SERVER_URL", "https://github.com").rstrip("/")
+    auth = base64.b64encode(f"x-access-token:{token}".encode()).decode()
+    n = int(os.environ.get("GIT_CONFIG_COUNT", "0") or 0)
+    return {
+        "GIT_CONFIG_COUNT": str(n + 1),
+        f"GIT_CONFIG_KEY_{n}": f"http.{server}/.extraheader",
+        f"GIT_CONFIG_VALUE_{n}": f"AUTHORIZATION: basic {auth}",
+    }
 
 
 def _identity(root: Path) -> dict[str, str]:
