@@ -72,19 +72,25 @@ def _double(value: Any) -> Any:
     )
 
 
-def compute_reference(model: nn.Module, inputs: Sequence[Any], device: torch.device) -> Reference:
+def compute_reference(
+    model: nn.Module,
+    inputs: Sequence[Any],
+    device: torch.device,
+    kwargs: Mapping[str, Any] | None = None,
+) -> Reference:
     """Run eager fp32 and, where the model allows, eager fp64. Computed once per test."""
     from perfguard.variants.registry import to_device
 
     work = copy.deepcopy(model).to(device).eval()
     args = to_device(tuple(inputs), device)
+    named = to_device(dict(kwargs or {}), device)
     with torch.inference_mode():
-        fp32 = flatten_outputs(work(*args))
+        fp32 = flatten_outputs(work(*args, **named))
     if not np.all(np.isfinite(fp32)):
         raise NonFiniteOutputError("eager outputs hold NaN or Inf")
     try:
         with torch.inference_mode():
-            fp64 = flatten_outputs(work.double()(*_double(args)))
+            fp64 = flatten_outputs(work.double()(*_double(args), **_double(named)))
     except (RuntimeError, TypeError, NotImplementedError) as exc:
         first = first_line(exc)
         return Reference(fp32, None, f"the model does not run in fp64 ({first}); judged on fp32")
@@ -165,7 +171,9 @@ def _settings(module: nn.Module) -> str:
     return f"{type(module).__module__}.{type(module).__qualname__}{sorted(plain.items())!r}"
 
 
-def fingerprint(model: nn.Module, inputs: Sequence[Any]) -> str:
+def fingerprint(
+    model: nn.Module, inputs: Sequence[Any], kwargs: Mapping[str, Any] | None = None
+) -> str:
     """A hash of the model's classes, settings, weights and the inputs: when it matches,
     so does eager."""
     import hashlib
@@ -176,6 +184,7 @@ def fingerprint(model: nn.Module, inputs: Sequence[Any]) -> str:
     tensors = [
         *model.state_dict().items(),
         *((f"input{i}", x) for i, x in enumerate(pytree.tree_leaves(tuple(inputs)))),
+        *((f"kwarg {k}", x) for k, v in (kwargs or {}).items() for x in pytree.tree_leaves(v)),
     ]
     for name, value in tensors:
         digest.update(name.encode())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,8 +105,11 @@ def measure_model(
     clock: Clock | None = None,
     progress: Progress | None = None,
     sampler: Sampler = sample,
+    kwargs: Mapping[str, Any] | None = None,
 ) -> VariantResult:
-    """Measure `model(*example_inputs)` under `variant`; never raises for a model's failure.
+    """Measure `model(*example_inputs, **kwargs)` under `variant`; never raises for a model's
+    failure. Keyword inputs (`attention_mask=...`) reach every variant, the ONNX export and
+    the drift references alike.
 
     A variant that cannot run here is `skipped` with the reason; a model that raises, runs
     out of memory or returns NaN is an `error` result carrying the message. `reference`
@@ -120,6 +123,8 @@ def measure_model(
     label = test or type(model).__name__
     if not isinstance(example_inputs, tuple | list):
         raise TypeError("example_inputs must be a tuple of positional arguments, e.g. (x,)")
+    if kwargs is not None and not isinstance(kwargs, Mapping):
+        raise TypeError("kwargs must be a dict of keyword inputs, e.g. {'attention_mask': m}")
     try:
         device = resolve_device(settings.device)
         with torch_state(settings.threads):
@@ -134,6 +139,7 @@ def measure_model(
                 clock,
                 report,
                 sampler,
+                dict(kwargs or {}),
             )
     except VariantUnavailableError as exc:
         return VariantResult(label, spec.name, "skipped", str(exc))
@@ -160,12 +166,13 @@ def _measure(
     clock: Clock | None,
     progress: Progress,
     sampler: Sampler = sample,
+    kwargs: Mapping[str, Any] | None = None,
 ) -> VariantResult:
     if reference is None:
         progress("eager reference")
-        reference = drift.compute_reference(model, inputs, device)
+        reference = drift.compute_reference(model, inputs, device, kwargs)
     progress("building")
-    built = build_variant(model, inputs, spec, device)
+    built = build_variant(model, inputs, spec, device, kwargs)
     if built.compiled:
         progress("preparing the compiler")
         prime_compiler(device)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -62,8 +63,17 @@ class PerfguardFixture:
         self._nodeid = nodeid
         self.result: VariantResult | None = None
 
-    def run(self, model: Any, example_inputs: Any, **options: Any) -> VariantResult:
-        """Measure `model(*example_inputs)` under this item's variant and record the result.
+    def run(
+        self,
+        model: Any,
+        example_inputs: Any,
+        *,
+        kwargs: Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> VariantResult:
+        """Measure `model(*example_inputs, **kwargs)` under this item's variant and record it.
+
+        `kwargs` holds keyword inputs (`{"attention_mask": mask}`), given to every variant.
 
         `options` (budget_s, repeats, drift_tolerance, device, threads) override the marker's
         and the session's. A variant that cannot run here skips the item; a model that raises
@@ -85,6 +95,8 @@ class PerfguardFixture:
             )
         if not isinstance(example_inputs, tuple | list):
             raise TypeError("example_inputs must be a tuple of positional arguments, e.g. (x,)")
+        if kwargs is not None and not isinstance(kwargs, Mapping):
+            raise TypeError("kwargs must be a dict of keyword inputs, e.g. {'attention_mask': m}")
         o = self._state.options
         merged: dict[str, Any] = {
             "budget_s": o.budget_s,
@@ -110,11 +122,11 @@ class PerfguardFixture:
             device = resolve_device(settings.device)
             # the reference belongs to this test's model: same weights in another test, or
             # another setting of the same class, must not share it
-            key = f"{self.test}:{device}:{fingerprint(model, example_inputs)}"
+            key = f"{self.test}:{device}:{fingerprint(model, example_inputs, kwargs)}"
             reference = self._state.references.get(key)
             if reference is None:
                 progress("eager reference")
-                reference = compute_reference(model, example_inputs, device)
+                reference = compute_reference(model, example_inputs, device, kwargs)
                 self._state.references[key] = reference
                 while len(self._state.references) > REFERENCE_CACHE:
                     self._state.references.popitem(last=False)
@@ -134,6 +146,7 @@ class PerfguardFixture:
             reference=reference,
             progress=progress,
             sampler=sample if worker is None else worker.sampler(),
+            kwargs=kwargs,
         )
         if worker is not None:
             worker.send(

@@ -12,7 +12,7 @@ import contextlib
 import io
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -28,25 +28,34 @@ def _numpy_dtype(dtype: torch.dtype) -> Any:
 
 
 class OnnxRuntime:
-    requirements = Requirements(packages=("onnxruntime", "onnx", "onnxscript"))
+    requirements = Requirements(
+        packages=("onnxruntime", "onnx", "onnxscript"), extra="onnx", extra_on_cuda="onnx-gpu"
+    )
     tolerance_class = "compiled-fp32"
 
     def unavailable_reason(self, part: VariantPart, device: torch.device) -> str | None:
         return self.requirements.unmet(part.name, device)
 
     def build(
-        self, model: nn.Module, inputs: Sequence[Any], device: torch.device, details: dict[str, Any]
+        self,
+        model: nn.Module,
+        inputs: Sequence[Any],
+        device: torch.device,
+        details: dict[str, Any],
+        kwargs: Mapping[str, Any] | None = None,
     ) -> tuple[Callable[[], Callable[[], Any]], Callable[[Callable[[], Any]], Any] | None]:
         """Export and open a session; return `make_call` and, on CUDA, how to read outputs."""
         import onnxruntime as ort
 
-        if not all(isinstance(x, torch.Tensor) for x in inputs):
+        named = dict(kwargs or {})
+        if not all(isinstance(x, torch.Tensor) for x in [*inputs, *named.values()]):
             raise VariantUnavailableError(
-                "onnxruntime: only tensor positional inputs can be fed to an ONNX session"
+                "onnxruntime: only tensor inputs (positional or keyword) can be fed to an "
+                "ONNX session"
             )
         started = time.perf_counter()
         try:
-            program = _export(model, tuple(inputs))
+            program = _export(model, tuple(inputs), named)
         except Exception as exc:  # the exporter raises many kinds; all mean "cannot export"
             first = first_line(exc)
             raise VariantUnavailableError(f"onnxruntime: the ONNX export failed: {first}") from exc
@@ -73,12 +82,7 @@ class OnnxRuntime:
         details["session_create_time_s"] = time.perf_counter() - started
         details["ort_provider"] = session.get_providers()[0]
         names = [i.name for i in session.get_inputs()]
-        if len(names) != len(inputs):
-            raise VariantUnavailableError(
-                f"onnxruntime: the exported graph takes {len(names)} inputs, "
-                f"the example has {len(inputs)}"
-            )
-        tensors = [t.contiguous() for t in inputs]
+        tensors = _feeds_in_order(names, inputs, named)
         if use_cuda:
             return _cuda_call(session, names, tensors, device)
         feeds = {name: t.detach().cpu().numpy() for name, t in zip(names, tensors, strict=True)}
@@ -89,7 +93,31 @@ class OnnxRuntime:
         return make_call, None
 
 
-def _export(model: nn.Module, inputs: tuple[Any, ...]) -> Any:
+def _feeds_in_order(
+    names: Sequence[str], inputs: Sequence[torch.Tensor], kwargs: Mapping[str, torch.Tensor]
+) -> list[torch.Tensor]:
+    """The tensors for the session's inputs, in its order: a keyword input by its name, the
+    positional ones in turn (the exporter names graph inputs after `forward`'s parameters)."""
+    positional = list(inputs)
+    if len(names) != len(inputs) + len(kwargs):
+        raise VariantUnavailableError(
+            f"onnxruntime: the exported graph takes {len(names)} inputs, the example has "
+            f"{len(inputs)} positional and {len(kwargs)} keyword"
+        )
+    out = []
+    for name in names:
+        if name in kwargs:
+            out.append(kwargs[name])
+        elif positional:
+            out.append(positional.pop(0))
+        else:
+            raise VariantUnavailableError(
+                f"onnxruntime: the exported graph's input {name!r} matches no keyword input"
+            )
+    return [t.contiguous() for t in out]
+
+
+def _export(model: nn.Module, inputs: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
     # The exporter prints progress lines and logs warnings about torchvision ops: keep them quiet.
     quiet = io.StringIO()
     loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch.export", "onnxscript")]
@@ -98,7 +126,7 @@ def _export(model: nn.Module, inputs: tuple[Any, ...]) -> Any:
         lg.setLevel(logging.ERROR)
     try:
         with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
-            return torch.onnx.export(model, inputs, dynamo=True, verbose=False)
+            return torch.onnx.export(model, inputs, kwargs=dict(kwargs), dynamo=True, verbose=False)
     finally:
         for lg, level in zip(loggers, levels, strict=True):
             lg.setLevel(level)

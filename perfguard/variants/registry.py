@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -71,14 +71,20 @@ def to_device(value: Any, device: torch.device) -> Any:
 
 
 def build_variant(
-    model: nn.Module, example_inputs: Sequence[Any], spec: VariantSpec, device: torch.device
+    model: nn.Module,
+    example_inputs: Sequence[Any],
+    spec: VariantSpec,
+    device: torch.device,
+    kwargs: Mapping[str, Any] | None = None,
 ) -> Built:
-    """Build `spec` from a copy of `model` (the caller's model is never modified)."""
+    """Build `spec` from a copy of `model` (the caller's model is never modified); its call
+    is `model(*example_inputs, **kwargs)`."""
     reason = unavailable_reason(spec, device)
     if reason:
         raise VariantUnavailableError(reason)
     work = copy.deepcopy(model).to(device).eval()
     inputs = tuple(to_device(tuple(example_inputs), device))
+    named: dict[str, Any] = to_device(dict(kwargs or {}), device)
     notes: list[str] = []
     details: dict[str, Any] = {}
     for part in spec.parts:
@@ -90,7 +96,7 @@ def build_variant(
     klass = tolerance_class(spec)
 
     if spec.part("onnxruntime") is not None:
-        ort_call, fetch = ORT.build(work, inputs, device, details)
+        ort_call, fetch = ORT.build(work, inputs, device, details, named)
         return Built(
             make_call=ort_call,
             timing="host",
@@ -115,7 +121,7 @@ def build_variant(
 
         def call() -> Any:
             with torch.inference_mode(), autocast():
-                return fn(*inputs)
+                return fn(*inputs, **named)
 
         return call
 

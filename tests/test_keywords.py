@@ -1,0 +1,90 @@
+"""Keyword inputs: `perfguard.run(model, args, kwargs={...})` reaches every variant."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from perfguard import MeasureSettings, SamplingSettings, measure_model
+from perfguard.measure.drift import compute_reference, fingerprint
+
+
+class Masked(nn.Module):
+    """Needs its keyword input: without it, the call fails."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor, *, mask: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.lin(x)) * mask
+
+
+FAST = MeasureSettings(sampling=SamplingSettings(budget_s=0.02, repeats=2), device="cpu")
+
+
+@pytest.mark.parametrize(
+    "variant",
+    ["eager", "compile-default", "int8-dynamic", "prune-l1-unstructured", "onnxruntime"],
+)
+def test_keyword_inputs_reach_every_variant(variant: str) -> None:
+    torch.manual_seed(0)
+    x, mask = torch.randn(4, 16), (torch.rand(4, 16) > 0.5).float()
+    result = measure_model(Masked().eval(), (x,), variant, FAST, kwargs={"mask": mask})
+    assert result.status == "ok", result.error
+    assert result.drift_check is not None and result.drift_check.passed
+
+
+def test_the_reference_and_its_cache_key_see_the_keyword_inputs() -> None:
+    torch.manual_seed(0)
+    model, x = Masked().eval(), torch.randn(4, 16)
+    ones, zeros = torch.ones(4, 16), torch.zeros(4, 16)
+    cpu = torch.device("cpu")
+    assert compute_reference(model, (x,), cpu, {"mask": zeros}).fp32.max() == 0
+    assert compute_reference(model, (x,), cpu, {"mask": ones}).fp32.max() > 0
+    assert fingerprint(model, (x,), {"mask": ones}) != fingerprint(model, (x,), {"mask": zeros})
+
+
+def test_kwargs_must_be_a_mapping() -> None:
+    with pytest.raises(TypeError, match="kwargs must be a dict"):
+        measure_model(Masked(), (torch.randn(1, 16),), "eager", FAST, kwargs=[1])  # type: ignore[arg-type]
+
+
+BERT = """
+import pytest, torch
+transformers = pytest.importorskip("transformers")
+
+@pytest.mark.perfguard(variants=["eager", "compile-default", "int8-dynamic", "onnxruntime"])
+def test_bert(perfguard):
+    config = transformers.BertConfig(
+        vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=64,
+    )
+    model = transformers.BertModel(config).eval()
+    ids = torch.randint(0, 100, (2, 16))
+    mask = torch.ones(2, 16, dtype=torch.long)
+    mask[1, 10:] = 0  # padding: the mask changes the outputs
+    perfguard.run(model, (), kwargs={"input_ids": ids, "attention_mask": mask})
+"""
+
+
+def test_a_hugging_face_bert_from_a_config_runs_with_keyword_inputs(
+    pytester: pytest.Pytester,
+) -> None:
+    pytest.importorskip("transformers")
+    pytester.makepyfile(test_bert=BERT)
+    done = pytester.runpytest_subprocess(
+        "--perfguard",
+        "--perfguard-budget=0.05",
+        "--perfguard-repeats=2",
+        "--perfguard-compare=none",
+        "-p",
+        "no:cacheprovider",
+        "-W",
+        "ignore::DeprecationWarning",
+        "-W",
+        "ignore::FutureWarning",
+    )
+    assert done.ret == 0, done.stdout.str()
+    done.assert_outcomes(passed=4)
