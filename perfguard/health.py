@@ -232,7 +232,10 @@ class Monitor:
             self._facts["load_1min_at_start"] = round(load, 2)
         if self.device_type == "cuda":
             if self._nvml is None:
-                self._facts["gpu_checks"] = "skipped: nvidia-ml-py is not installed or no driver"
+                self._facts["gpu_checks"] = (
+                    'skipped: nvidia-ml-py is not installed (pip install "perfguard[nvml]") '
+                    "or there is no driver"
+                )
             else:
                 try:
                     w, f = gpu_static(self._nvml, self.gpu_index, self._pids)

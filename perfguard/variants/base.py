@@ -27,18 +27,22 @@ class VariantUnavailableError(Exception):
 
 @dataclass(frozen=True)
 class Requirements:
-    """What a variant needs; `unmet` says in one sentence what is missing."""
+    """What a variant needs; `unmet` says in one sentence what is missing, and how to get it."""
 
     cuda: bool = False
     packages: tuple[str, ...] = ()
     why_cuda: str = ""
+    extra: str | None = None  # perfguard's extra that brings `packages`
+    extra_on_cuda: str | None = None  # ... when the run is on CUDA, if another one
 
     def unmet(self, name: str, device: torch.device) -> str | None:
         if self.cuda and device.type != "cuda":
             return f"{name} needs a CUDA device ({self.why_cuda}); this run is on {device.type}"
         for package in self.packages:
             if importlib.util.find_spec(package) is None:
-                return f"{name} needs the package {package!r}: pip install {package}"
+                extra = (self.extra_on_cuda if device.type == "cuda" else None) or self.extra
+                how = f'pip install "perfguard[{extra}]"' if extra else f"pip install {package}"
+                return f"{name} needs the package {package!r}: {how}"
         return None
 
 

@@ -27,7 +27,7 @@ def _quantized_count(model: nn.Module) -> int:
 
 
 class Quantize:
-    requirements = Requirements(packages=("torchao",))
+    requirements = Requirements(packages=("torchao",), extra="torchao")
     tolerance_class = "int8"
 
     def apply(self, model: nn.Module, part: VariantPart, built_notes: list[str]) -> nn.Module:

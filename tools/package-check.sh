@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The package as a user gets it: build the wheel and sdist, check them with twine, install the
+# wheel into a fresh venv (torch first, pinned, then perfguard without extras), and in a new git
+# repository run `perfguard init` and `pytest --perfguard`: the onnxruntime variant must skip
+# with its install line; with the `onnx` extra it must run. Prints how long a newcomer's path
+# took, from installing the wheel to the first report.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PY:-.venv/bin/python}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+"$PY" -m build --quiet --outdir "$work/dist" . >/dev/null
+"$PY" -m twine check --strict "$work"/dist/*
+wheel=$(ls "$work"/dist/*.whl)
+unzip -l "$wheel" | grep -q "perfguard/init/templates/perfguard.yml.j2"
+unzip -l "$wheel" | grep -q "perfguard/report/templates/report.md.j2"
+
+python3 -m venv "$work/venv"
+"$work/venv/bin/pip" install --quiet --upgrade pip
+"$work/venv/bin/pip" install --quiet torch==2.13.0   # pinned: the CPU build on this machine
+started=$(date +%s)
+"$work/venv/bin/pip" install --quiet "$wheel"
+
+repo="$work/project"
+mkdir "$repo" && cd "$repo"
+git init -q -b main
+printf '[project]\nname = "models"\nversion = "0"\n' > pyproject.toml
+"$work/venv/bin/perfguard" init
+sed -i 's/variants=\["eager", "compile-default"\]/variants=["eager", "onnxruntime"]/' \
+  tests/perf/test_perf_example.py
+git add -A && git -c user.name=ci -c user.email=ci@localhost commit -q -m "perfguard init"
+run() { "$work/venv/bin/python" -m pytest tests/perf --perfguard --perfguard-budget=0.2 -rs -p no:cacheprovider "$@"; }
+out=$(run) || { echo "$out"; exit 1; }
+echo "$out" | tail -n 12
+test -f reports/perfguard.md
+echo "$out" | grep -q 'SKIPPED.*onnxruntime needs the package .*pip install "perfguard\[onnx\]"' \
+  || { echo "package-check: the onnxruntime variant did not skip with its install line"; exit 1; }
+echo "package-check: from 'pip install <wheel>' to the first report: $(( $(date +%s) - started )) s"
+
+"$work/venv/bin/pip" install --quiet "$wheel[onnx]"
+out=$(run) || { echo "$out"; exit 1; }
+echo "$out" | grep -q "2 passed" || { echo "$out"; echo "package-check: onnxruntime did not run with the extra"; exit 1; }
+echo "package-check: wheel, sdist, twine, install, init, skip without the extra, run with it: ok"
