@@ -66,7 +66,41 @@ def _render(args: argparse.Namespace, run: Run, thresholds: Thresholds | None = 
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    _render(args, read_run_file(args.results))
+    run = read_run_file(args.results)
+    _render(args, run)
+    return EXIT_REGRESSION if args.exit_code and run.has_regression else EXIT_OK
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    from perfguard.git import git_state
+    from perfguard.init import InitError, InitOptions, init, next_steps
+
+    state = git_state(Path.cwd())
+    if state is None:
+        raise InputError("perfguard init writes into a git repository: run it inside one")
+    options = InitOptions(
+        tests=args.tests,
+        labels=tuple(x.strip() for x in args.runner_labels.split(",") if x.strip()),
+        shards=args.shards,
+        ab=args.pr == "ab",
+        main_branch=args.main_branch,
+        force=args.force,
+    )
+    try:
+        done = init(state.root, options)
+    except InitError as exc:
+        raise InputError(str(exc)) from None
+    for path in done.created:
+        print(f"created {path}")
+    for path in done.replaced:
+        print(f"replaced {path}")
+    for line in done.updated:
+        print(f"updated {line}")
+    for line in done.kept:
+        print(f"kept {line}")
+    print("\nNext:")
+    for step in next_steps(options):
+        print(f"  {step}")
     return EXIT_OK
 
 
@@ -388,6 +422,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="render the Markdown report from a results file")
     p.add_argument("results", type=Path)
     p.add_argument("-o", "--output", type=Path, help="write here instead of standard output")
+    p.add_argument(
+        "--exit-code", action="store_true", help="exit 1 when the results hold a regression"
+    )
     _output_options(p)
     p.set_defaults(func=cmd_report)
 
@@ -439,6 +476,25 @@ def build_parser() -> argparse.ArgumentParser:
         "the results of tests these files do not have)",
     )
     p.set_defaults(func=cmd_merge)
+
+    p = sub.add_parser("init", help="write the workflow, an example perf test and the settings")
+    p.add_argument("--tests", default="tests/perf", help="the perf tests' folder (tests/perf)")
+    p.add_argument(
+        "--runner-labels",
+        default="self-hosted,linux,x64,gpu",
+        help="labels of the GPU runners, comma-separated (self-hosted,linux,x64,gpu)",
+    )
+    p.add_argument("--shards", type=int, default=2, help="GPU runners that share the suite (2)")
+    p.add_argument(
+        "--pr",
+        choices=("stored", "ab"),
+        default="stored",
+        help="pull requests: compare with the stored baseline, confirming flags beside the "
+        "base commit (stored, default), or measure every item beside the base commit (ab)",
+    )
+    p.add_argument("--main-branch", default="main", help="the main branch (main)")
+    p.add_argument("--force", action="store_true", help="replace files that exist")
+    p.set_defaults(func=cmd_init)
 
     p = sub.add_parser("baselines", help="stored baselines")
     bsub = p.add_subparsers(dest="action", required=True, parser_class=_Parser)

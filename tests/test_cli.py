@@ -168,3 +168,35 @@ def test_merge_confirms_the_whole_run_with_the_shards_re_measures(
     assert [len(rs) for rs in doc["confirm_results"]] == [2]  # one round, both shards
     assert [len(rs) for rs in doc["confirm_base_results"]] == [1]
     assert doc["settings"]["confirm"] == 1
+
+
+def test_report_exit_code_says_whether_the_results_hold_a_regression(
+    files: dict[str, Path], tmp_path: Path
+) -> None:
+    compared = tmp_path / "cmp.json"
+    main(["compare", str(files["base"]), str(files["slow"]), "--json", str(compared)])
+    assert main(["report", str(compared), "-o", str(tmp_path / "a.md"), "--exit-code"]) == 1
+    assert main(["report", str(compared), "-o", str(tmp_path / "b.md")]) == 0
+    assert main(["report", str(files["base"]), "-o", str(tmp_path / "c.md"), "--exit-code"]) == 0
+
+
+def test_comment_and_baselines_import_no_third_party_package() -> None:
+    """The workflow's write jobs install perfguard with --no-deps: `comment` must need only the
+    standard library, `baselines pull/push` only filelock."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, builtins\n"
+        "real = builtins.__import__\n"
+        "def guard(name, *a, **k):\n"
+        "    top = name.split('.')[0]\n"
+        "    if top in {'numpy', 'scipy', 'pandas', 'jinja2', 'torch', 'git', 'filelock'}:\n"
+        "        raise ImportError('not installed: ' + top)\n"
+        "    return real(name, *a, **k)\n"
+        "builtins.__import__ = guard\n"
+        "from perfguard.cli import main\n"
+        "sys.exit(main(['comment', '--help']))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

