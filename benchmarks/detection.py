@@ -394,7 +394,7 @@ def analyze_ab(directories: Sequence[Path]) -> tuple[str, dict[int, dict[str, An
 
 
 def naive_alarm(base: Sequence[float], head: Sequence[float]) -> bool:
-    """The rule DESIGN.md measured at 73% false alarms: raw samples, p < 0.05, |d| > 0.2."""
+    """The naive rule, first measured at 73% false alarms: raw samples, p < 0.05, |d| > 0.2."""
     from perfguard.stats.tests import cohens_d, welch_t_test
 
     t, p, _ = welch_t_test(base, head)

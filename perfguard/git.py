@@ -1,4 +1,4 @@
-"""Git: where HEAD is, and which commit's baseline a run compares against (INTERFACE section 5).
+"""Git: where HEAD is, and which commit's baseline a run compares against.
 
 `auto` looks, in order, at: the first parent of a pull-request merge commit (the base branch
 tip); otherwise the merge-base of HEAD with the main branch (HEAD's first parent when HEAD is
@@ -165,7 +165,7 @@ def find_baseline(
     main_branch: str = "main",
     depth: int = DEFAULT_DEPTH,
 ) -> BaselineChoice:
-    """The `auto` choice: the nearest commit, in INTERFACE section 5's order, with a baseline."""
+    """The `auto` choice: the nearest commit, in the documented order, with a baseline."""
     try:
         repo = _repo(path)
     except GitError as exc:

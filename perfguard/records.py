@@ -2,8 +2,8 @@
 
 Everything here is immutable, validated on construction, and free of torch and
 pytest, so that the report, compare and merge commands run anywhere.
-The JSON layout is the contract of INTERFACE.md section 7; `to_json`/`from_json`
-are its only writers and readers.
+The JSON layout is the public results format (docs/reference.md, "Results JSON");
+`to_json`/`from_json` are its only writers and readers.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ VERDICTS: tuple[Verdict, ...] = (
 
 
 class RecordError(ValueError):
-    """A results or baseline document does not have the shape INTERFACE.md section 7 gives."""
+    """A results or baseline document does not have the shape of the results format."""
 
 
 def _finite_or_none(name: str, value: float | None) -> float | None:
@@ -62,7 +62,7 @@ class Metrics:
     drift_max_abs: float | None = None
     drift_max_rel: float | None = None
     drift_cosine: float | None = None
-    # Beyond INTERFACE.md: more detail that the report and the verdicts use.
+    # Beyond the headline metrics: more detail that the report and the verdicts use.
     latency_iqr_ms: float | None = None
     latency_samples: int | None = None
     latency_p95_tail: int | None = None

@@ -1,4 +1,4 @@
-"""Baseline lookup (INTERFACE section 5) in scratch git repositories."""
+"""Baseline lookup (the documented `auto` order) in scratch git repositories."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ FAST = (
     "no:cacheprovider",
 )
 
-# Written only from INTERFACE.md, as a user would.
+# Written only from the public interface (docs/reference.md), as a user would.
 USER_SUITE = """
 import pytest, torch
 

@@ -1,4 +1,4 @@
-"""Command-line and ini options (INTERFACE section 4), with one help text for both.
+"""Command-line and ini options (docs/reference.md, "Options"), with one help text for both.
 
 Precedence: command line > ini > default; the `@pytest.mark.perfguard(...)` marker overrides
 per test where it has a key for it (variants, thresholds, budget, drift tolerance).
@@ -30,7 +30,7 @@ HELP = {
     "compare": "compare against the baseline of git revision REF; 'auto' (default) picks the "
     "base commit, 'none' disables comparison",
     "report": "Markdown report path (default: reports/perfguard.md under the rootdir)",
-    "json": "write machine-readable results (INTERFACE section 7) to this path",
+    "json": "write machine-readable results (the results JSON) to this path",
     "fail_on": "'regression' (default): exit non-zero when a verdict is regression; 'never'",
     "budget": "seconds of sampling per test item (default 2.0)",
     "repeats": "independent repeat blocks per item (default 5)",

@@ -1,7 +1,7 @@
 """The stored JSON format's versions, and how an older file is brought up to date.
 
 History:
-- 1 (perfguard 0.1): INTERFACE.md section 7: schema_version, commit, machine, environment,
+- 1 (perfguard 0.1): the results format: schema_version, commit, machine, environment,
   baseline, results (with raw samples_ms), comparisons; extra keys repeats_ms, block_sizes,
   drift_check, details, settings, created.
 

@@ -1,4 +1,4 @@
-"""Variant names (INTERFACE.md section 3): parsing and validation, without torch.
+"""Variant names (docs/reference.md, "Variants"): parsing and validation, without torch.
 
 A variant name is one or more parts joined by `+`, in pipeline order:
 `[prune] [quantize] [amp] [compile]`, or `eager`, or `[prune+]onnxruntime`.
