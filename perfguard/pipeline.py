@@ -193,44 +193,67 @@ def finish_run(
         error = f"comparison stopped: {exc}"
         run = replace(run, baseline=BaselineRef(None, error))
 
-    json_path = report_path = saved = None
     failures: list[str] = [] if error is None else [error]
-    try:
-        if settings.json is not None:
-            write_json_atomic(settings.json, run.to_json())
-            json_path = settings.json
-    except OSError as exc:
-        failures.append(_unwritable(settings.json, exc))
-    try:
-        if settings.report is not None:
-            written = write_reports(run, settings.report, settings.thresholds)
-            report_path = settings.report
-            if written.full is not None:
-                messages.append(
-                    f"the report was trimmed to fit a GitHub comment; full report: {written.full}"
-                )
-    except OSError as exc:
-        failures.append(_unwritable(settings.report, exc))
+    json_path = _write(settings.json, lambda p: write_json_atomic(p, run.to_json()), failures)
+
+    def report(path: Path) -> None:
+        written = write_reports(run, path, settings.thresholds)
+        if written.full is not None:
+            messages.append(
+                f"the report was trimmed to fit a GitHub comment; full report: {written.full}"
+            )
+
+    report_path = _write(settings.report, report, failures)
+    saved = None
     if settings.save:
-        refusal = _save_refusal(run, settings, comparing_failed=error is not None)
-        if refusal:
-            messages.append(f"baseline not saved: {refusal}")
-        elif (unsafe := check_can_save(state, settings.allow_dirty)) is not None:
-            failures.append(unsafe)
-        else:
-            try:
-                done = store.save(
-                    replace(run, baseline_results=(), confirm_results=(), confirm_base_results=()),
-                    replace_all=settings.save_replace,
-                )
-                messages.append(_saved_message(done))
-                saved = done.path
-            except BaselineError as exc:
-                failures.append(f"baseline not saved: {exc}")
-            except OSError as exc:
-                failures.append(f"baseline not saved: {_unwritable(None, exc)}")
+        saved = _save(run, settings, state, store, messages, failures, error is not None)
     error = "; ".join(failures) or None
     return Outcome(run, report_path, json_path, saved, tuple(messages), error)
+
+
+def _write(path: Path | None, write: Callable[[Path], None], failures: list[str]) -> Path | None:
+    """Write one output; a full disk or an unwritable folder is a failure line, not a crash."""
+    if path is None:
+        return None
+    try:
+        write(path)
+    except OSError as exc:
+        failures.append(_unwritable(path, exc))
+        return None
+    return path
+
+
+def _save(
+    run: Run,
+    settings: FinishSettings,
+    state: GitState | None,
+    store: BaselineStore,
+    messages: list[str],
+    failures: list[str],
+    comparing_failed: bool,
+) -> Path | None:
+    """Store the run as HEAD's baseline, unless it must not be (said in `messages`)."""
+    refusal = _save_refusal(run, settings, comparing_failed=comparing_failed)
+    if refusal:
+        messages.append(f"baseline not saved: {refusal}")
+        return None
+    unsafe = check_can_save(state, settings.allow_dirty)
+    if unsafe is not None:
+        failures.append(unsafe)
+        return None
+    try:
+        done = store.save(
+            replace(run, baseline_results=(), confirm_results=(), confirm_base_results=()),
+            replace_all=settings.save_replace,
+        )
+    except BaselineError as exc:
+        failures.append(f"baseline not saved: {exc}")
+        return None
+    except OSError as exc:
+        failures.append(f"baseline not saved: {_unwritable(None, exc)}")
+        return None
+    messages.append(_saved_message(done))
+    return done.path
 
 
 def _save_refusal(run: Run, settings: FinishSettings, *, comparing_failed: bool) -> str | None:

@@ -26,6 +26,7 @@ from perfguard.store.baselines import BaselineError, read_run_file
 from perfguard.store.sync import SyncError, pull, push
 from tests.factories import result, run
 from tests.test_git import commit, git
+from tests.test_sync import clone
 
 FAST = ("--perfguard-budget=0.02", "--perfguard-repeats=3", "-p", "no:cacheprovider")
 
@@ -140,24 +141,6 @@ def test_merge_refuses_missing_shards(tmp_path: Path, capsys: pytest.CaptureFixt
 
 
 # ---- 1 and 4. the baselines branch -------------------------------------------------------------
-
-
-@pytest.fixture
-def remote(tmp_path: Path) -> Path:
-    bare = tmp_path / "remote.git"
-    git(tmp_path, "init", "-q", "--bare", "-b", "main", str(bare))
-    seed = tmp_path / "seed"
-    git(tmp_path, "clone", "-q", str(bare), str(seed))
-    (seed / ".gitignore").write_text("baselines/\n")
-    git(seed, "add", ".gitignore")
-    commit(seed, "init")
-    git(seed, "push", "-q", "origin", "HEAD:main")
-    return bare
-
-
-def clone(remote: Path, where: Path) -> Path:
-    git(where.parent, "clone", "-q", str(remote), str(where))
-    return where
 
 
 def test_push_never_lets_a_smaller_local_copy_replace_the_branchs(

@@ -132,6 +132,15 @@ def merge_into(stored: Run, run: Run) -> tuple[Run, int]:
     return replace(run, results=tuple(results)), kept + len(old)
 
 
+def key_problem(machine: str, commit: str) -> str | None:
+    """Why (machine, commit) cannot name a baseline file, or None."""
+    if not SHA.match(commit):
+        return f"{commit!r} is not a full commit sha"
+    if not machine or "/" in machine or "\\" in machine or machine.startswith("."):
+        return f"{machine!r} is not a usable machine key"
+    return None
+
+
 @dataclass(frozen=True)
 class BaselineInfo:
     machine: str
@@ -147,10 +156,9 @@ class BaselineStore:
         self.lock_timeout_s = lock_timeout_s
 
     def path(self, machine: str, commit: str) -> Path:
-        if not SHA.match(commit):
-            raise BaselineError(f"{commit!r} is not a full commit sha")
-        if not machine or "/" in machine or machine.startswith("."):
-            raise BaselineError(f"{machine!r} is not a usable machine key")
+        problem = key_problem(machine, commit)
+        if problem:
+            raise BaselineError(problem)
         return self.root / machine / f"{commit}.json"
 
     def _lock(self) -> BaseFileLock:

@@ -8,6 +8,7 @@ if the remote moved in between, it fetches and tries again, so no baseline is lo
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import tempfile
@@ -16,8 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from perfguard.records import SHA, Run
-from perfguard.store.baselines import BaselineError, BaselineStore, write_bytes_atomic
+from perfguard.records import SHA, RecordError, Run
+from perfguard.store.baselines import BaselineStore, key_problem, write_bytes_atomic
+from perfguard.store.schema import SchemaError, upgrade
 
 DEFAULT_BRANCH = "perfguard-baselines"
 DEFAULT_REMOTE = "origin"
@@ -45,20 +47,11 @@ def baseline_path_problem(path: str) -> str | None:
     stem, dot, ext = name.rpartition(".")
     if not dot or ext != "json" or not SHA.match(stem):
         return "not <machine>/<full sha>.json"
-    try:
-        BaselineStore(Path(".")).path(machine, stem)
-    except BaselineError as exc:
-        return str(exc)
-    return None
+    return key_problem(machine, stem)
 
 
 def baseline_content_problem(path: str, content: bytes) -> tuple[Run | None, str | None]:
     """The run in a baseline file's bytes, or why they are not one that belongs at `path`."""
-    import json
-
-    from perfguard.records import RecordError
-    from perfguard.store.schema import SchemaError, upgrade
-
     try:
         run = Run.from_json(upgrade(json.loads(content.decode("utf-8"))))
     except (ValueError, SchemaError, RecordError) as exc:
