@@ -9,7 +9,10 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from perfguard.health import GpuId
 
 
 def _version(package: str) -> str | None:
@@ -104,3 +107,24 @@ def machine_key(env: dict[str, Any]) -> str:
     if env.get("device_type") == "cuda":
         return f"cuda-{slug(str(env.get('device', 'gpu')))}"
     return f"cpu-{slug(str(env.get('cpu', 'cpu')))}-{env.get('cpu_count') or 0}c"
+
+
+def cuda_gpu_id(index: int) -> GpuId:
+    """How NVML finds CUDA device `index`: its UUID and PCI bus id, as CUDA reports them."""
+    import torch
+
+    from perfguard.health import GpuId
+
+    props = torch.cuda.get_device_properties(index)
+    uuid = getattr(props, "uuid", None)
+    text = str(uuid) if uuid is not None else ""
+    if text and not text.startswith(("GPU-", "MIG-")):
+        text = f"GPU-{text}"
+    bus = getattr(props, "pci_bus_id", None)
+    pci = (
+        f"{int(getattr(props, 'pci_domain_id', 0)):08X}:{int(bus):02X}:"
+        f"{int(getattr(props, 'pci_device_id', 0)):02X}.0"
+        if bus is not None
+        else None
+    )
+    return GpuId(index, text or None, pci)

@@ -2,8 +2,15 @@
 
 On CUDA (through NVML, from the `nvidia-ml-py` package): other processes on the GPU, clocks
 that move during the run (not locked), thermal or power throttling, persistence mode off,
-and a compute mode that lets other jobs share the GPU. On the CPU: a frequency governor other
-than `performance`, and other processes keeping the CPUs busy while perfguard measures.
+and a compute mode in which perfguard's own second process (an A/B worker, a confirmation
+re-measure) cannot use the GPU. On the CPU: a frequency governor other than `performance`,
+and other processes keeping the CPUs busy while perfguard measures.
+
+NVML numbers GPUs in PCI order and ignores `CUDA_VISIBLE_DEVICES`, so the GPU is found by
+the UUID (or PCI bus id) CUDA gives for the run's device, never by CUDA's ordinal. This
+process and its descendants (A/B workers, the confirmation child) are perfguard's own; a
+process NVML reports that this PID namespace cannot see (a container's view of host PIDs)
+counts as another only beyond the number of perfguard's own processes.
 
 `Monitor` polls in a background thread while the tests run; `stop()` gives the findings.
 Warnings go into the report header; `--perfguard-unhealthy=inconclusive` turns the run's
@@ -33,7 +40,57 @@ THROTTLE_REASONS = {
     0x0000000000000040: "hardware thermal slowdown",
     0x0000000000000080: "hardware power brake",
 }
+DEFAULT_COMPUTE = 0  # NVML_COMPUTEMODE_DEFAULT
+PROHIBITED = 2  # NVML_COMPUTEMODE_PROHIBITED
 EXCLUSIVE_PROCESS = 3  # NVML_COMPUTEMODE_EXCLUSIVE_PROCESS
+EXCLUSIVE_ADVICE = (
+    "GPU compute mode is EXCLUSIVE_PROCESS: perfguard's A/B workers and its confirmation "
+    "re-measure need a second process on the GPU and cannot run; set DEFAULT "
+    "(nvidia-smi -c DEFAULT) and keep one runner job per GPU instead"
+)
+
+
+@dataclass(frozen=True)
+class GpuId:
+    """Which GPU NVML should watch: CUDA's ordinal is not NVML's."""
+
+    index: int  # CUDA's ordinal (within CUDA_VISIBLE_DEVICES)
+    uuid: str | None = None  # "GPU-8f6d...", as NVML names it
+    pci_bus_id: str | None = None  # "00000000:17:00.0"
+
+
+def gpu_handle(nvml: Any, gpu: GpuId) -> Any:
+    """NVML's handle of the run's GPU, by UUID, else PCI bus id; by index only when CUDA
+    and NVML number the GPUs alike (no CUDA_VISIBLE_DEVICES)."""
+    if gpu.uuid:
+        return nvml.nvmlDeviceGetHandleByUUID(gpu.uuid)
+    if gpu.pci_bus_id:
+        return nvml.nvmlDeviceGetHandleByPciBusId(gpu.pci_bus_id)
+    if os.environ.get("CUDA_VISIBLE_DEVICES", "").strip():
+        raise LookupError(
+            "the GPU's UUID is unknown and CUDA_VISIBLE_DEVICES is set, so NVML's index "
+            f"{gpu.index} may be another GPU"
+        )
+    return nvml.nvmlDeviceGetHandleByIndex(gpu.index)
+
+
+def process_tree(root: int, proc: Path = Path("/proc")) -> set[int]:
+    """`root` and every process descended from it (Linux /proc; just `root` elsewhere)."""
+    children: dict[int, list[int]] = {}
+    for stat in proc.glob("[0-9]*/stat"):
+        try:
+            # "pid (comm) state ppid ...": comm may hold spaces and parentheses
+            ppid = int(stat.read_text().rpartition(")")[2].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(stat.parent.name))
+    tree, todo = {root}, [root]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in tree:
+                tree.add(child)
+                todo.append(child)
+    return tree
 
 
 @dataclass(frozen=True)
@@ -118,17 +175,34 @@ def _throttle_reasons(nvml: Any, handle: Any) -> int:
     return int(getter(handle))
 
 
-def _other_pids(nvml: Any, handle: Any, own_pids: set[int]) -> list[int]:
-    """Processes computing on the GPU now, besides this one."""
-    return [
-        int(p.pid)
-        for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle)
-        if int(p.pid) not in own_pids
-    ]
+def _other_pids(
+    nvml: Any, handle: Any, own_pids: set[int], visible: Callable[[int], bool]
+) -> list[int]:
+    """Processes computing on the GPU now that are not perfguard's own.
+
+    `visible(pid)`: whether this PID namespace has the pid. Pids it lacks (NVML reporting
+    host PIDs inside a container) cannot be told apart from ours, so they count as others
+    only beyond the number of our own processes."""
+    pids = [int(p.pid) for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle)]
+    seen = [p for p in pids if visible(p)]
+    unseen = [p for p in pids if not visible(p)]
+    others = [p for p in seen if p not in own_pids]
+    ours_seen = len(seen) - len(others)
+    spare = max(len(own_pids) - ours_seen, 0)
+    return others + unseen[spare:]
 
 
-def gpu_static(nvml: Any, index: int, own_pids: set[int]) -> tuple[list[str], dict[str, Any]]:
-    handle = nvml.nvmlDeviceGetHandleByIndex(index)
+def _in_this_namespace(pid: int) -> bool:
+    return Path(f"/proc/{pid}").exists() if Path("/proc/self").exists() else True
+
+
+def gpu_static(
+    nvml: Any,
+    gpu: GpuId,
+    own_pids: set[int],
+    visible: Callable[[int], bool] = _in_this_namespace,
+) -> tuple[list[str], dict[str, Any]]:
+    handle = gpu_handle(nvml, gpu)
     warnings: list[str] = []
     facts: dict[str, Any] = {}
     persistence = int(nvml.nvmlDeviceGetPersistenceMode(handle))
@@ -140,9 +214,16 @@ def gpu_static(nvml: Any, index: int, own_pids: set[int]) -> tuple[list[str], di
         )
     mode = int(nvml.nvmlDeviceGetComputeMode(handle))
     facts["compute_mode"] = mode
-    if mode != EXCLUSIVE_PROCESS:
-        facts["compute_mode_note"] = "not exclusive-process: other jobs may share the GPU"
-    others = _other_pids(nvml, handle, own_pids)
+    if mode == EXCLUSIVE_PROCESS:
+        warnings.append(EXCLUSIVE_ADVICE)
+    elif mode == PROHIBITED:
+        warnings.append("GPU compute mode is PROHIBITED: no CUDA process can use it")
+    else:
+        facts["compute_mode_note"] = (
+            "default: other jobs could share the GPU; one runner job per GPU keeps it to this "
+            "job, and other processes on it are reported"
+        )
+    others = _other_pids(nvml, handle, own_pids, visible)
     facts["other_gpu_processes"] = len(others)
     if others:
         warnings.append(f"{len(others)} other process(es) on the GPU: pids {others[:5]}")
@@ -158,13 +239,19 @@ class _GpuPoll:
     other_processes: int = 0
 
 
-def gpu_poll(nvml: Any, index: int, own_pids: set[int], into: _GpuPoll) -> None:
-    handle = nvml.nvmlDeviceGetHandleByIndex(index)
+def gpu_poll(
+    nvml: Any,
+    gpu: GpuId,
+    own_pids: set[int],
+    into: _GpuPoll,
+    visible: Callable[[int], bool] = _in_this_namespace,
+) -> None:
+    handle = gpu_handle(nvml, gpu)
     into.clocks.append(int(nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM)))
     into.reasons |= _throttle_reasons(nvml, handle)
     temp = int(nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU))
     into.temperature_max = temp if into.temperature_max is None else max(into.temperature_max, temp)
-    others = _other_pids(nvml, handle, own_pids)
+    others = _other_pids(nvml, handle, own_pids, visible)
     into.other_processes = max(into.other_processes, len(others))
 
 
@@ -201,17 +288,20 @@ class Monitor:
         self,
         device_type: str,
         *,
-        gpu_index: int = 0,
+        gpu: GpuId | None = None,
         nvml_loader: Callable[[], Any | None] = load_nvml,
         governors: Callable[[], set[str]] = cpu_governors,
         poll_s: float = POLL_S,
+        own_pids: Callable[[], set[int]] = lambda: process_tree(os.getpid()),
+        visible: Callable[[int], bool] = _in_this_namespace,
     ) -> None:
         self.device_type = device_type
-        self.gpu_index = gpu_index
+        self.gpu = gpu or GpuId(0)
         self.poll_s = poll_s
         self._nvml = nvml_loader() if device_type == "cuda" else None
         self._governors = governors
-        self._pids = {os.getpid()}
+        self._own_pids = own_pids  # this process and its children, asked at each poll
+        self._visible = visible
         self._gpu = _GpuPoll()
         self._warnings: list[str] = []
         self._facts: dict[str, Any] = {}
@@ -238,7 +328,7 @@ class Monitor:
                 )
             else:
                 try:
-                    w, f = gpu_static(self._nvml, self.gpu_index, self._pids)
+                    w, f = gpu_static(self._nvml, self.gpu, self._own_pids(), self._visible)
                     self._warnings += w
                     self._facts.update(f)
                 except Exception as exc:  # NVML refuses some queries on some boards
@@ -256,7 +346,7 @@ class Monitor:
     def poll(self) -> None:
         if self._nvml is not None:
             try:
-                gpu_poll(self._nvml, self.gpu_index, self._pids, self._gpu)
+                gpu_poll(self._nvml, self.gpu, self._own_pids(), self._gpu, self._visible)
             except Exception:  # a failed poll is not a finding
                 return
 
@@ -284,3 +374,14 @@ class Monitor:
             warnings += w
             facts.update(f)
         return Health(tuple(warnings), facts)
+
+
+def compute_mode(gpu: GpuId, nvml_loader: Callable[[], Any | None] = load_nvml) -> int | None:
+    """The GPU's NVML compute mode, or None when NVML cannot say."""
+    nvml = nvml_loader()
+    if nvml is None:
+        return None
+    try:
+        return int(nvml.nvmlDeviceGetComputeMode(gpu_handle(nvml, gpu)))
+    except Exception:  # no answer is no finding
+        return None

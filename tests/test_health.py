@@ -3,18 +3,27 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from perfguard.health import (
     EXCLUSIVE_PROCESS,
+    GpuId,
     Health,
     Monitor,
+    compute_mode,
     cpu_governors,
     cpu_static_warnings,
+    gpu_handle,
+    process_tree,
 )
 from perfguard.stats.verdicts import compare_runs, withhold_speed_verdicts
 from tests.factories import result, run
@@ -30,19 +39,33 @@ class FakeNvml:
         self,
         *,
         persistence: int = 1,
-        compute_mode: int = EXCLUSIVE_PROCESS,
+        compute_mode: int = 0,
         pids: tuple[int, ...] = (),
         clocks: tuple[int, ...] = (1590,),
         reasons: int = 0,
+        uuid: str = "GPU-0000-watched",
     ) -> None:
         self.persistence = persistence
         self.compute_mode = compute_mode
-        self.pids = pids
+        self.pids = pids  # every process NVML reports on the GPU: no pid is assumed ours
         self.clocks = list(clocks)
         self.reasons = reasons
+        self.uuid = uuid
+        self.asked: list[str] = []
 
     def nvmlDeviceGetHandleByIndex(self, index: int) -> str:
+        self.asked.append(f"index {index}")
         return f"gpu{index}"
+
+    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> str:
+        self.asked.append(f"uuid {uuid}")
+        if uuid != self.uuid:
+            raise LookupError(f"no GPU {uuid}")
+        return "watched"
+
+    def nvmlDeviceGetHandleByPciBusId(self, bus: str) -> str:
+        self.asked.append(f"pci {bus}")
+        return "watched"
 
     def nvmlDeviceGetPersistenceMode(self, handle: str) -> int:
         return self.persistence
@@ -51,7 +74,7 @@ class FakeNvml:
         return self.compute_mode
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: str) -> list[Any]:
-        return [SimpleNamespace(pid=p) for p in (os.getpid(), *self.pids)]
+        return [SimpleNamespace(pid=p) for p in self.pids]
 
     def nvmlDeviceGetMaxClockInfo(self, handle: str, kind: int) -> int:
         return 1980
@@ -66,12 +89,22 @@ class FakeNvml:
         return 61
 
 
-def watch(nvml: FakeNvml, polls: int = 3, governors: set[str] | None = None) -> Health:
+def watch(
+    nvml: FakeNvml,
+    polls: int = 3,
+    governors: set[str] | None = None,
+    *,
+    own: set[int] | None = None,
+    visible: Callable[[int], bool] = lambda pid: True,
+) -> Health:
     monitor = Monitor(
         "cuda",
+        gpu=GpuId(0, uuid="GPU-0000-watched"),
         nvml_loader=lambda: nvml,
         governors=lambda: {"performance"} if governors is None else governors,
         poll_s=3600,  # the test polls by hand
+        own_pids=lambda: {100} if own is None else own,
+        visible=visible,
     )
     monitor.start()
     for _ in range(polls):
@@ -80,7 +113,7 @@ def watch(nvml: FakeNvml, polls: int = 3, governors: set[str] | None = None) -> 
 
 
 def test_a_well_prepared_gpu_runner_has_no_gpu_warnings() -> None:
-    health = watch(FakeNvml())
+    health = watch(FakeNvml(pids=(100,)))  # only our own process on the GPU
     assert not [w for w in health.warnings if "GPU" in w]
     assert health.facts["persistence_mode"] is True
     assert health.facts["sm_clock_mhz_range"] == [1590, 1590]
@@ -91,8 +124,8 @@ def test_each_gpu_problem_is_named() -> None:
     health = watch(
         FakeNvml(
             persistence=0,
-            compute_mode=0,
-            pids=(4242,),
+            compute_mode=EXCLUSIVE_PROCESS,
+            pids=(100, 4242),
             clocks=(1980, 1755, 1410, 1410),
             reasons=0x20 | 0x04,
         )
@@ -102,7 +135,7 @@ def test_each_gpu_problem_is_named() -> None:
     assert "other process(es) on the GPU: pids [4242]" in text
     assert "moved between 1410 and 1980 MHz" in text
     assert "software power cap" in text and "software thermal slowdown" in text
-    assert health.facts["compute_mode_note"].startswith("not exclusive-process")
+    assert "EXCLUSIVE_PROCESS: perfguard's A/B workers and its confirmation" in text
 
 
 def test_no_nvml_is_a_fact_not_a_failure() -> None:
@@ -160,3 +193,50 @@ def test_a_hardware_change_forbids_speed_verdicts() -> None:
     assert "hardware change (device Test GPU -> Other GPU)" in latency[0].note
     same = replace(head, environment={**head.environment, "device": "Test GPU", "torch": "2.14"})
     assert any(c.verdict == "regression" for c in compare_runs(base, same))
+
+
+def test_nvml_finds_the_gpu_by_uuid_never_by_cudas_ordinal() -> None:
+    nvml = FakeNvml(pids=(100,))
+    watch(nvml)
+    assert nvml.asked and all(a == "uuid GPU-0000-watched" for a in nvml.asked)
+    assert gpu_handle(nvml, GpuId(1, pci_bus_id="00000000:17:00.0")) == "watched"
+
+
+def test_without_a_uuid_and_with_cuda_visible_devices_the_index_is_not_trusted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    with pytest.raises(LookupError, match="CUDA_VISIBLE_DEVICES"):
+        gpu_handle(FakeNvml(), GpuId(0))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert gpu_handle(FakeNvml(), GpuId(2)) == "gpu2"
+
+
+def test_perfguards_own_children_are_not_other_processes() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        tree = process_tree(os.getpid())
+        assert {os.getpid(), child.pid} <= tree
+        health = watch(FakeNvml(pids=(os.getpid(), child.pid)), own=tree)
+        assert health.facts["other_gpu_processes"] == 0
+        assert not [w for w in health.warnings if "other process" in w]
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_pids_from_another_namespace_count_only_beyond_our_own() -> None:
+    def hidden(pid: int) -> bool:
+        return False  # a container: NVML reports host pids this namespace cannot see
+
+    ours = watch(FakeNvml(pids=(91001, 91002)), own={1, 7}, visible=hidden)
+    assert ours.facts["other_gpu_processes"] == 0
+    more = watch(FakeNvml(pids=(91001, 91002, 91003)), own={1, 7}, visible=hidden)
+    assert more.facts["other_gpu_processes"] == 1
+
+
+def test_compute_mode_is_read_from_the_watched_gpu() -> None:
+    nvml = FakeNvml(compute_mode=EXCLUSIVE_PROCESS)
+    assert compute_mode(GpuId(0, uuid="GPU-0000-watched"), lambda: nvml) == EXCLUSIVE_PROCESS
+    assert compute_mode(GpuId(0, uuid="GPU-other"), lambda: nvml) is None
+    assert compute_mode(GpuId(0), lambda: None) is None

@@ -203,12 +203,13 @@ def _measure(
     check: DriftCheck = drift.judge(out, reference, built.tolerance_class, settings.drift_tolerance)
     samples = outcome.samples_ms
     summary = summarize(samples)
+    seen = built.memory_unseen is None
     metrics = Metrics(
         **summary.metric_fields(),
-        peak_memory_bytes=memory.peak_bytes,
-        peak_memory_reserved_bytes=memory.reserved_bytes,
+        peak_memory_bytes=memory.peak_bytes if seen else None,
+        peak_memory_reserved_bytes=memory.reserved_bytes if seen else None,
         peak_memory_increase_bytes=None
-        if memory.start_bytes is None
+        if memory.start_bytes is None or not seen
         else max(memory.peak_bytes - memory.start_bytes, 0),
         compile_time_s=compiled.cold_s,
         compile_time_warm_s=compiled.warm_s,
@@ -224,7 +225,7 @@ def _measure(
         **built.details,
         "device": str(device),
         "clock": clock.name,
-        "memory_method": memory.method,
+        "memory_method": memory.method if seen else built.memory_unseen,
         "warmup_calls": outcome.warmup.calls,
         "warmup_stable": outcome.warmup.stable,
         "repeats": len(outcome.blocks_ms),

@@ -256,17 +256,24 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if state is None or not state.options.enabled or not session.items or state.worker:
         return
     perf_items = [i.nodeid for i in session.items if _variant_of(i) is not None]
-    if state.options.ab is not None and perf_items:
-        state.ab = same_job.start(Path(session.config.rootpath), state.options, perf_items)
-    from perfguard.health import Monitor
+    from perfguard.health import EXCLUSIVE_ADVICE, EXCLUSIVE_PROCESS, Monitor, compute_mode
 
     device = state.options.device
     if device == "auto":
         import torch
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    index = int(device.partition(":")[2] or 0) if device.startswith("cuda") else 0
-    state.monitor = Monitor(device.partition(":")[0], gpu_index=index)
+    gpu = None
+    if device.startswith("cuda"):
+        from perfguard.environment import cuda_gpu_id
+
+        gpu = cuda_gpu_id(int(device.partition(":")[2] or 0))
+        state.exclusive_gpu = compute_mode(gpu) == EXCLUSIVE_PROCESS
+    if state.options.ab is not None and perf_items:
+        if state.exclusive_gpu:
+            raise pytest.UsageError(f"--perfguard-ab: {EXCLUSIVE_ADVICE}")
+        state.ab = same_job.start(Path(session.config.rootpath), state.options, perf_items)
+    state.monitor = Monitor(device.partition(":")[0], gpu=gpu)
     state.monitor.start()
 
 
@@ -321,6 +328,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     )
     remeasure = None
     confirming = same is None and o.compare != "none" and o.confirm > 0
+    if confirming and state.exclusive_gpu:
+        confirming = False  # a second process could not use the GPU: the runner health says so
     if confirming and exitstatus != pytest.ExitCode.INTERRUPTED:
         from perfguard.pytest_plugin.confirm import remeasurer
 

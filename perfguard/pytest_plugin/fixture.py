@@ -42,6 +42,7 @@ class SessionState:
     nodeids: dict[tuple[str, str], str] = field(default_factory=dict)  # result key -> item
     measured_at: dict[str, float] = field(default_factory=dict)  # item -> time.monotonic()
     collection_errors: int = 0  # a session with any must not be saved as a baseline
+    exclusive_gpu: bool = False  # EXCLUSIVE_PROCESS compute mode: no second process on the GPU
 
     def record(self, result: VariantResult, nodeid: str) -> None:
         self.results = [r for r in self.results if r.key != result.key]

@@ -1,9 +1,17 @@
 """`onnxruntime`: export with the dynamo-based ONNX exporter, run in an ONNX Runtime session.
 
 Export and session creation happen at build time and are reported as such, never
-timed as inference. The CUDA provider is used when the run is on CUDA and the
-installed onnxruntime offers it; then inputs and outputs stay on the GPU through
-IO binding, so the timed call is inference, not host copies.
+timed as inference. On CUDA the session must run on the CUDA provider of the run's device
+(`device_id`), checked after it is created: a session that fell back to the CPU is refused,
+not timed. Inputs and outputs then stay on the GPU through IO binding, so the timed call is
+inference, not host copies; the bound input tensors live as long as the call does.
+
+Same numerics: the variant is judged in the compiled-fp32 class, against the same fp32
+reference as `torch.compile`. ORT's CUDA provider runs fp32 matmuls and convolutions in TF32
+by default, which torch does not (`torch.backends.cuda.matmul.allow_tf32` is off), so TF32 is
+turned off here (`use_tf32=0`): the variant then measures ONNX Runtime, not a precision change.
+Its memory is ORT's own arena, which torch's allocator cannot see: on CUDA the peak is not
+reported (the result says why); on the CPU the process peak RSS includes it.
 """
 
 from __future__ import annotations
@@ -70,27 +78,47 @@ class OnnxRuntime:
                 "onnxruntime: this run is on CUDA but the installed onnxruntime has no "
                 "CUDAExecutionProvider (pip install onnxruntime-gpu)"
             )
-        providers = (
-            ["CUDAExecutionProvider", "CPUExecutionProvider"]
-            if use_cuda
-            else ["CPUExecutionProvider"]
-        )
+        index = _cuda_index(device) if use_cuda else 0
+        providers = provider_list(use_cuda, index)
         options = ort.SessionOptions()
         options.log_severity_level = 3
         started = time.perf_counter()
         session = ort.InferenceSession(data, sess_options=options, providers=providers)
         details["session_create_time_s"] = time.perf_counter() - started
-        details["ort_provider"] = session.get_providers()[0]
+        details["ort_provider"] = check_provider(session, use_cuda)
         names = [i.name for i in session.get_inputs()]
         tensors = _feeds_in_order(names, inputs, named)
         if use_cuda:
-            return _cuda_call(session, names, tensors, device)
+            return _cuda_call(session, names, tensors, index)
         feeds = {name: t.detach().cpu().numpy() for name, t in zip(names, tensors, strict=True)}
 
         def make_call() -> Callable[[], Any]:
             return lambda: session.run(None, feeds)
 
         return make_call, None
+
+
+def _cuda_index(device: torch.device) -> int:
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
+def provider_list(use_cuda: bool, index: int) -> list[Any]:
+    """The session's providers: on CUDA, the run's GPU with fp32 kept fp32 (no TF32)."""
+    if not use_cuda:
+        return ["CPUExecutionProvider"]
+    return [("CUDAExecutionProvider", {"device_id": index, "use_tf32": 0}), "CPUExecutionProvider"]
+
+
+def check_provider(session: Any, use_cuda: bool) -> str:
+    """The provider the session really runs on; a CUDA session that fell back is refused."""
+    used = list(session.get_providers())
+    first = used[0] if used else "none"
+    if use_cuda and first != "CUDAExecutionProvider":
+        raise VariantUnavailableError(
+            f"onnxruntime: the session runs on {first}, not CUDAExecutionProvider (a CUDA or "
+            "cuDNN library onnxruntime-gpu needs is missing?): not timed as a CUDA variant"
+        )
+    return first
 
 
 def _feeds_in_order(
@@ -133,11 +161,12 @@ def _export(model: nn.Module, inputs: tuple[Any, ...], kwargs: Mapping[str, Any]
 
 
 def _cuda_call(
-    session: Any, names: Sequence[str], tensors: Sequence[torch.Tensor], device: torch.device
+    session: Any, names: Sequence[str], tensors: Sequence[torch.Tensor], index: int
 ) -> tuple[Callable[[], Callable[[], Any]], Callable[[Callable[[], Any]], Any]]:
     binding = session.io_binding()
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    for name, t in zip(names, tensors, strict=True):
+    # ORT holds only the pointers: the tensors must live as long as the binding is used
+    keep_alive = tuple(tensors)
+    for name, t in zip(names, keep_alive, strict=True):
         binding.bind_input(
             name=name,
             device_type="cuda",
@@ -149,7 +178,8 @@ def _cuda_call(
     for out in session.get_outputs():
         binding.bind_output(out.name, "cuda", index)
 
-    def run() -> None:
+    def run(_inputs: tuple[torch.Tensor, ...] = keep_alive) -> None:
+        # (`_inputs` keeps the bound tensors alive for as long as this call exists)
         session.run_with_iobinding(binding)  # synchronous: returns when outputs are ready
 
     def make_call() -> Callable[[], Any]:

@@ -106,6 +106,12 @@ def build_variant(
             notes=notes,
             details=details,
             fetch_outputs=fetch,
+            memory_unseen=(
+                "not measured: ONNX Runtime allocates from its own CUDA arena, which torch's "
+                "allocator cannot see"
+                if device.type == "cuda"
+                else None
+            ),
         )
 
     amp_part = spec.part("amp")
