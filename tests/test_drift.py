@@ -75,3 +75,33 @@ def test_reference_falls_back_when_the_model_refuses_fp64() -> None:
     r = drift.compute_reference(Fp32Only(), (torch.ones(3),), torch.device("cpu"))
     assert r.fp64 is None and "fp64" in r.fp64_note
     assert r.fp32.tolist() == [2.0, 2.0, 2.0]
+
+
+def test_exact_allows_what_eager_itself_changes_between_identical_calls() -> None:
+    rng = np.random.default_rng(0)
+    high = rng.normal(size=1000)
+    first, second, variant = (rng.normal(scale=s, size=1000) for s in (1e-4, 1e-4, 1.3e-4))
+    spread = float(np.sqrt(np.mean((second - first) ** 2)))
+    steady = drift.Reference(fp32=high + first, fp64=high)
+    jumpy = drift.Reference(fp32=high + first, fp64=high, fp32_spread=spread)
+    assert not drift.judge(high + variant, steady, "exact").passed  # as judged before
+    assert drift.judge(high + variant, jumpy, "exact").passed  # eager is not bit-stable itself
+
+
+def test_fp16_is_held_to_fp16s_own_error_not_bf16s() -> None:
+    from perfguard import MeasureSettings, SamplingSettings, measure_model
+
+    settings = MeasureSettings(sampling=SamplingSettings(budget_s=0.02, repeats=2), device="cpu")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 32)
+    ).eval()
+    x = torch.randn(16, 64)
+    checks = {}
+    for variant in ("amp-fp16", "amp-bf16"):
+        result = measure_model(model, (x,), variant, settings)
+        assert result.status == "ok", result.error
+        assert result.drift_check is not None and result.drift_check.passed
+        checks[variant] = result.drift_check
+    # bf16 keeps 8 bits of mantissa, fp16 11: its bound is several times tighter
+    assert checks["amp-fp16"].allowed * 3 < checks["amp-bf16"].allowed

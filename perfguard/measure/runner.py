@@ -200,7 +200,14 @@ def _measure(
     if not np.all(np.isfinite(out)):
         raise drift.NonFiniteOutputError(f"{spec.name} returned NaN or Inf")
     figures = drift.figures(out, reference.fp32)
-    check: DriftCheck = drift.judge(out, reference, built.tolerance_class, settings.drift_tolerance)
+    own_precision = None
+    if built.autocast_dtype is not None:
+        own_precision = drift.precision_error(
+            model, inputs, device, built.autocast_dtype, reference, kwargs
+        )
+    check: DriftCheck = drift.judge(
+        out, reference, built.tolerance_class, settings.drift_tolerance, own_precision
+    )
     samples = outcome.samples_ms
     summary = summarize(samples)
     seen = built.memory_unseen is None

@@ -24,6 +24,9 @@ class Amp:
             return f"{part.name}: this GPU does not support bfloat16"
         return None
 
+    def dtype(self, part: VariantPart) -> torch.dtype:
+        return DTYPES[part.name]
+
     def context(
         self, part: VariantPart, device: torch.device
     ) -> Callable[[], contextlib.AbstractContextManager[object]]:

@@ -64,6 +64,8 @@ class Built:
     details: dict[str, Any] = field(default_factory=dict)
     fetch_outputs: Callable[[Callable[[], Any]], Any] | None = None
     """How to get outputs for the drift check from a call; default: the call's return value."""
+    autocast_dtype: Any = None
+    """The dtype a reduced-precision variant runs in (its drift is held to eager's in it)."""
     memory_unseen: str | None = None
     """Why torch's memory probe cannot see this variant's memory (ORT's own CUDA arena)."""
 

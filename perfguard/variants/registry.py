@@ -136,6 +136,7 @@ def build_variant(
         timing="device",
         tolerance_class=klass,
         compiled=compiler is not None,
+        autocast_dtype=None if amp_part is None else AMP.dtype(amp_part),
         model_size_bytes=size,
         sparsity=sparsity,
         notes=notes,
