@@ -28,7 +28,13 @@ from tests.factories import result, run
 from tests.test_git import commit, git
 from tests.test_sync import clone
 
-FAST = ("--perfguard-budget=0.02", "--perfguard-repeats=3", "-p", "no:cacheprovider")
+FAST = (
+    "--perfguard-device=cpu",
+    "--perfguard-budget=0.02",
+    "--perfguard-repeats=3",
+    "-p",
+    "no:cacheprovider",
+)
 
 THREE = """
 import pytest, torch

@@ -79,6 +79,7 @@ def test_a_hugging_face_bert_from_a_config_runs_with_keyword_inputs(
         "--perfguard-budget=0.05",
         "--perfguard-repeats=2",
         "--perfguard-compare=none",
+        "--perfguard-device=cpu",
         "-p",
         "no:cacheprovider",
         "-W",

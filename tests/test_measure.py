@@ -18,9 +18,12 @@ from perfguard import measure_model as measure
 from perfguard.examples import SmallCNN, SmallEncoder, SmallMLP, example_inputs
 from perfguard.variants.spec import BASE_VARIANTS
 
+# pinned to the CPU: these expectations (RSS memory, host clock) are the CPU's; the CUDA
+# paths have their own tests in test_cuda.py
 FAST = MeasureSettings(
     sampling=SamplingSettings(budget_s=0.05, repeats=2, min_samples_per_repeat=5),
     memory_calls=1,
+    device="cpu",
 )
 CUDA_ONLY = {"compile-reduce-overhead"}
 MODELS: dict[str, Callable[[], nn.Module]] = {
@@ -99,6 +102,10 @@ def test_compiled_variants_count_graph_breaks_and_recompiles(
 ) -> None:
     m = measured["compile-default"].metrics
     assert m.graph_breaks == 0 and m.recompiles == 0
+    # and the counter is alive: a data-dependent branch splits the graph
+    broken = measure(Breaks().eval(), (torch.randn(4, 8),), "compile-default", FAST)
+    assert broken.status == "ok", broken.error
+    assert broken.metrics.graph_breaks is not None and broken.metrics.graph_breaks >= 1
 
 
 def test_composition_and_amount() -> None:
@@ -158,6 +165,20 @@ def test_a_model_that_raises_is_an_error_result_and_the_next_variant_is_fine() -
     assert ok.status == "ok"
 
 
+class Breaks(nn.Module):
+    """A graph break in forward: a Python branch on a tensor's value."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y: torch.Tensor = self.lin(x)
+        if y.sum().item() > 0:
+            return y * 2
+        return y - 1
+
+
 def test_nan_outputs_are_an_error() -> None:
     r = measure(NaNs(), (torch.ones(2, 4),), "eager", FAST)
     assert r.status == "error" and "NaN" in (r.error or "")
@@ -166,7 +187,7 @@ def test_nan_outputs_are_an_error() -> None:
 def test_torch_state_is_restored() -> None:
     threads = torch.get_num_threads()
     precision = torch.get_float32_matmul_precision()
-    settings = MeasureSettings(sampling=FAST.sampling, threads=1, memory_calls=1)
+    settings = MeasureSettings(sampling=FAST.sampling, threads=1, memory_calls=1, device="cpu")
     measure(SmallMLP().eval(), example_inputs(SmallMLP()), "eager", settings)
     assert torch.get_num_threads() == threads
     assert torch.get_float32_matmul_precision() == precision

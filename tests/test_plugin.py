@@ -14,6 +14,7 @@ import pytest
 from perfguard.records import VariantResult
 
 FAST = (
+    "--perfguard-device=cpu",  # the expectations here are the CPU's, on a GPU box too
     "--perfguard-budget=0.02",
     "--perfguard-repeats=3",
     "--perfguard-confirm-gap=0",  # a re-measure need not wait in tests

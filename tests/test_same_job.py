@@ -18,7 +18,14 @@ from perfguard.records import Run, VariantResult
 from perfguard.stats.tests import paired_cohens_d, paired_min_detectable_pct, paired_t_test
 from perfguard.stats.verdicts import Thresholds, compare_runs
 
-FAST = ("--perfguard-budget=0.3", "--perfguard-repeats=5", "-p", "no:cacheprovider")
+# on the CPU, also on a GPU box: the "extra compute" sizes are CPU-sized (launch-bound on a GPU)
+FAST = (
+    "--perfguard-device=cpu",
+    "--perfguard-budget=0.3",
+    "--perfguard-repeats=5",
+    "-p",
+    "no:cacheprovider",
+)
 
 MODELS = """
 import torch

@@ -4,6 +4,14 @@ A clock is injectable so that tests can drive the real sampling logic with a
 fake one. Every clock returns milliseconds of the *device* work for the call:
 the CUDA clock records events on the current stream and synchronizes before
 reading them; the host clock is only used where the call is synchronous.
+
+What one sample is: one call as the user's code makes it. It includes Python dispatch,
+dynamo's guard checks and the kernel launches (on CUDA the events bracket the launches on the
+stream, so host overhead shows whenever the GPU waits for it), and it runs with a hot L2
+cache, since the previous call has just run. That is the latency a serving loop sees.
+`triton.testing.do_bench` instead flushes L2 before each call; `flush_l2` (the option
+`--perfguard-flush-l2`) does the same here: it zeroes a buffer twice the size of L2 on the
+stream before the start event, so the flush is ordered before the call and never timed.
 """
 
 from __future__ import annotations
@@ -42,17 +50,25 @@ class CudaEventClock:
 
     name = "cuda_event"
 
-    def __init__(self, device: Any) -> None:
+    def __init__(self, device: Any, *, flush_l2: bool = False) -> None:
         import torch
 
         self._torch = torch
         self._device = device
         self._start = torch.cuda.Event(enable_timing=True)
         self._end = torch.cuda.Event(enable_timing=True)
+        self._scratch = None
+        if flush_l2:
+            l2 = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0))
+            size = 2 * l2 if l2 > 0 else 256 * 2**20  # do_bench's 256 MiB where L2 is unknown
+            self._scratch = torch.empty(size, dtype=torch.int8, device=device)
+            self.name = "cuda_event+l2_flush"
 
     def time_call(self, fn: Callable[[], Any]) -> float:
         torch = self._torch
         stream = torch.cuda.current_stream(self._device)
+        if self._scratch is not None:
+            self._scratch.zero_()  # evicts L2; enqueued before the start event: not timed
         self._start.record(stream)
         fn()
         self._end.record(stream)

@@ -75,6 +75,13 @@ def prime_compiler(device: torch.device) -> None:
     _primed.add(device.type)
 
 
+def cudagraph_skips() -> int:
+    """How many times inductor declined to use CUDA graphs so far (reduce-overhead's point)."""
+    from torch._dynamo.utils import counters
+
+    return int(sum(counters["inductor"].get(k, 0) for k in ("cudagraph_skips",)))
+
+
 def dynamo_counts() -> tuple[int, int, int]:
     """(graph breaks, unique graphs, frames compiled) from dynamo's counters so far."""
     from torch._dynamo.utils import counters

@@ -16,6 +16,7 @@ from torch import nn
 from perfguard.measure import drift
 from perfguard.measure.clock import Clock, CudaEventClock, HostClock
 from perfguard.measure.isolation import (
+    cudagraph_skips,
     dynamo_counts,
     fresh_compile_cache,
     prime_compiler,
@@ -41,6 +42,7 @@ class MeasureSettings:
     drift_tolerance: drift.DriftTolerance = None
     memory_calls: int = 3
     warm_compile: bool = True  # also time a second compile from the now-warm cache
+    flush_l2: bool = False  # CUDA: evict L2 before each timed call (cold-cache latency)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -178,10 +180,12 @@ def _measure(
         prime_compiler(device)
     if clock is None:
         clock = (
-            CudaEventClock(device)
+            CudaEventClock(device, flush_l2=settings.flush_l2)
             if device.type == "cuda" and built.timing == "device"
             else HostClock()
         )
+    # CUDA graphs (reduce-overhead) that inductor declined, counted for this variant
+    skips_before = cudagraph_skips() if built.compiled and device.type == "cuda" else None
     cache = fresh_compile_cache() if built.compiled else contextlib.nullcontext()
     with cache:
         call, compiled = _compile(built, device, settings, progress)
@@ -233,6 +237,7 @@ def _measure(
         "device": str(device),
         "clock": clock.name,
         "memory_method": memory.method if seen else built.memory_unseen,
+        **({} if skips_before is None else {"cudagraph_skips": cudagraph_skips() - skips_before}),
         "warmup_calls": outcome.warmup.calls,
         "warmup_stable": outcome.warmup.stable,
         "repeats": len(outcome.blocks_ms),
@@ -243,6 +248,11 @@ def _measure(
     }
     if reference.fp64_note:
         details["notes"].append(reference.fp64_note)
+    if settings.flush_l2 and not clock.name.endswith("l2_flush"):
+        details["notes"].append(
+            "--perfguard-flush-l2 applies to CUDA-event timing only: this variant was timed "
+            "with a hot cache"
+        )
     if not outcome.warmup.stable:
         details["notes"].append(
             f"timings did not settle within {outcome.warmup.calls} warm-up calls"

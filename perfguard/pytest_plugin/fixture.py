@@ -115,6 +115,7 @@ class PerfguardFixture:
             device=str(merged["device"]),
             threads=merged["threads"],
             drift_tolerance=merged["drift_tolerance"],
+            flush_l2=o.flush_l2,
         )
         progress = self._state.progress
         progress.start(self._nodeid)

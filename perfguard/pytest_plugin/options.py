@@ -40,6 +40,8 @@ HELP = {
     "ab_min_change": "same-job A/B: smallest latency change, in percent, that can be a "
     "regression (default 5)",
     "gate_p99": "let p99 latency gate the verdict (default: reported only)",
+    "flush_l2": "CUDA: evict the L2 cache before each timed call, as triton's do_bench does "
+    "(cold-cache latency; default: hot, as a serving loop runs)",
     "seed": "torch/numpy/random seed set before each perf item, so random weights match (0)",
     "main_branch": "the main branch for the merge-base lookup (default: main)",
     "baseline_depth": "how many first-parent ancestors auto looks back (default 50)",
@@ -88,6 +90,7 @@ OPTIONS: tuple[_Opt, ...] = (
     _Opt("min_change", "--perfguard-min-change", "str", "10", "PCT"),
     _Opt("ab_min_change", "--perfguard-ab-min-change", "str", "5", "PCT"),
     _Opt("gate_p99", "--perfguard-gate-p99", "bool", False),
+    _Opt("flush_l2", "--perfguard-flush-l2", "bool", False),
     _Opt("seed", "--perfguard-seed", "str", "0", "N"),
     _Opt("main_branch", "--perfguard-main-branch", "str", "main", "NAME"),
     _Opt("baseline_depth", "--perfguard-baseline-depth", "str", "50", "N"),
@@ -163,6 +166,7 @@ class Options:
     confirm: int = 1  # re-measures of a flagged item (stored-baseline mode)
     confirm_gap_s: float = 60.0  # least time between an item's measurement and its re-measure
     save_replace: bool = False  # replace HEAD's stored baseline whole, not update it
+    flush_l2: bool = False  # CUDA: evict L2 before each timed call
 
     def measuring_args(self, rootdir: Path, repeats: int, ab: str | None = None) -> list[str]:
         """The pytest command line of a child session that measures as this one does
@@ -186,6 +190,8 @@ class Options:
         ]
         if self.threads is not None:
             args.append(f"--perfguard-threads={self.threads}")
+        if self.flush_l2:
+            args.append("--perfguard-flush-l2")
         if self.variants is not None and self.variants_source.startswith("--"):
             args.append(f"--perfguard-variants={','.join(self.variants)}")
         return args
@@ -296,4 +302,5 @@ def resolve(config: pytest.Config) -> Options:
         confirm=_number(config, by_name["confirm"], int, 0),
         confirm_gap_s=_number(config, by_name["confirm_gap"], float, 0.0),
         save_replace=bool(_raw(config, by_name["save_replace"])[0]),
+        flush_l2=bool(_raw(config, by_name["flush_l2"])[0]),
     )
