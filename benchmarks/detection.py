@@ -328,10 +328,12 @@ def ab_repository(
     return repo, base, heads
 
 
-def run_ab_study(directory: Path, seed: int) -> None:
+def run_ab_study(directory: Path, seed: int, runs: dict[int, int] | None = None) -> None:
+    """`runs`: A/B runs per injected level (default AB_PLAN)."""
     directory.mkdir(parents=True, exist_ok=True)
-    repo, base, heads = ab_repository(directory)
-    plan = [(level, i) for level, runs in AB_PLAN.items() for i in range(runs)]
+    runs = runs or AB_PLAN
+    repo, base, heads = ab_repository(directory, tuple(runs))
+    plan = [(level, i) for level, count in runs.items() for i in range(count)]
     random.Random(seed).shuffle(plan)
     todo = [(lv, i) for lv, i in plan if not (directory / f"ab-plus{lv:02d}-{i:03d}.json").exists()]
     started = time.monotonic()
@@ -348,6 +350,17 @@ def run_ab_study(directory: Path, seed: int) -> None:
         out.with_suffix(".tmp").rename(out)
         _record_wall(directory, out.stem, time.monotonic() - began)
         _progress(done, len(todo), f"A/B +{level}%", started)
+
+
+def _plan(text: str) -> dict[int, int]:
+    """'0:8,5:8' -> {0: 8, 5: 8}; levels must be among AB_PLAN's (the study's models)."""
+    plan = {}
+    for part in text.split(","):
+        level, _, runs = part.partition(":")
+        if int(level) not in AB_PLAN:
+            raise argparse.ArgumentTypeError(f"level {level} is not one of {list(AB_PLAN)}")
+        plan[int(level)] = int(runs)
+    return plan
 
 
 def _record_wall(directory: Path, name: str, seconds: float) -> None:
@@ -544,6 +557,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     run_ab = sub.add_parser("run-ab", help="same-job A/B runs through pytest (resumes)")
     run_ab.add_argument("--dir", type=Path, default=DEFAULT_AB_DIR)
     run_ab.add_argument("--seed", type=int, default=0)
+    run_ab.add_argument(
+        "--plan",
+        type=_plan,
+        default=None,
+        help="runs per injected level, e.g. 0:8,5:8 (default: "
+        + ",".join(f"{k}:{v}" for k, v in AB_PLAN.items())
+        + ")",
+    )
     ana = sub.add_parser("analyze", help="tables from the runs kept in --dir (repeatable)")
     ana.add_argument("--dir", type=Path, action="append")
     ana.add_argument("--ab-dir", type=Path, action="append", help="A/B runs (repeatable)")
@@ -556,7 +577,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         worker(args.extra, args.out, args.models.split(","))
         return 0
     if args.command == "run-ab":
-        run_ab_study(args.dir, args.seed)
+        run_ab_study(args.dir, args.seed, args.plan)
         table, _ = analyze_ab([args.dir])
         (args.dir / "summary.md").write_text(table + "\n", encoding="utf-8")
         print(table)

@@ -98,3 +98,22 @@ def test_reduce_overhead_replays_cuda_graphs_and_compiles_once() -> None:
     assert r.status == "ok", r.error
     assert r.metrics.recompiles == 0
     assert r.details["cudagraph_skips"] == 0  # inductor used CUDA graphs, it did not skip them
+
+
+def test_nvml_watches_the_gpu_cuda_measures_on() -> None:
+    from perfguard.environment import cuda_gpu_id
+    from perfguard.health import compute_mode, gpu_handle, load_nvml
+
+    nvml = load_nvml()
+    if nvml is None:
+        pytest.skip("nvidia-ml-py is not installed")
+    gpu = cuda_gpu_id(torch.cuda.current_device())
+    assert gpu.uuid is not None and gpu.uuid.startswith(("GPU-", "MIG-")), gpu
+    handle = gpu_handle(nvml, gpu)
+    uuid = nvml.nvmlDeviceGetUUID(handle)
+    assert (uuid.decode() if isinstance(uuid, bytes) else uuid) == gpu.uuid
+    if gpu.pci_bus_id is not None:
+        bus = nvml.nvmlDeviceGetPciInfo(handle).busId
+        bus = bus.decode() if isinstance(bus, bytes) else bus
+        assert bus.upper().endswith(gpu.pci_bus_id.upper()[-7:]), (bus, gpu.pci_bus_id)
+    assert compute_mode(gpu) in (0, 2, 3)
