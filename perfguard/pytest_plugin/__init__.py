@@ -327,9 +327,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         ),
     )
     remeasure = None
-    confirming = same is None and o.compare != "none" and o.confirm > 0
-    if confirming and state.exclusive_gpu:
-        confirming = False  # a second process could not use the GPU: the runner health says so
+    # (in EXCLUSIVE_PROCESS compute mode a second process cannot use the GPU: not attempted,
+    # and the runner-health warning says why the verdicts stand unconfirmed)
+    confirming = same is None and o.compare != "none" and o.confirm > 0 and not state.exclusive_gpu
     if confirming and exitstatus != pytest.ExitCode.INTERRUPTED:
         from perfguard.pytest_plugin.confirm import remeasurer
 
