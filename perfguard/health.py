@@ -363,7 +363,9 @@ class Monitor:
             busy = end[0] - self._cpu_start[0]
             others = max(busy - (_own_cpu_s() - self._own_start), 0.0)
             if elapsed > 0:
-                share = others / (elapsed * cpus)
+                # a share of all CPUs: /proc/stat counts in ticks and getrusage does not, so a
+                # machine busy to the last cycle can read a little over 1 (seen: 1.024)
+                share = min(others / (elapsed * cpus), 1.0)
                 facts["other_cpu_share"] = round(share, 3)
                 if share > CPU_BUSY_LIMIT:
                     warnings.append(
