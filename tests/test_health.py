@@ -219,7 +219,7 @@ def test_perfguards_own_children_are_not_other_processes() -> None:
         assert {os.getpid(), child.pid} <= tree
         health = watch(FakeNvml(pids=(os.getpid(), child.pid)), own=tree)
         assert health.facts["other_gpu_processes"] == 0
-        assert not [w for w in health.warnings if "other process" in w]
+        assert not [w for w in health.warnings if "GPU" in w]  # (CPU load is another matter)
     finally:
         child.kill()
         child.wait()
