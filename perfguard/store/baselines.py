@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
+import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -60,12 +60,6 @@ def write_json_atomic(path: Path, data: object) -> None:
     write_bytes_atomic(path, (json.dumps(data, indent=1) + "\n").encode("utf-8"))
 
 
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
 def write_bytes_atomic(path: Path, data: bytes) -> None:
     """Temp file in the same folder, fsync, rename, fsync the folder: all or nothing.
 
@@ -73,12 +67,14 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
     0600 of a temp file: baselines are shared with the CI user and the team.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    # created 0666 for the kernel to apply the umask (mkstemp's would be 0600, and reading
+    # the umask means setting it, process-wide)
+    tmp = path.parent / f".{path.name}.{secrets.token_hex(8)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
-            os.fchmod(fh.fileno(), 0o666 & ~_umask())
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
