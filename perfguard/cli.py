@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from perfguard import __version__
+from perfguard.errors import InputError
 from perfguard.github import COMMENT_LIMIT
 from perfguard.records import BaselineRef, RecordError, Run, VariantResult
 from perfguard.store.baselines import BaselineError, BaselineStore, read_run_file, write_json_atomic
@@ -26,10 +27,6 @@ if TYPE_CHECKING:
     from perfguard.stats.verdicts import Thresholds
 
 EXIT_OK, EXIT_REGRESSION, EXIT_INPUT = 0, 1, 2
-
-
-class InputError(Exception):
-    """Bad input: reported as one line on stderr, exit 2."""
 
 
 def _percent(text: str) -> float:
@@ -521,6 +518,10 @@ def build_parser() -> argparse.ArgumentParser:
             help="branch holding the baselines (default perfguard-baselines)",
         )
         sp.set_defaults(func=func)
+
+    from perfguard.history import commands as history_commands
+
+    history_commands.register(sub)
     return parser
 
 

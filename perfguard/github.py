@@ -14,7 +14,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -151,7 +151,7 @@ def _next_link(headers: Mapping[str, str], api: str) -> str | None:
     there, home = urllib.parse.urlsplit(url), urllib.parse.urlsplit(api)
     if (there.scheme, there.netloc) != (home.scheme, home.netloc):
         raise GitHubError(
-            f"the next page of comments is on another host ({there.scheme}://{there.netloc}, "
+            f"the next page is on another host ({there.scheme}://{there.netloc}, "
             f"not {home.netloc}): refusing to send the token there"
         )
     return url
@@ -196,8 +196,21 @@ class Posted:
     foreign: int = 0  # comments carrying the marker that someone else wrote, never touched
 
 
-def _author(comment: Mapping[str, Any]) -> str:
-    user = comment.get("user")
+def pages(client: Client, url: str) -> Iterator[Mapping[str, Any]]:
+    """Every object of a listing, following `Link: rel=next` across its pages."""
+    next_url: str | None = url
+    while next_url:
+        page, headers = client.request("GET", next_url)
+        if not isinstance(page, list):
+            raise GitHubError(
+                f"GET {url.split('?')[0]}: expected a list, got {type(page).__name__}"
+            )
+        yield from (item for item in page if isinstance(item, dict))
+        next_url = _next_link(headers, client.api)
+
+
+def author_of(item: Mapping[str, Any]) -> str:
+    user = item.get("user")
     return str(user.get("login", "")) if isinstance(user, dict) else ""
 
 
@@ -217,17 +230,12 @@ def upsert_comment(
         raise ValueError(f"--repo must be OWNER/NAME, got {repo!r}")
     body = with_marker(body, marker)
     me = author or posting_identity(client)
-    url: str | None = f"/repos/{repo}/issues/{pr}/comments?per_page=100"
-    found: list[Mapping[str, Any]] = []
-    while url:
-        page, headers = client.request("GET", url)
-        if not isinstance(page, list):
-            raise GitHubError(
-                f"GET comments of {repo}#{pr}: expected a list, got {type(page).__name__}"
-            )
-        found += [c for c in page if isinstance(c, dict) and marker in str(c.get("body") or "")]
-        url = _next_link(headers, client.api)
-    ours = [c for c in found if _author(c) == me]
+    found = [
+        c
+        for c in pages(client, f"/repos/{repo}/issues/{pr}/comments?per_page=100")
+        if marker in str(c.get("body") or "")
+    ]
+    ours = [c for c in found if author_of(c) == me]
     foreign = len(found) - len(ours)
     if ours:
         updated, _ = client.request(

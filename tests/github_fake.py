@@ -25,6 +25,7 @@ class FakeGitHub:
     login: str = "github-actions[bot]"  # who the token posts as
     app_token: bool = True  # like Actions' GITHUB_TOKEN: GET /user is refused
     next_root: str | None = None  # where `Link: rel="next"` points (default: this server)
+    issues: list[dict[str, Any]] = field(default_factory=list)  # open issues and pull requests
 
     def __enter__(self) -> FakeGitHub:
         fake = self
@@ -91,8 +92,63 @@ class FakeGitHub:
         self.comments.append(comment)
         return comment
 
+    def add_issue(self, title: str, body: str, author: str | None = None) -> dict[str, Any]:
+        self.next_id += 1
+        login = author or "a-human"
+        issue = {
+            "number": self.next_id,
+            "title": title,
+            "body": body,
+            "state": "open",
+            "user": {"login": login},
+            "html_url": f"https://github.test/{self.repo}/issues/{self.next_id}",
+        }
+        self.issues.append(issue)
+        return issue
+
+    def _page(self, h: Any, items: list[dict[str, Any]]) -> None:
+        parts = urlsplit(h.path)
+        query = parse_qs(parts.query)
+        per_page = min(int(query.get("per_page", ["30"])[0]), self.page_size)
+        page = int(query.get("page", ["1"])[0])
+        chunk = items[(page - 1) * per_page : page * per_page]
+        headers = {}
+        if page * per_page < len(items):
+            rest = "&".join(f"{k}={v[0]}" for k, v in query.items() if k != "page")
+            nxt = f"{self.next_root or self.url}{parts.path}?{rest}&page={page + 1}"
+            headers["Link"] = f'<{nxt}>; rel="next", <{nxt}>; rel="last"'
+        h._send(200, chunk, headers)
+
+    def route_issues(self, h: Any, method: str, body: Any) -> bool:
+        """The issues API: list the open ones, open one, edit one. False: not an issue URL."""
+        parts = urlsplit(h.path)
+        listing = re.fullmatch(r"/repos/([^/]+/[^/]+)/issues", parts.path)
+        single = re.fullmatch(r"/repos/([^/]+/[^/]+)/issues/(\d+)", parts.path)
+        repo = (listing or single).group(1) if (listing or single) else None
+        if repo is None:
+            return False
+        if repo != self.repo:
+            h._send(404, {"message": "Not Found"})
+        elif listing and method == "GET":
+            state = parse_qs(parts.query).get("state", ["open"])[0]
+            self._page(h, [i for i in self.issues if state == "all" or i["state"] == state])
+        elif listing and method == "POST":
+            h._send(201, self.add_issue(body["title"], body["body"], author=self.login))
+        elif single and method == "PATCH":
+            for issue in self.issues:
+                if issue["number"] == int(single.group(2)):
+                    issue.update({k: body[k] for k in ("title", "body", "state") if k in body})
+                    h._send(200, issue)
+                    return True
+            h._send(404, {"message": "Not Found"})
+        else:
+            h._send(404, {"message": "Not Found"})
+        return True
+
     def route(self, h: Any, method: str, body: Any) -> None:
         parts = urlsplit(h.path)
+        if self.route_issues(h, method, body):
+            return
         listing = re.fullmatch(r"/repos/([^/]+/[^/]+)/issues/(\d+)/comments", parts.path)
         single = re.fullmatch(r"/repos/([^/]+/[^/]+)/issues/comments/(\d+)", parts.path)
         if parts.path == "/user" and method == "GET":

@@ -1,0 +1,203 @@
+"""One GitHub issue per regression that main's history confirms, opened once and then updated.
+
+A regression is a step of one machine's series at one commit range; every series that stepped
+there goes into the same issue. The issue carries a hidden marker with the machine and the
+commit after the step. A later run finds it (among the open issues its own identity wrote)
+and updates it: as more commits arrive, the detected commit may move by a few positions, so
+an open alert of the same machine within `NEAR` commits of main is the same regression.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from perfguard.github import Client, author_of, pages, posting_identity, with_marker
+from perfguard.history.analysis import ChangePoint, History, commit_range
+from perfguard.report.format import cell, metric_value, pct, sci
+
+MARKER = "<!-- perfguard-alert machine={machine} commit={commit} -->"
+_MARKER = re.compile(r"<!-- perfguard-alert machine=(\S+) commit=([0-9a-f]{40}) -->")
+NEAR = 3  # commits of main either side within which an open alert is the same regression
+REPO = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
+
+
+@dataclass(frozen=True)
+class Raised:
+    action: str  # "opened" or "updated"
+    number: int
+    url: str
+    title: str
+
+
+@dataclass(frozen=True)
+class Bisected:
+    """What `perfguard bisect` found for a range (its JSON)."""
+
+    good: str
+    bad: str
+    culprit: str
+
+
+def group(regressions: Sequence[ChangePoint]) -> dict[tuple[str, str], list[ChangePoint]]:
+    """The regressions by (machine, commit after the step): one issue each."""
+    groups: dict[tuple[str, str], list[ChangePoint]] = {}
+    for c in regressions:
+        groups.setdefault((c.machine, c.commit), []).append(c)
+    return groups
+
+
+def title(machine: str, steps: Sequence[ChangePoint]) -> str:
+    worst = max(steps, key=lambda c: c.change_pct)
+    where = f"{worst.test.split('::')[-1]} [{worst.variant}] {worst.metric}"
+    more = f" and {len(steps) - 1} more" if len(steps) > 1 else ""
+    return (
+        f"perfguard: {where} {pct(worst.change_pct).replace(chr(0xA0), ' ')}{more} on {machine} "
+        f"since {worst.commit[:10]}"
+    )
+
+
+def body(
+    machine: str,
+    steps: Sequence[ChangePoint],
+    *,
+    commit_url: str | None,
+    culprit: str | None,
+    between: int | None,
+) -> str:
+    first = steps[0]
+    lines = [
+        MARKER.format(machine=machine, commit=first.commit),
+        f"## perfguard: main got slower on `{cell(machine)}`",
+        "",
+        f"Commits: {commit_range(first, commit_url)} (the step happened after the first and "
+        "by the second).",
+        "",
+    ]
+    if culprit:
+        link = commit_url.format(sha=culprit) if commit_url else None
+        named = f"[`{culprit[:10]}`]({link})" if link else f"`{culprit}`"
+        lines += [f"**Culprit: {named}**", ""]
+    elif between is not None and between > 1:
+        tests = " ".join(sorted({c.test for c in steps}))
+        lines += [
+            f"{between} commits are in the range. To find the one:",
+            "",
+            f"    perfguard bisect {first.previous} {first.commit} -- {tests}",
+            "",
+        ]
+    lines += [
+        "| test | variant | metric | before | after | change | p | commits since |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for c in sorted(steps, key=lambda c: -c.change_pct):
+        lines.append(
+            f"| {cell(c.test)} | {cell(c.variant)} | {c.metric} | "
+            f"{metric_value(c.metric, c.before)} | {metric_value(c.metric, c.after)} | "
+            f"{pct(c.change_pct)} | {sci(c.p_value)} | {c.points_after} |"
+        )
+    lines += [
+        "",
+        "Found by change-point detection over main's stored baselines (`perfguard history`). "
+        "This issue is updated while the regression stands; close it once it is dealt with.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _open_alerts(client: Client, repo: str, me: str) -> list[tuple[str, str, Mapping[str, Any]]]:
+    """(machine, commit, issue) of the open alerts `me` wrote."""
+    found = []
+    for issue in pages(client, f"/repos/{repo}/issues?state=open&per_page=100"):
+        if "pull_request" in issue or author_of(issue) != me:
+            continue
+        marker = _MARKER.search(str(issue.get("body") or ""))
+        if marker:
+            found.append((marker.group(1), marker.group(2), issue))
+    return found
+
+
+def _culprit(
+    steps: Sequence[ChangePoint], line: Sequence[str], bisected: Sequence[Bisected]
+) -> str | None:
+    """The culprit: the only commit in the range, or what a bisect of a range inside it found."""
+    first = steps[0]
+    at = {sha: i for i, sha in enumerate(line)}
+    if first.previous not in at or first.commit not in at:
+        return None
+    if at[first.commit] - at[first.previous] == 1:
+        return first.commit
+    for b in bisected:
+        if b.culprit in at and at[first.previous] < at[b.culprit] <= at[first.commit]:
+            return b.culprit
+    return None
+
+
+def _post(client: Client, repo: str, number: int | None, heading: str, text: str) -> Raised:
+    """Update issue `number`, or open one when it is None."""
+    payload = {"title": heading, "body": text}
+    if number is not None:
+        done, _ = client.request("PATCH", f"/repos/{repo}/issues/{number}", payload)
+    else:
+        done, _ = client.request("POST", f"/repos/{repo}/issues", payload)
+    done = done if isinstance(done, dict) else {}
+    return Raised(
+        "updated" if number is not None else "opened",
+        int(done.get("number", number or 0)),
+        str(done.get("html_url", "")),
+        heading,
+    )
+
+
+def raise_alerts(
+    client: Client,
+    repo: str,
+    history: History,
+    regressions: Sequence[ChangePoint],
+    *,
+    line: Sequence[str] = (),
+    bisected: Sequence[Bisected] = (),
+    commit_url: str | None = None,
+    author: str | None = None,
+) -> list[Raised]:
+    """Open (or update) one issue per group of `regressions`. `line`: main's commits, oldest
+    first (names a one-commit range's culprit and tells how near two alerts are)."""
+    if not REPO.fullmatch(repo):
+        raise ValueError(f"--repo must be OWNER/NAME, got {repo!r}")
+    groups = group(regressions)
+    if not groups:
+        return []
+    me = author or posting_identity(client)
+    existing = _open_alerts(client, repo, me)
+    order = {sha: i for i, sha in enumerate(line or dict.fromkeys(history.commits))}
+    raised = []
+    for (machine, commit), steps in groups.items():
+        previous = steps[0].previous
+        between = order[commit] - order[previous] if {commit, previous} <= order.keys() else None
+        text = body(
+            machine,
+            steps,
+            commit_url=commit_url,
+            culprit=_culprit(steps, line, bisected),
+            between=between if line else None,
+        )
+        same = [
+            int(issue["number"])
+            for m, c, issue in existing
+            if m == machine
+            and {c, commit} <= order.keys()
+            and abs(order[c] - order[commit]) <= NEAR
+        ]
+        marker = MARKER.format(machine=machine, commit=commit)
+        raised.append(
+            _post(
+                client,
+                repo,
+                same[0] if same else None,
+                title(machine, steps),
+                with_marker(text, marker),
+            )
+        )
+    return raised

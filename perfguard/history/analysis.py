@@ -1,0 +1,165 @@
+"""The change points of main's history, with their commit ranges: terminal, JSON, Markdown."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from perfguard.history.changepoints import DETECTED_METRICS, Detection, find_steps
+from perfguard.history.series import Ordered, Series
+from perfguard.report.format import cell, metric_value, pct, sci
+
+HISTORY_FORMAT = 1  # the version of `perfguard history --json`'s layout
+
+
+@dataclass(frozen=True)
+class ChangePoint:
+    """A step in one series: it happened after `previous` and by `commit` (both on main)."""
+
+    machine: str
+    test: str
+    variant: str
+    metric: str
+    previous: str  # the last commit measured before the step
+    commit: str  # the first commit measured after it
+    index: int  # of `commit` in the series
+    points_after: int  # how many measured commits stand behind the new level
+    before: float
+    after: float
+    change_pct: float
+    p_value: float
+
+    @property
+    def kind(self) -> str:
+        return "regression" if self.change_pct > 0 else "improvement"
+
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        return (self.machine, self.test, self.variant, self.metric)
+
+    def to_json(self) -> dict[str, object]:
+        return {**asdict(self), "kind": self.kind, "range": f"{self.previous}..{self.commit}"}
+
+
+@dataclass(frozen=True)
+class History:
+    ordered: Ordered
+    series: tuple[Series, ...]
+    change_points: tuple[ChangePoint, ...]  # newest first
+    settings: Detection
+
+    @property
+    def commits(self) -> list[str]:
+        return [r.commit or "" for r in self.ordered.runs]
+
+    def regressions(self, *, newest: int) -> list[ChangePoint]:
+        """Regressions among the `newest` measured commits of main (what an alert is for)."""
+        recent = set(_dedupe(self.commits)[-newest:]) if newest > 0 else set()
+        return [c for c in self.change_points if c.kind == "regression" and c.commit in recent]
+
+
+def _dedupe(commits: Sequence[str]) -> list[str]:
+    return list(dict.fromkeys(commits))
+
+
+def analyze(
+    ordered: Ordered,
+    series: Sequence[Series],
+    settings: Detection | None = None,
+    metrics: Sequence[str] = DETECTED_METRICS,
+) -> History:
+    settings = settings or Detection()
+    found = []
+    for s in series:
+        if s.metric not in metrics:
+            continue
+        for step in find_steps(s.values, settings):
+            found.append(
+                ChangePoint(
+                    *s.key,
+                    previous=s.points[step.index - 1].commit,
+                    commit=s.points[step.index].commit,
+                    index=step.index,
+                    points_after=len(s.points) - step.index,
+                    before=step.before,
+                    after=step.after,
+                    change_pct=step.change_pct,
+                    p_value=step.p_value,
+                )
+            )
+    position = {sha: i for i, sha in enumerate(_dedupe([r.commit or "" for r in ordered.runs]))}
+    found.sort(key=lambda c: (-position.get(c.commit, -1), c.key))
+    return History(ordered, tuple(series), tuple(found), settings)
+
+
+def to_json(history: History) -> dict[str, object]:
+    from perfguard.history.series import dump_json
+
+    return {
+        "format": HISTORY_FORMAT,
+        "ordered": history.ordered.how,
+        "left_out": history.ordered.left_out,
+        "commits": _dedupe(history.commits),
+        "settings": asdict(history.settings),
+        "change_points": [c.to_json() for c in history.change_points],
+        "series": [dump_json(s) for s in history.series],
+    }
+
+
+def _summary(history: History) -> str:
+    machines = {s.machine for s in history.series}
+    line = (
+        f"{len(history.series)} series on {len(machines)} machine(s) over "
+        f"{len(_dedupe(history.commits))} commit(s), {history.ordered.how}"
+    )
+    if history.ordered.left_out:
+        line += f"; {history.ordered.left_out} baseline(s) of commits not on it were left out"
+    return line
+
+
+def render_terminal(history: History) -> str:
+    lines = [_summary(history)]
+    if not history.change_points:
+        lines.append("no change points")
+        return "\n".join(lines) + "\n"
+    lines.append(f"{len(history.change_points)} change point(s), newest first:")
+    for c in history.change_points:
+        lines.append(
+            f"  {c.kind:<11} {pct(c.change_pct):>8}  {c.previous[:10]}..{c.commit[:10]}  "
+            f"{c.test} [{c.variant}] {c.metric}  "
+            f"{metric_value(c.metric, c.before)} -> {metric_value(c.metric, c.after)}  "
+            f"p={sci(c.p_value)}  ({c.points_after} commit(s) since)  {c.machine}"
+        )
+    return "\n".join(lines).replace("\u00a0", " ") + "\n"
+
+
+def render_markdown(history: History, *, commit_url: str | None = None) -> str:
+    """`commit_url`: a link pattern with `{sha}` (e.g. https://github.com/o/r/commit/{sha})."""
+    lines = ["## perfguard: main's history", "", cell(_summary(history)) + ".", ""]
+    if not history.change_points:
+        return "\n".join([*lines, "No change points.", ""])
+    lines += [
+        "| | change | commits | test | variant | metric | before | after | p | since |",
+        "| --- | ---: | --- | --- | --- | --- | ---: | ---: | ---: | ---: |",
+    ]
+    for c in history.change_points:
+        mark = ":red_circle:" if c.kind == "regression" else ":green_circle:"
+        lines.append(
+            f"| {mark} | {pct(c.change_pct)} | {commit_range(c, commit_url)} | {cell(c.test)} | "
+            f"{cell(c.variant)} | {c.metric} | {metric_value(c.metric, c.before)} | "
+            f"{metric_value(c.metric, c.after)} | {sci(c.p_value)} | {c.points_after} |"
+        )
+    lines += [
+        "",
+        "A change point's commits: the step happened after the first and by the second "
+        "(`perfguard bisect` finds the one commit when there are several between them).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def commit_range(c: ChangePoint, commit_url: str | None) -> str:
+    def one(sha: str) -> str:
+        return f"[`{sha[:10]}`]({commit_url.format(sha=sha)})" if commit_url else f"`{sha[:10]}`"
+
+    return f"{one(c.previous)}..{one(c.commit)}"

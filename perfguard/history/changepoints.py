@@ -1,0 +1,112 @@
+"""Change points in a per-commit series: where main's figures stepped, how far, how surely.
+
+Two steps, the shape Otava (MongoDB's Hunter) gave the problem:
+1. candidates: PELT from `ruptures` on the log of the series (a step is relative), scaled by
+   the series' own noise (the spread of successive differences, robust to the steps
+   themselves), with a BIC-like penalty;
+2. a check of each candidate: Welch's t-test between the stretches either side of it, up to
+   the neighbouring candidates and at most `window` points each way. The weakest candidate
+   that fails (p above `max_p`, or a change below `min_change_pct`) is dropped and the rest
+   checked again, until every change point stands on its own evidence.
+`benchmarks/history_study.py` compares this with Otava's and MongoDB's e-divisive on
+synthetic histories built from this project's own measured noise.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+# the metrics change points are looked for in (all of them: higher is worse)
+DETECTED_METRICS = ("latency_p50_ms", "peak_memory_bytes", "compile_time_s")
+NOISE_FLOOR = 1e-4  # smallest noise assumed, in log units: a constant series still has steps
+
+
+@dataclass(frozen=True)
+class Detection:
+    """How change points are found; the defaults are the ones the study chose."""
+
+    penalty: float = 3.0  # times log(n), on the noise-scaled series
+    min_size: int = 3  # points on each side of a change point, at least
+    max_p: float = 0.001  # Welch's test between the two sides
+    min_change_pct: float = 1.0  # smaller steps are not reported
+    window: int = 30  # points each side the test looks at, at most
+
+
+@dataclass(frozen=True)
+class Step:
+    index: int  # the first point after the change
+    before: float  # the median of the stretch before it (at most `window` points)
+    after: float
+    change_pct: float  # after against before
+    p_value: float
+
+
+def noise_scale(log_values: np.ndarray) -> float:
+    """The noise of one point, from successive differences (a step moves only one of them)."""
+    diffs = np.diff(log_values)
+    if diffs.size == 0:
+        return NOISE_FLOOR
+    mad = float(np.median(np.abs(diffs - np.median(diffs))))
+    return max(1.4826 * mad / math.sqrt(2.0), NOISE_FLOOR)
+
+
+def candidates(log_values: np.ndarray, settings: Detection) -> list[int]:
+    """PELT's change points (indices of the first point after each) on the scaled series."""
+    import ruptures
+
+    n = log_values.size
+    if n < 2 * settings.min_size:
+        return []
+    scaled = (log_values - np.median(log_values)) / noise_scale(log_values)
+    algo = ruptures.Pelt(model="l2", min_size=settings.min_size, jump=1)
+    ends = algo.fit(scaled.reshape(-1, 1)).predict(pen=settings.penalty * math.log(n))
+    return [int(e) for e in ends[:-1]]
+
+
+def welch_p(left: np.ndarray, right: np.ndarray) -> float:
+    """Two-sided Welch p-value; two constant sides are 1 when equal and 0 when not."""
+    from scipy import stats
+
+    if left.size < 2 or right.size < 2:
+        return 1.0
+    if np.ptp(left) == 0 and np.ptp(right) == 0:
+        return 1.0 if left[0] == right[0] else 0.0
+    p = float(stats.ttest_ind(left, right, equal_var=False).pvalue)
+    return 1.0 if math.isnan(p) else p
+
+
+def _step(values: np.ndarray, logs: np.ndarray, bounds: Sequence[int], i: int, w: int) -> Step:
+    start, at, end = bounds[i - 1], bounds[i], bounds[i + 1]
+    left = slice(max(start, at - w), at)
+    right = slice(at, min(end, at + w))
+    before = float(np.median(values[left]))
+    after = float(np.median(values[right]))
+    change = (after - before) / before * 100.0 if before else math.inf
+    return Step(at, before, after, change, welch_p(logs[left], logs[right]))
+
+
+def find_steps(values: Sequence[float], settings: Detection | None = None) -> list[Step]:
+    """The change points of `values` (oldest first), each checked on its own evidence."""
+    settings = settings or Detection()
+    data = np.asarray(values, dtype=float)
+    if data.size < 2 * settings.min_size or not np.all(np.isfinite(data)) or np.any(data <= 0):
+        return []
+    logs = np.log(data)
+    cps = candidates(logs, settings)
+    while cps:
+        bounds = [0, *cps, data.size]
+        steps = [_step(data, logs, bounds, i, settings.window) for i in range(1, len(bounds) - 1)]
+        failing = [
+            s
+            for s in steps
+            if s.p_value > settings.max_p or abs(s.change_pct) < settings.min_change_pct
+        ]
+        if not failing:
+            return steps
+        weakest = max(failing, key=lambda s: (s.p_value, -abs(s.change_pct)))
+        cps.remove(weakest.index)
+    return []

@@ -1,0 +1,214 @@
+"""`perfguard history`, `site` and `alert`: main's baselines read as a time series."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from perfguard.errors import InputError
+from perfguard.history.alert import Bisected
+from perfguard.history.analysis import History, analyze, render_markdown, render_terminal, to_json
+from perfguard.history.changepoints import Detection
+from perfguard.history.series import (
+    build_series,
+    dumps,
+    load_branch,
+    load_folder,
+    main_line,
+    order_runs,
+)
+from perfguard.records import SHA
+
+
+def _repo_root(start: Path) -> Path | None:
+    from perfguard.git import git_state
+
+    state = git_state(start if start.exists() else Path.cwd())
+    return state.root if state is not None else None
+
+
+def load_history(args: argparse.Namespace) -> History:
+    """The history the options ask for: folder or branch, in main's order, analyzed."""
+    root = _repo_root(args.dir)
+    if args.branch:
+        if root is None:
+            raise InputError("--branch reads the baselines from git: run inside the repository")
+        runs = load_branch(root, args.branch)
+    else:
+        runs = load_folder(args.dir)
+    if args.machine:
+        runs = [r for r in runs if r.machine == args.machine]
+    if not runs:
+        where = args.branch or args.dir
+        raise InputError(
+            f"no baselines in {where}" + (f" for {args.machine}" if args.machine else "")
+        )
+    ordered = order_runs(runs, main_line(root, args.main_branch), args.main_branch)
+    if not ordered.runs:
+        raise InputError(
+            f"none of the {len(runs)} baseline(s) is of a commit on {args.main_branch}'s "
+            "first-parent history (--main-branch names the branch; fetch it with full depth)"
+        )
+    if not (0 <= args.min_change < float("inf")):
+        raise InputError(f"--min-change must be a percentage of 0 or more, got {args.min_change}")
+    if not (0 < args.max_p <= 1):
+        raise InputError(f"--max-p must be above 0 and at most 1, got {args.max_p}")
+    settings = Detection(min_change_pct=args.min_change, max_p=args.max_p)
+    return analyze(ordered, build_series(ordered), settings)
+
+
+def commit_url(explicit: str | None, root: Path | None) -> str | None:
+    """A link pattern for a commit (`{sha}`): given, from Actions' env, or from `origin`."""
+    if explicit:
+        if "{sha}" not in explicit:
+            raise InputError(f"--commit-url must hold {{sha}}, got {explicit!r}")
+        return explicit
+    server, repo = os.environ.get("GITHUB_SERVER_URL"), os.environ.get("GITHUB_REPOSITORY")
+    if server and repo:
+        return f"{server.rstrip('/')}/{repo}/commit/{{sha}}"
+    if root is None:
+        return None
+    done = subprocess.run(
+        ["git", "remote", "get-url", "origin"], cwd=root, capture_output=True, text=True
+    )
+    found = re.fullmatch(
+        r"(?:https://|git@)(github\.com)[/:]([\w.-]+/[\w.-]+?)(?:\.git)?/?", done.stdout.strip()
+    )
+    return f"https://{found.group(1)}/{found.group(2)}/commit/{{sha}}" if found else None
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    history = load_history(args)
+    sys.stdout.write(render_terminal(history))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(dumps(to_json(history)), encoding="utf-8")
+    if args.output:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        url = commit_url(args.commit_url, _repo_root(args.dir))
+        args.output.write_text(render_markdown(history, commit_url=url), encoding="utf-8")
+    return 0
+
+
+def cmd_site(args: argparse.Namespace) -> int:
+    from perfguard.history.site import write_site
+
+    history = load_history(args)
+    url = commit_url(args.commit_url, _repo_root(args.dir))
+    pages = write_site(history, args.output, commit_url=url)
+    print(f"wrote {len(pages)} page(s) to {args.output} (open {args.output / 'index.html'})")
+    return 0
+
+
+def cmd_alert(args: argparse.Namespace) -> int:
+    from perfguard.github import DEFAULT_API, Client, GitHubError
+    from perfguard.history.alert import raise_alerts
+
+    history = load_history(args)
+    regressions = history.regressions(newest=args.newest)
+    token = os.environ.get("GITHUB_TOKEN", "").strip()
+    if not token:
+        raise InputError("GITHUB_TOKEN is not set: the alert needs a token to open issues with")
+    client = Client(
+        token,
+        api=os.environ.get("GITHUB_API_URL") or DEFAULT_API,
+        log=lambda line: print(line, file=sys.stderr),
+    )
+    root = _repo_root(args.dir)
+    try:
+        raised = raise_alerts(
+            client,
+            args.repo,
+            history,
+            regressions,
+            line=main_line(root, args.main_branch) or (),
+            bisected=[_bisected(path) for path in args.bisected or ()],
+            commit_url=commit_url(args.commit_url, root),
+            author=args.author,
+        )
+    except (GitHubError, ValueError) as exc:
+        raise InputError(f"alert not raised: {exc}") from None
+    if not raised:
+        print(f"no regression among the newest {args.newest} commit(s) of main: no alert")
+    for alert in raised:
+        print(f"{alert.action} {alert.url} ({alert.title})")
+    return 0
+
+
+def _bisected(path: Path) -> Bisected:
+    """The good, bad and culprit commits of a `perfguard bisect --json` file."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        found = Bisected(str(data["good"]), str(data["bad"]), str(data["culprit"]))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise InputError(f"{path}: not the JSON of perfguard bisect ({exc})") from None
+    if not all(SHA.match(sha) for sha in (found.good, found.bad, found.culprit)):
+        raise InputError(f"{path}: good, bad and culprit must be full commit shas")
+    return found
+
+
+def add_source_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dir", type=Path, default=Path("baselines"), help="baseline directory")
+    p.add_argument(
+        "--branch",
+        metavar="REF",
+        help="read the baselines from this git revision instead of --dir "
+        "(e.g. origin/perfguard-baselines after a fetch)",
+    )
+    p.add_argument("--main-branch", default="main", help="the branch whose history it is (main)")
+    p.add_argument("--machine", help="only this machine key")
+    p.add_argument(
+        "--min-change",
+        type=float,
+        default=Detection.min_change_pct,
+        help=f"smallest step reported, in percent ({Detection.min_change_pct:g})",
+    )
+    p.add_argument(
+        "--max-p",
+        type=float,
+        default=Detection.max_p,
+        help=f"largest p-value of a step's Welch test ({Detection.max_p:g})",
+    )
+    p.add_argument(
+        "--commit-url",
+        help="link pattern of a commit, with {sha} (default: from GITHUB_REPOSITORY or origin)",
+    )
+
+
+def register(sub: Any) -> None:
+    """Add the history commands to `perfguard`'s subparsers."""
+    p = sub.add_parser("history", help="main's per-commit series and the change points in them")
+    add_source_options(p)
+    p.add_argument("--json", type=Path, help="write the series and change points here")
+    p.add_argument("-o", "--output", type=Path, help="write the Markdown summary here")
+    p.set_defaults(func=cmd_history)
+
+    p = sub.add_parser("site", help="write a static trend site of the baselines")
+    add_source_options(p)
+    p.add_argument("-o", "--output", type=Path, required=True, help="the site's folder")
+    p.set_defaults(func=cmd_site)
+
+    p = sub.add_parser("alert", help="open or update one GitHub issue per new regression on main")
+    add_source_options(p)
+    p.add_argument("--repo", required=True, help="OWNER/NAME")
+    p.add_argument(
+        "--newest",
+        type=int,
+        default=10,
+        help="look for change points among this many newest measured commits (10)",
+    )
+    p.add_argument("--author", help="the login the token opens issues as (default: asked)")
+    p.add_argument(
+        "--bisected",
+        type=Path,
+        action="append",
+        metavar="JSON",
+        help="a `perfguard bisect --json` file: names the culprit of a range (repeatable)",
+    )
+    p.set_defaults(func=cmd_alert)
