@@ -526,8 +526,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    rest = argv[argv.index("--") + 1 :] if "--" in argv else None
     try:
-        args = build_parser().parse_args(argv)
+        args = build_parser().parse_args(argv if rest is None else argv[: argv.index("--")])
+        if rest is not None:
+            if not hasattr(args, "pytest_args"):
+                raise InputError(f"perfguard {args.command}: takes no arguments after --")
+            args.pytest_args = rest
         code: int = args.func(args)
         return code
     except (InputError, BaselineError, RecordError) as exc:

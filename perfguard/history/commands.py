@@ -141,6 +141,44 @@ def cmd_alert(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bisect(args: argparse.Namespace) -> int:
+    from perfguard.history.bisect import BisectError, PluginMeasure, commits_between, search
+
+    if args.rounds < 1:
+        raise InputError(f"--rounds must be 1 or more, got {args.rounds}")
+    root = Path.cwd()
+    if _repo_root(root) is None:
+        raise InputError("perfguard bisect runs inside the git repository of the perf tests")
+
+    def log(line: str) -> None:
+        print(f"perfguard bisect: {line}", file=sys.stderr, flush=True)
+
+    try:
+        commits = commits_between(root, args.good, args.bad)
+        log(f"{len(commits) - 1} commit(s) after {commits[0][:10]} up to {commits[-1][:10]}")
+        found = search(
+            commits, PluginMeasure(root, args.pytest_args, log), rounds=args.rounds, log=log
+        )
+    except BisectError as exc:
+        raise InputError(str(exc)) from None
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(dumps(found.to_json()), encoding="utf-8")
+    log(f"{len(found.steps)} paired measurement(s)")
+    if found.culprit is None:
+        raise InputError(found.reason)
+    print(f"culprit: {found.culprit}")
+    print(found.reason)
+    evidence = [
+        s
+        for s in found.steps
+        if s.head == found.culprit and s.base == commits[commits.index(found.culprit) - 1]
+    ]
+    for step in evidence[-1:]:
+        print(f"evidence: {step.line()}")
+    return 0
+
+
 def _bisected(path: Path) -> Bisected:
     """The good, bad and culprit commits of a `perfguard bisect --json` file."""
     try:
@@ -188,6 +226,24 @@ def register(sub: Any) -> None:
     p.add_argument("--json", type=Path, help="write the series and change points here")
     p.add_argument("-o", "--output", type=Path, help="write the Markdown summary here")
     p.set_defaults(func=cmd_history)
+
+    p = sub.add_parser(
+        "bisect",
+        usage="perfguard bisect GOOD BAD [--json OUT] [--rounds N] [-- PYTEST ARGS]",
+        help="find the first commit between GOOD and BAD where the perf tests got slower",
+        description="Measures commits side by side (same-job A/B) to find the first slower one. "
+        "Arguments after -- go to pytest (select the perf tests at stake, e.g. -k test_mlp).",
+    )
+    p.add_argument("good", help="a commit that is not slow")
+    p.add_argument("bad", help="a later commit that is slow")
+    p.add_argument("--json", type=Path, help="write the culprit and every step here")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=2,
+        help="measure a step whose verdict is unclear up to this many times (2)",
+    )
+    p.set_defaults(func=cmd_bisect, pytest_args=[])  # what follows `--` (perfguard.cli.main)
 
     p = sub.add_parser("site", help="write a static trend site of the baselines")
     add_source_options(p)
