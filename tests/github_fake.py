@@ -124,10 +124,10 @@ class FakeGitHub:
         parts = urlsplit(h.path)
         listing = re.fullmatch(r"/repos/([^/]+/[^/]+)/issues", parts.path)
         single = re.fullmatch(r"/repos/([^/]+/[^/]+)/issues/(\d+)", parts.path)
-        repo = (listing or single).group(1) if (listing or single) else None
-        if repo is None:
+        match = listing or single
+        if match is None:
             return False
-        if repo != self.repo:
+        if match.group(1) != self.repo:
             h._send(404, {"message": "Not Found"})
         elif listing and method == "GET":
             state = parse_qs(parts.query).get("state", ["open"])[0]

@@ -190,7 +190,7 @@ def test_the_site_has_a_page_per_test_with_plots_and_escaped_names(
     index = (site / "index.html").read_text()
     assert "<b>16</b>" not in index and "&lt;b&gt;16&lt;/b&gt;" in index
     assert f"https://github.com/octo/models/commit/{shas[STEP_AT]}" in index
-    page = (site / [p for p in pages if p != "index.html"][0]).read_text()
+    page = (site / next(p for p in pages if p != "index.html")).read_text()
     assert page.count("Plotly.newPlot") == 2  # eager, compile-default
     assert "speedup_over_eager" in page and "peak memory" in page
     assert "https://cdn" not in page  # plotly.js is local: the site opens offline

@@ -89,7 +89,7 @@ def test_the_git_credentials_never_outlive_their_step(workflow: dict[Any, Any]) 
         for step in job.get("steps", []):
             env = step.get("env") or {}
             if "github.token" in str(env):
-                needs = r"perfguard (comment|baselines (pull|push))|gh api"
+                needs = r"perfguard (comment|alert|baselines (pull|push))|gh api"
                 assert re.search(needs, step["run"]), (
                     f"job {name}, step {step.get('name')}: a token for a step that does not "
                     "need one"
@@ -107,3 +107,22 @@ def test_a_deliberate_run_is_pinned_to_the_reviewed_head_and_checked(
         job = workflow["jobs"][name]
         assert _checkout_refs(job) == ["${{ needs.config.outputs.ref }}"]
         assert 'git rev-parse HEAD)" != "$SHA"' in _runs(job), name
+
+
+def test_mains_history_alert_and_site_run_on_main_only_with_their_own_permissions(
+    workflow: dict[Any, Any],
+) -> None:
+    jobs = workflow["jobs"]
+    history = jobs["history"]
+    assert "github.event_name == 'push'" in str(history["if"])
+    assert history["permissions"] == {"contents": "read", "issues": "write"}
+    runs = _runs(history)
+    for command in ("perfguard history", "perfguard alert", "perfguard site"):
+        assert command in runs
+    assert "pytest" not in runs and "torch" not in runs  # no GPU, no model code
+    writers = {n for n, j in jobs.items() if "issues" in _writes(j)}
+    assert writers == {"history"}
+    pages = jobs["pages"]
+    assert pages["needs"] == "history"  # and so main only
+    assert pages["permissions"] == {"pages": "write", "id-token": "write"}
+    assert all("run" not in step for step in pages["steps"])

@@ -15,6 +15,7 @@ trap 'rm -rf "$work"' EXIT
 wheel=$(ls "$work"/dist/*.whl)
 unzip -l "$wheel" | grep -q "perfguard/init/templates/perfguard.yml.j2"
 unzip -l "$wheel" | grep -q "perfguard/report/templates/report.md.j2"
+unzip -l "$wheel" | grep -q "perfguard/history/templates/page.html.j2"
 
 python3 -m venv "$work/venv"
 "$work/venv/bin/pip" install --quiet --upgrade pip
@@ -41,4 +42,14 @@ echo "package-check: from 'pip install <wheel>' to the first report: $(( $(date 
 "$work/venv/bin/pip" install --quiet "$wheel[onnx]"
 out=$(run) || { echo "$out"; exit 1; }
 echo "$out" | grep -q "2 passed" || { echo "$out"; echo "package-check: onnxruntime did not run with the extra"; exit 1; }
-echo "package-check: wheel, sdist, twine, install, init, skip without the extra, run with it: ok"
+
+# main's history job installs perfguard without torch: history and the site must run there
+run --perfguard-save >/dev/null
+python3 -m venv "$work/history-venv"
+"$work/history-venv/bin/pip" install --quiet --no-deps "$wheel"
+"$work/history-venv/bin/pip" install --quiet ruptures plotly numpy scipy jinja2 filelock gitpython
+"$work/history-venv/bin/python" -c "import torch" 2>/dev/null && { echo "package-check: torch leaked into the history venv"; exit 1; }
+"$work/history-venv/bin/perfguard" history -o "$work/history.md"
+"$work/history-venv/bin/perfguard" site -o "$work/site"
+test -s "$work/site/index.html" && test -s "$work/site/plotly.min.js"
+echo "package-check: wheel, sdist, twine, install, init, skip without the extra, run with it, history and site without torch: ok"
