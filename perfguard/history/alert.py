@@ -4,7 +4,8 @@ A regression is a step of one machine's series at one commit range; every series
 there goes into the same issue. The issue carries a hidden marker with the machine and the
 commit after the step. A later run finds it (among the open issues its own identity wrote)
 and updates it: as more commits arrive, the detected commit may move by a few positions, so
-an open alert of the same machine within `NEAR` commits of main is the same regression.
+an alert of the same machine within `NEAR` commits of main is the same regression. One that
+somebody closed stays closed: the regression was dealt with, or accepted.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ REPO = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
 
 @dataclass(frozen=True)
 class Raised:
-    action: str  # "opened" or "updated"
+    action: str  # "opened", "updated" or "left closed"
     number: int
     url: str
     title: str
@@ -107,10 +108,10 @@ def body(
     return "\n".join(lines)
 
 
-def _open_alerts(client: Client, repo: str, me: str) -> list[tuple[str, str, Mapping[str, Any]]]:
-    """(machine, commit, issue) of the open alerts `me` wrote."""
+def _alerts(client: Client, repo: str, me: str) -> list[tuple[str, str, Mapping[str, Any]]]:
+    """(machine, commit, issue) of the alerts `me` wrote, open or closed."""
     found = []
-    for issue in pages(client, f"/repos/{repo}/issues?state=open&per_page=100"):
+    for issue in pages(client, f"/repos/{repo}/issues?state=all&per_page=100"):
         if "pull_request" in issue or author_of(issue) != me:
             continue
         marker = _MARKER.search(str(issue.get("body") or ""))
@@ -170,7 +171,7 @@ def raise_alerts(
     if not groups:
         return []
     me = author or posting_identity(client)
-    existing = _open_alerts(client, repo, me)
+    existing = _alerts(client, repo, me)
     order = {sha: i for i, sha in enumerate(line or dict.fromkeys(history.commits))}
     raised = []
     for (machine, commit), steps in groups.items():
@@ -184,20 +185,17 @@ def raise_alerts(
             between=between if line else None,
         )
         same = [
-            int(issue["number"])
+            issue
             for m, c, issue in existing
             if m == machine
             and {c, commit} <= order.keys()
             and abs(order[c] - order[commit]) <= NEAR
         ]
+        heading = title(machine, steps)
+        if same and same[0].get("state") == "closed":  # someone dealt with it: leave it closed
+            raised.append(Raised("left closed", int(same[0]["number"]), "", heading))
+            continue
+        number = int(same[0]["number"]) if same else None
         marker = MARKER.format(machine=machine, commit=commit)
-        raised.append(
-            _post(
-                client,
-                repo,
-                same[0] if same else None,
-                title(machine, steps),
-                with_marker(text, marker),
-            )
-        )
+        raised.append(_post(client, repo, number, heading, with_marker(text, marker)))
     return raised

@@ -137,7 +137,8 @@ def cmd_alert(args: argparse.Namespace) -> int:
     if not raised:
         print(f"no regression among the newest {args.newest} commit(s) of main: no alert")
     for alert in raised:
-        print(f"{alert.action} {alert.url} ({alert.title})")
+        where = alert.url or f"{args.repo}#{alert.number}"
+        print(f"{alert.action} {where} ({alert.title})")
     return 0
 
 
@@ -211,7 +212,7 @@ def add_source_options(p: argparse.ArgumentParser) -> None:
         "--max-p",
         type=float,
         default=Detection.max_p,
-        help=f"largest p-value of a step's Welch test ({Detection.max_p:g})",
+        help=f"largest p-value of a step's rank test ({Detection.max_p:g})",
     )
     p.add_argument(
         "--commit-url",

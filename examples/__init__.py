@@ -1,0 +1,1 @@
+"""The example suite and the demos (`make demo`, `make demo-history`)."""
