@@ -208,7 +208,8 @@ def test_the_site_has_a_page_per_test_with_plots_and_escaped_names(
 
 
 def _chromium() -> str | None:
-    return shutil.which("chromium") or shutil.which("chromium-browser")
+    names = ("chromium", "chromium-browser", "google-chrome")  # the last on GitHub's runners
+    return next((found for name in names if (found := shutil.which(name))), None)
 
 
 @pytest.mark.skipif(
