@@ -9,7 +9,6 @@ the repository is at hand, else in the order they were measured; commits that ar
 from __future__ import annotations
 
 import json
-import statistics
 import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -192,10 +191,6 @@ def speedups(series: Sequence[Series]) -> list[Series]:
         if pts:
             out.append(Series(s.machine, s.test, s.variant, "speedup_over_eager", pts))
     return out
-
-
-def median(values: Sequence[float]) -> float:
-    return float(statistics.median(values))
 
 
 def dump_json(series: Series) -> dict[str, object]:

@@ -45,12 +45,51 @@ def page_name(test: str) -> str:
     return f"{readable or 'test'}-{hashlib.sha1(test.encode()).hexdigest()[:8]}.html"
 
 
+def _traces(s: Series, x: list[int], scale: float, colour: str) -> list[Any]:
+    """A series' line, and the band of its repeats' spread where it has one."""
+    import plotly.graph_objects as go
+
+    traces = []
+    banded = [(xi, p) for xi, p in zip(x, s.points, strict=True) if p.low is not None]
+    if banded:
+        band_x = [xi for xi, _ in banded]
+        traces.append(
+            go.Scatter(
+                x=band_x + band_x[::-1],
+                y=[(p.high or p.value) * scale for _, p in banded]
+                + [(p.low or p.value) * scale for _, p in banded][::-1],
+                fill="toself",
+                fillcolor=colour,
+                opacity=0.15,
+                line={"width": 0},
+                hoverinfo="skip",
+                name=f"{s.machine} {s.metric} spread of repeats",
+                legendgroup=s.machine,
+                showlegend=False,
+            )
+        )
+    traces.append(
+        go.Scatter(
+            x=x,
+            y=[p.value * scale for p in s.points],
+            customdata=[p.commit for p in s.points],
+            mode="lines+markers",
+            line={"color": colour, "dash": DASH.get(s.metric, "solid")},
+            marker={"size": 4},
+            name=f"{s.machine}: {s.metric}",
+            legendgroup=s.machine,
+            hovertemplate="%{customdata:.10}<br>%{y:.4g}<extra>%{fullData.name}</extra>",
+        )
+    )
+    return traces
+
+
 def _figure(
     variant_series: Sequence[Series],
     commits: Sequence[str],
     change_points: Sequence[ChangePoint],
 ) -> Any:
-    import plotly.graph_objects as go
+    """One figure per variant: a row per kind of figure, shared commit axis."""
     from plotly.subplots import make_subplots
 
     rows = [r for r in ROWS if any(s.metric in r[1] for s in variant_series)]
@@ -66,43 +105,8 @@ def _figure(
     for row, (_title, metrics, scale) in enumerate(rows, start=1):
         for s in (s for s in variant_series if s.metric in metrics):
             colour = COLOURS[machines.index(s.machine) % len(COLOURS)]
-            x = [position[p.commit] for p in s.points]
-            shas = [p.commit for p in s.points]
-            if any(p.low is not None for p in s.points):
-                band_x = [position[p.commit] for p in s.points if p.low is not None]
-                lows = [p.low * scale for p in s.points if p.low is not None]
-                highs = [p.high * scale for p in s.points if p.high is not None]
-                fig.add_trace(
-                    go.Scatter(
-                        x=band_x + band_x[::-1],
-                        y=highs + lows[::-1],
-                        fill="toself",
-                        fillcolor=colour,
-                        opacity=0.15,
-                        line={"width": 0},
-                        hoverinfo="skip",
-                        name=f"{s.machine} {s.metric} spread of repeats",
-                        legendgroup=s.machine,
-                        showlegend=False,
-                    ),
-                    row=row,
-                    col=1,
-                )
-            fig.add_trace(
-                go.Scatter(
-                    x=x,
-                    y=[p.value * scale for p in s.points],
-                    customdata=shas,
-                    mode="lines+markers",
-                    line={"color": colour, "dash": DASH.get(s.metric, "solid")},
-                    marker={"size": 4},
-                    name=f"{s.machine}: {s.metric}",
-                    legendgroup=s.machine,
-                    hovertemplate="%{customdata:.10}<br>%{y:.4g}<extra>%{fullData.name}</extra>",
-                ),
-                row=row,
-                col=1,
-            )
+            for trace in _traces(s, [position[p.commit] for p in s.points], scale, colour):
+                fig.add_trace(trace, row=row, col=1)
         for c in (c for c in change_points if c.metric in metrics):
             fig.add_vline(
                 x=position[c.commit] - 0.5,
