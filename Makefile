@@ -24,7 +24,7 @@ demo: $(STAMP)
 	$(PY) examples/demo.py
 
 # main's history of the example suite (22 measured commits, one widens the MLP), its change
-# point and the trend site in reports/history-site/ (about 4 minutes on a 2-core CPU)
+# point and the trend site in reports/history-site/ (about 2 minutes on a 2-core CPU)
 demo-history: $(STAMP)
 	$(PY) -m examples.history_demo
 

@@ -122,6 +122,9 @@ def one_try(index: int, commits: int, extra_pct: int, rng: random.Random) -> dic
         "found": found,
         "right": found == shas[culprit],
         "measurements": doc.get("measurements"),
+        "commits_measured": len(
+            {c for st in doc.get("steps", []) for c in (st["base"], st["head"])}
+        ),
         "seconds": round(seconds, 1),
         "exit": done.returncode,
         "reason": doc.get("reason") or done.stderr.strip().splitlines()[-1:],

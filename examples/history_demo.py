@@ -2,9 +2,9 @@
 
 Run from the repository's root: `python -m examples.history_demo`.
 In a scratch git repository, `COMMITS` commits of main, each measured and saved as its
-baseline with `pytest --perfguard --perfguard-save` (eager only, a short budget: this is a
-demo of the history, not of the measuring); commit `WIDEN_AT` widens the MLP, as a direct push
-to main would. Then `perfguard history` finds the step, names its commit range, and
+baseline with `pytest --perfguard --perfguard-save` (the MLP and the CNN, eager only, a
+short budget: this is a demo of the history, not of the measuring); commit `WIDEN_AT` widens
+the MLP, as a direct push to main would. Then `perfguard history` finds the step, names its commit range, and
 `perfguard site` writes the trend site into reports/history-site/ of this repository.
 """
 
@@ -33,7 +33,7 @@ def main() -> int:
     (repo / "tests").mkdir(parents=True)
     shutil.copy(SUITE, repo / "tests" / "test_models.py")
     (repo / "pytest.ini").write_text(
-        "[pytest]\nperfguard_budget = 0.3\nperfguard_variants = eager\nperfguard_confirm = 0\n"
+        "[pytest]\nperfguard_budget = 0.2\nperfguard_repeats = 3\nperfguard_confirm = 0\n"
     )
     (repo / ".gitignore").write_text("reports/\n__pycache__/\n")
     git(repo, "init", "-q", "-b", "main")
@@ -47,7 +47,14 @@ def main() -> int:
             repo, "commit", "-q", "-m", f"commit {i}" + (": widen the MLP" if i == WIDEN_AT else "")
         )
         print(f"== {i}/{COMMITS}: measure main's commit {i} and save its baseline", flush=True)
-        code = pytest(repo, "--perfguard-save", "--perfguard-compare=none")
+        code = pytest(
+            repo,
+            "--perfguard-save",
+            "--perfguard-compare=none",
+            "--perfguard-variants=eager",
+            "-k",
+            "mlp or convnet",
+        )
         if code != 0:
             print(
                 f"demo-history: measuring commit {i} failed (pytest exit {code})", file=sys.stderr

@@ -80,7 +80,11 @@ def rank_p(left: np.ndarray, right: np.ndarray) -> float:
         return 1.0
     if np.ptp(left) == 0 and np.ptp(right) == 0:
         return 1.0 if left[0] == right[0] else 0.0
-    p = float(stats.mannwhitneyu(left, right, alternative="two-sided").pvalue)
+    # exact where it is valid (no ties): the normal approximation is far too cautious in the
+    # tails, e.g. 8.6e-5 instead of 3.1e-6 for ten points all below twelve others
+    tied = np.unique(np.concatenate([left, right])).size < left.size + right.size
+    method = "asymptotic" if tied else "exact"
+    p = float(stats.mannwhitneyu(left, right, alternative="two-sided", method=method).pvalue)
     return 1.0 if math.isnan(p) else p
 
 

@@ -27,10 +27,14 @@ from perfguard.records import SHA
 
 
 def _repo_root(start: Path) -> Path | None:
+    """The repository of `start` (the baseline folder), else of the working directory."""
     from perfguard.git import git_state
 
-    state = git_state(start if start.exists() else Path.cwd())
-    return state.root if state is not None else None
+    for place in (start, Path.cwd()):
+        state = git_state(place) if place.exists() else None
+        if state is not None:
+            return state.root
+    return None
 
 
 def load_history(args: argparse.Namespace) -> History:
