@@ -4,8 +4,9 @@ Run from the repository's root: `python -m examples.history_demo`.
 In a scratch git repository, `COMMITS` commits of main, each measured and saved as its
 baseline with `pytest --perfguard --perfguard-save` (the MLP and the CNN, eager only, a
 short budget: this is a demo of the history, not of the measuring); commit `WIDEN_AT` widens
-the MLP, as a direct push to main would. Then `perfguard history` finds the step, names its commit range, and
-`perfguard site` writes the trend site into reports/history-site/ of this repository.
+the MLP, as a direct push to main would. Then `perfguard history` finds the step and names
+its commit range, and `perfguard site` writes the trend site into reports/history-site/ of
+this repository.
 """
 
 from __future__ import annotations
