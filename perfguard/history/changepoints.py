@@ -22,8 +22,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:  # numpy is imported where it is used: `perfguard --help` needs none of it
+    import numpy as np
 
 # the metrics change points are looked for in (all of them: higher is worse)
 DETECTED_METRICS = ("latency_p50_ms", "peak_memory_bytes", "compile_time_s")
@@ -52,6 +54,8 @@ class Step:
 
 def noise_scale(log_values: np.ndarray) -> float:
     """The noise of one point, from successive differences (a step moves only one of them)."""
+    import numpy as np
+
     diffs = np.diff(log_values)
     if diffs.size == 0:
         return NOISE_FLOOR
@@ -61,6 +65,7 @@ def noise_scale(log_values: np.ndarray) -> float:
 
 def candidates(log_values: np.ndarray, settings: Detection) -> list[int]:
     """PELT's change points (indices of the first point after each) on the scaled series."""
+    import numpy as np
     import ruptures
 
     n = log_values.size
@@ -74,6 +79,7 @@ def candidates(log_values: np.ndarray, settings: Detection) -> list[int]:
 
 def rank_p(left: np.ndarray, right: np.ndarray) -> float:
     """Two-sided Mann-Whitney U p-value; two constant sides are 1 when equal and 0 when not."""
+    import numpy as np
     from scipy import stats
 
     if left.size < 2 or right.size < 2:
@@ -89,6 +95,8 @@ def rank_p(left: np.ndarray, right: np.ndarray) -> float:
 
 
 def _step(values: np.ndarray, logs: np.ndarray, bounds: Sequence[int], i: int, w: int) -> Step:
+    import numpy as np
+
     start, at, end = bounds[i - 1], bounds[i], bounds[i + 1]
     left = slice(max(start, at - w), at)
     right = slice(at, min(end, at + w))
@@ -100,6 +108,8 @@ def _step(values: np.ndarray, logs: np.ndarray, bounds: Sequence[int], i: int, w
 
 def find_steps(values: Sequence[float], settings: Detection | None = None) -> list[Step]:
     """The change points of `values` (oldest first), each checked on its own evidence."""
+    import numpy as np
+
     settings = settings or Detection()
     data = np.asarray(values, dtype=float)
     if data.size < 2 * settings.min_size or not np.all(np.isfinite(data)) or np.any(data <= 0):

@@ -1,4 +1,8 @@
-"""`perfguard history`, `site` and `alert`: main's baselines read as a time series."""
+"""`perfguard history`, `site`, `alert` and `bisect`: main's baselines read as a time series.
+
+Only the standard library at import: `perfguard comment` builds the same parser in a job that
+installs perfguard without its dependencies. Each command imports what it needs when it runs.
+"""
 
 from __future__ import annotations
 
@@ -9,21 +13,15 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perfguard.errors import InputError
-from perfguard.history.alert import Bisected
-from perfguard.history.analysis import History, analyze, render_markdown, render_terminal, to_json
 from perfguard.history.changepoints import Detection
-from perfguard.history.series import (
-    build_series,
-    dumps,
-    load_branch,
-    load_folder,
-    main_line,
-    order_runs,
-)
 from perfguard.records import SHA
+
+if TYPE_CHECKING:
+    from perfguard.history.alert import Bisected
+    from perfguard.history.analysis import History
 
 
 def _repo_root(start: Path) -> Path | None:
@@ -39,6 +37,15 @@ def _repo_root(start: Path) -> Path | None:
 
 def load_history(args: argparse.Namespace) -> History:
     """The history the options ask for: folder or branch, in main's order, analyzed."""
+    from perfguard.history.analysis import analyze
+    from perfguard.history.series import (
+        build_series,
+        load_branch,
+        load_folder,
+        main_line,
+        order_runs,
+    )
+
     root = _repo_root(args.dir)
     if args.branch:
         if root is None:
@@ -88,6 +95,9 @@ def commit_url(explicit: str | None, root: Path | None) -> str | None:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
+    from perfguard.history.analysis import render_markdown, render_terminal, to_json
+    from perfguard.history.series import dumps
+
     history = load_history(args)
     sys.stdout.write(render_terminal(history))
     if args.json:
@@ -113,6 +123,7 @@ def cmd_site(args: argparse.Namespace) -> int:
 def cmd_alert(args: argparse.Namespace) -> int:
     from perfguard.github import DEFAULT_API, Client, GitHubError
     from perfguard.history.alert import raise_alerts
+    from perfguard.history.series import main_line
 
     history = load_history(args)
     regressions = history.regressions(newest=args.newest)
@@ -148,6 +159,7 @@ def cmd_alert(args: argparse.Namespace) -> int:
 
 def cmd_bisect(args: argparse.Namespace) -> int:
     from perfguard.history.bisect import BisectError, PluginMeasure, commits_between, search
+    from perfguard.history.series import dumps
 
     if args.rounds < 1:
         raise InputError(f"--rounds must be 1 or more, got {args.rounds}")
@@ -186,6 +198,8 @@ def cmd_bisect(args: argparse.Namespace) -> int:
 
 def _bisected(path: Path) -> Bisected:
     """The good, bad and culprit commits of a `perfguard bisect --json` file."""
+    from perfguard.history.alert import Bisected
+
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         found = Bisected(str(data["good"]), str(data["bad"]), str(data["culprit"]))
