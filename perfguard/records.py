@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # the history is in perfguard/store/schema.py
 SHA = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
 """A full git commit id (SHA-1, or SHA-256 in a repository that uses it)."""
 
@@ -133,6 +133,62 @@ class DriftCheck:
 
 
 @dataclass(frozen=True)
+class Counters:
+    """Exact figures of one variant: they do not vary between runs, so a change is certain.
+
+    Counted in calls of their own, after the timed samples. `None`: not counted here (not a
+    compiled variant, not on CUDA, or the counter was not available).
+    """
+
+    graphs: int | None = None  # graphs dynamo compiled
+    graph_breaks: int | None = None
+    break_reasons: tuple[tuple[str, int], ...] = ()  # (dynamo's reason, how often)
+    recompiles: int | None = None  # frames compiled again while sampling
+    ops: tuple[tuple[str, int], ...] = ()  # ATen operators one call dispatches, by name
+    flops: int | None = None  # of one call, torch.utils.flop_counter
+    param_bytes: int | None = None
+    buffer_bytes: int | None = None
+    kernel_launches: int | None = None  # CUDA kernels one call launches
+    cudagraph_launches: int | None = None  # CUDA graphs one call replays
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in ("break_reasons", "ops"):
+                pairs = tuple((str(k), int(n)) for k, n in value)
+                if any(n < 0 for _, n in pairs):
+                    raise RecordError(f"counters.{f.name} must count from 0")
+                object.__setattr__(self, f.name, tuple(sorted(pairs)))
+            elif value is not None:
+                if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                    raise RecordError(f"counters.{f.name} must be a count, got {value!r}")
+                object.__setattr__(self, f.name, int(value))
+
+    @property
+    def op_total(self) -> int | None:
+        return sum(n for _, n in self.ops) if self.ops else None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["break_reasons"] = dict(self.break_reasons)
+        out["ops"] = dict(self.ops)
+        return out
+
+    @classmethod
+    def from_json(cls, data: Any) -> Counters:
+        if not isinstance(data, Mapping):
+            raise RecordError(f"counters must be an object, got {data!r}")
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        for name in ("break_reasons", "ops"):
+            found = values.get(name) or {}
+            if not isinstance(found, Mapping):
+                raise RecordError(f"counters.{name} must be an object of counts")
+            values[name] = tuple(found.items())
+        return cls(**values)
+
+
+@dataclass(frozen=True)
 class VariantResult:
     """What measuring one model under one variant produced. Keeps the raw samples."""
 
@@ -146,6 +202,7 @@ class VariantResult:
     block_sizes: tuple[int, ...] = ()  # how `samples_ms` splits into its repeats
     drift_check: DriftCheck | None = None
     details: Mapping[str, Any] = field(default_factory=dict)
+    counters: Counters | None = None
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -193,12 +250,14 @@ class VariantResult:
             "block_sizes": list(self.block_sizes),
             "drift_check": None if self.drift_check is None else self.drift_check.to_json(),
             "details": dict(self.details),
+            "counters": None if self.counters is None else self.counters.to_json(),
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> VariantResult:
         try:
             drift = data.get("drift_check")
+            counters = data.get("counters")
             return cls(
                 test=str(data["test"]),
                 variant=str(data["variant"]),
@@ -210,6 +269,7 @@ class VariantResult:
                 block_sizes=tuple(data.get("block_sizes") or ()),
                 drift_check=None if drift is None else DriftCheck.from_json(drift),
                 details=data.get("details") or {},
+                counters=None if counters is None else Counters.from_json(counters),
             )
         except KeyError as exc:
             raise RecordError(f"a result lacks the key {exc.args[0]!r}") from exc

@@ -13,8 +13,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from perfguard.measure import drift
+from perfguard.measure import counters, drift
 from perfguard.measure.clock import Clock, CudaEventClock, HostClock
+from perfguard.measure.counters import dynamo_breaks, dynamo_graphs
 from perfguard.measure.isolation import (
     cudagraph_skips,
     dynamo_counts,
@@ -73,6 +74,8 @@ class _Compiled:
     cold_s: float | None = None
     warm_s: float | None = None
     graph_breaks: int | None = None
+    graphs: int | None = None
+    break_reasons: tuple[tuple[str, int], ...] = ()
     frames_before_sampling: int = 0
 
 
@@ -86,7 +89,8 @@ def _compile(
         return call, info
     progress("compiling (cold cache)")
     info.cold_s = _timed_first_call(call, device)
-    info.graph_breaks = dynamo_counts()[0]
+    info.graph_breaks, info.break_reasons = dynamo_breaks()
+    info.graphs = dynamo_graphs()
     if settings.warm_compile:
         progress("compiling (warm cache)")
         reset_dynamo()
@@ -201,6 +205,21 @@ def _measure(
         memory = probe.stop()
         progress("drift")
         out = drift.flatten_outputs(built.outputs(call))
+        progress("exact counters")
+        counted = counters.count(
+            call,
+            built.module,
+            built.eager_call,
+            device,
+            compiled=None
+            if not built.compiled
+            else {
+                "graphs": compiled.graphs,
+                "graph_breaks": compiled.graph_breaks,
+                "break_reasons": compiled.break_reasons,
+                "recompiles": recompiles,
+            },
+        )
     if not np.all(np.isfinite(out)):
         raise drift.NonFiniteOutputError(f"{spec.name} returned NaN or Inf")
     figures = drift.figures(out, reference.fp32)
@@ -267,4 +286,5 @@ def _measure(
         block_sizes=tuple(len(b) for b in outcome.blocks_ms),
         drift_check=check,
         details=details,
+        counters=counted,
     )

@@ -25,7 +25,7 @@ from perfguard.variants.spec import DEFAULT_VARIANTS
 VARIANT_PARAM = "_perfguard_variant"
 SKIP_REASON = "perf test: measured only with --perfguard (run `pytest --perfguard`)"
 MARKER_HELP = (
-    "perfguard(variants=[...], min_change_pct=, ab_min_change_pct=, alpha=, gate_p99=, "
+    "perfguard(variants=[...], min_change_pct=, ab_min_change_pct=, alpha=, gate_p99=, gate_ops=, "
     "memory_tolerance_pct=, compile_ratio=, budget_s=, repeats=, drift_tolerance=, device=, "
     "threads=): "
     "per-test perfguard settings"

@@ -18,6 +18,7 @@ KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "ab_min_change_pct": ((int, float), "a number of percent (same-job A/B)"),
     "alpha": ((float,), "a significance level between 0 and 1"),
     "gate_p99": ((bool,), "True or False"),
+    "gate_ops": ((bool,), "True or False (operator-count and FLOP changes gate)"),
     "memory_tolerance_pct": ((int, float), "a number of percent"),
     "compile_ratio": ((int, float), "a ratio above 1"),
     "budget_s": ((int, float), "seconds of sampling"),
@@ -31,6 +32,7 @@ THRESHOLD_KEYS = (
     "ab_min_change_pct",
     "alpha",
     "gate_p99",
+    "gate_ops",
     "memory_tolerance_pct",
     "compile_ratio",
 )

@@ -90,8 +90,8 @@ def speedup(value: float | None) -> str:
     return "–" if value is None else f"{value:.2f}×"
 
 
-def count(value: int) -> str:
-    return f"{value:,}"
+def count(value: float | None) -> str:
+    return "–" if value is None else f"{int(value):,}"
 
 
 _CELL = re.compile(r"[\\`*_{}\[\]<>|#!~&@]")  # @: no mention, no notification

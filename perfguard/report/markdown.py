@@ -21,6 +21,7 @@ from perfguard.github import COMMENT_LIMIT, MARKER
 from perfguard.records import Comparison, Run, VariantResult
 from perfguard.report import format as fmt
 from perfguard.report.charts import trend_chart
+from perfguard.stats.exact import EXACT_METRICS
 from perfguard.stats.verdicts import Thresholds, summarize_verdicts
 
 MAX_CHARTS = 5
@@ -178,18 +179,23 @@ def render_markdown(
     """The report; within `limit` characters when one is given (None: everything)."""
     th = thresholds or Thresholds.from_json(run.settings.get("thresholds"))
     comparisons = run.comparisons
+    # exact signals first, in a table of their own: certain, and read differently
+    exact = [c for c in comparisons if c.metric in EXACT_METRICS and c.verdict != "unchanged"]
+    exact.sort(key=lambda c: (c.verdict != "regression", not c.gating, c.test, c.variant))
+    measured = [c for c in comparisons if c.metric not in EXACT_METRICS]
     regressions = sorted(
-        (c for c in comparisons if c.verdict == "regression" and c.gating), key=_severity
+        (c for c in measured if c.verdict == "regression" and c.gating), key=_severity
     )
     improvements = sorted(
-        (c for c in comparisons if c.verdict == "improvement" and c.gating), key=_severity
+        (c for c in measured if c.verdict == "improvement" and c.gating), key=_severity
     )
-    shown = {id(c) for c in (*regressions, *improvements)}
+    shown = {id(c) for c in (*regressions, *improvements, *exact)}
     counts_line = verdict_counts(comparisons)
     context: dict[str, Any] = {
         "run": run,
         "headline": headline(run),
         "counts_line": f"Comparisons: {counts_line}." if counts_line else "No comparisons.",
+        "exact": exact,
         "all_regressions": regressions,
         "all_improvements": improvements,
         "all_failures": [r for r in run.results if r.status != "ok"],

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from perfguard.records import Comparison, Run, VariantResult, Verdict
+from perfguard.stats.exact import exact_comparisons
 from perfguard.stats.tests import (
     benjamini_hochberg,
     bootstrap_ci,
@@ -48,6 +49,7 @@ class Thresholds:
     ab_min_change_pct: float = 5.0  # same-job A/B cancels between-run noise: a lower bar
     min_repeats: int = 3
     gate_p99: bool = False
+    gate_ops: bool = False  # let operator-count and FLOP changes gate the verdict
     memory_tolerance_pct: float = 5.0
     compile_ratio: float = 1.5
     drift_growth: float = 2.0  # drift may grow by this factor over the baseline's ...
@@ -67,6 +69,7 @@ class Thresholds:
             "memory_tolerance_pct",
             "compile_ratio",
             "gate_p99",
+            "gate_ops",
         }
         changes: dict[str, Any] = {k: v for k, v in overrides.items() if k in known}
         return replace(self, **changes)
@@ -84,6 +87,7 @@ class Thresholds:
             "ab_min_change_pct": self.ab_min_change_pct,
             "min_repeats": self.min_repeats,
             "gate_p99": self.gate_p99,
+            "gate_ops": self.gate_ops,
             "memory_tolerance_pct": self.memory_tolerance_pct,
             "compile_ratio": self.compile_ratio,
             "drift_growth": self.drift_growth,
@@ -395,6 +399,9 @@ def compare_runs(
                 items.append(drift)
             continue
         items.extend(_latency(r.test, r.variant, b, r, th, floor, paired))
+        items.extend(
+            exact_comparisons(r.test, r.variant, b.counters, r.counters, gate_ops=th.gate_ops)
+        )
         for extra in (
             _memory(r.test, r.variant, b, r, th),
             _compile(r.test, r.variant, b, r, th),

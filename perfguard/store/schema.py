@@ -3,11 +3,19 @@
 History:
 - 1 (perfguard 0.1): the results format: schema_version, commit, machine, environment,
   baseline, results (with raw samples_ms), comparisons; extra keys repeats_ms, block_sizes,
-  drift_check, details, settings, created.
+  drift_check, details, settings, created. Keys added later under the same version, all
+  optional when read: health, baseline_results, confirm_results, confirm_base_results; in
+  metrics the latency, memory, compile and size details; in comparisons
+  min_detectable_pct, gating, note, trend, baseline_ci, current_ci, confirm_change_pct.
+- 2: each result has `counters` (exact figures: graphs, graph breaks with their reasons,
+  recompiles, the ATen operators of one call by name, FLOPs, parameter and buffer bytes,
+  CUDA kernel and graph launches), null where nothing was counted. Comparisons may have the
+  exact metrics `graphs`, `graph_breaks`, `recompiles`, `aten_ops` and `flops`, with no
+  p-value. Migration from 1: every result gets `"counters": null`.
 
 A newer version than this perfguard knows is refused (upgrade perfguard). An older one is
 migrated in memory by the steps below, one version at a time; the file on disk is left as it
-is until it is saved again. There is no older version yet.
+is until it is saved again.
 """
 
 from __future__ import annotations
@@ -17,7 +25,18 @@ from typing import Any
 
 from perfguard.records import SCHEMA_VERSION
 
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+
+def _1_to_2(doc: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 counted nothing: every result's counters are null."""
+    results = doc.get("results")
+    if isinstance(results, list):
+        results = [
+            {**r, "counters": r.get("counters")} if isinstance(r, dict) else r for r in results
+        ]
+    return {**doc, "schema_version": 2, "results": results}
+
+
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _1_to_2}
 """version N -> a function turning a version-N document into a version-(N+1) one."""
 
 

@@ -67,6 +67,10 @@ class Built:
     autocast_dtype: Any = None
     """The dtype a reduced-precision variant runs in (its drift is held to eager's in it)."""
     memory_unseen: str | None = None
+    # the module as measured (quantized, pruned; not compiled), and one call of it uncompiled:
+    # what the exact counters look at (parameter bytes, FLOPs)
+    module: nn.Module | None = None
+    eager_call: Callable[[], Any] | None = None
     """Why torch's memory probe cannot see this variant's memory (ORT's own CUDA arena)."""
 
     def outputs(self, call: Callable[[], Any]) -> Any:

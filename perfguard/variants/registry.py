@@ -106,6 +106,8 @@ def build_variant(
             notes=notes,
             details=details,
             fetch_outputs=fetch,
+            module=work,
+            eager_call=lambda: work(*inputs, **named),
             memory_unseen=(
                 "not measured: ONNX Runtime allocates from its own CUDA arena, which torch's "
                 "allocator cannot see"
@@ -122,8 +124,9 @@ def build_variant(
     compiler = COMPILE.compiler(compile_part) if compile_part is not None else None
     module = work
 
-    def make_call() -> Callable[[], Any]:
-        fn: Callable[..., Any] = compiler(module) if compiler is not None else module
+    def make_call(compiled: bool = True) -> Callable[[], Any]:
+        use = compiled and compiler is not None
+        fn: Callable[..., Any] = compiler(module) if use and compiler else module
 
         def call() -> Any:
             with torch.inference_mode(), autocast():
@@ -141,4 +144,6 @@ def build_variant(
         sparsity=sparsity,
         notes=notes,
         details=details,
+        module=work,
+        eager_call=make_call(compiled=False),
     )

@@ -1,0 +1,111 @@
+"""Exact counters of one variant, counted in calls of their own after the timed samples.
+
+- graphs, graph breaks (with dynamo's reason for each) and recompiles: dynamo's counters,
+  read after the compiling call and after sampling (the runner passes them in);
+- the ATen operators one call dispatches, by name: torch.profiler over `CALLS` calls (the
+  profiler observes; it does not enter the dispatcher as a mode would, so a compiled call
+  runs its compiled code and no guard fails), divided by the number of calls;
+- FLOPs of one call: `torch.utils.flop_counter.FlopCounterMode` over the variant's module
+  uncompiled (a dispatch mode, which dynamo would see: compiled code never runs under it);
+- parameter and buffer bytes of the module as measured;
+- on CUDA, the kernels and the CUDA graphs one call launches, from the profiler's runtime
+  events.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from perfguard.records import Counters
+
+CALLS = 3  # calls profiled; every count must divide by it (deterministic code)
+KERNEL_LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx")
+GRAPH_LAUNCHES = ("cudaGraphLaunch",)
+
+
+def dynamo_breaks() -> tuple[int, tuple[tuple[str, int], ...]]:
+    """Graph breaks so far, and how often each reason occurred."""
+    from torch._dynamo.utils import counters
+
+    reasons = tuple((str(reason), int(n)) for reason, n in counters["graph_break"].items())
+    return sum(n for _, n in reasons), reasons
+
+
+def dynamo_graphs() -> int:
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
+def profile_counts(
+    call: Callable[[], Any], device: torch.device, calls: int = CALLS
+) -> dict[str, Any]:
+    """Per call: ATen operators by name, and on CUDA kernel and graph launches."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    with profile(activities=activities) as prof:
+        for _ in range(calls):
+            call()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    names: Counter[str] = Counter(e.name for e in prof.events())
+    ops = {name: n // calls for name, n in names.items() if name.startswith("aten::")}
+    out: dict[str, Any] = {"ops": {k: v for k, v in ops.items() if v > 0}}
+    if device.type == "cuda":
+        out["kernel_launches"] = sum(names[n] for n in KERNEL_LAUNCHES) // calls
+        out["cudagraph_launches"] = sum(names[n] for n in GRAPH_LAUNCHES) // calls
+    return out
+
+
+def flops_of(eager_call: Callable[[], Any]) -> int | None:
+    """FLOPs of one uncompiled call; None when the counter cannot follow it."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    try:
+        with FlopCounterMode(display=False) as counter:
+            eager_call()
+    except Exception:  # an op the counter cannot follow: no figure rather than a wrong one
+        return None
+    return int(counter.get_total_flops())
+
+
+def tensor_bytes(tensors: Sequence[torch.Tensor]) -> int:
+    seen: set[int] = set()
+    total = 0
+    for t in tensors:
+        if id(t) not in seen:
+            seen.add(id(t))
+            total += t.numel() * t.element_size()
+    return total
+
+
+def count(
+    call: Callable[[], Any],
+    module: nn.Module | None,
+    eager_call: Callable[[], Any] | None,
+    device: torch.device,
+    compiled: Mapping[str, Any] | None = None,
+) -> Counters:
+    """The counters of a built variant: `call` as timed, `module` and `eager_call` uncompiled.
+    `compiled`: dynamo's figures the runner read (graphs, graph_breaks, break_reasons,
+    recompiles), for a compiled variant."""
+    profiled = profile_counts(call, device)
+    parameters = list(module.parameters()) if module is not None else []
+    buffers = list(module.buffers()) if module is not None else []
+    return Counters(
+        **dict(compiled or {}),
+        ops=tuple(profiled["ops"].items()),
+        flops=flops_of(eager_call) if eager_call is not None else None,
+        param_bytes=tensor_bytes(parameters) if module is not None else None,
+        buffer_bytes=tensor_bytes(buffers) if module is not None else None,
+        kernel_launches=profiled.get("kernel_launches"),
+        cudagraph_launches=profiled.get("cudagraph_launches"),
+    )

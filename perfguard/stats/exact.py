@@ -1,0 +1,103 @@
+"""Exact verdicts: counters that do not vary between runs need no statistics.
+
+More graphs, graph breaks or recompiles than the base is a `regression`, always gating: each is
+a structural change of a compiled model (a split graph, a recompile per call). A change in the
+ATen operators one call dispatches, or in its FLOPs, is reported with what changed (operators
+added or gone, by name); it gates only where the test asks (`gate_ops=True` in its marker),
+since a refactor may legitimately change them. Fewer of anything is an `improvement`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+
+from perfguard.records import Comparison, Counters, Verdict
+
+GRAPH_COUNTERS = ("graphs", "graph_breaks", "recompiles")
+EXACT_METRICS = (*GRAPH_COUNTERS, "aten_ops", "flops")
+NAMED = 6  # operators named in a note, most changed first
+
+
+def _pct(base: float, head: float) -> float | None:
+    return None if base == 0 else (head - base) / base * 100.0
+
+
+def _verdict(base: float, head: float) -> Verdict:
+    return "regression" if head > base else "improvement" if head < base else "unchanged"
+
+
+def _comparison(
+    test: str, variant: str, metric: str, base: float, head: float, gating: bool, note: str
+) -> Comparison:
+    return Comparison(
+        test,
+        variant,
+        metric,
+        base,
+        head,
+        _pct(base, head),
+        None,
+        None,
+        _verdict(base, head),
+        gating=gating,
+        note=note,
+    )
+
+
+def _reasons_note(base: Counters, head: Counters) -> str:
+    before = dict(base.break_reasons)
+    new = [(r, n - before.get(r, 0)) for r, n in head.break_reasons if n > before.get(r, 0)]
+    if not new:
+        return "exact count"
+    return "new graph break: " + "; ".join(
+        f"{reason.splitlines()[0]}" + (f" (x{n})" if n > 1 else "") for reason, n in new
+    )
+
+
+def op_changes(base: Counters, head: Counters) -> list[tuple[str, int]]:
+    """(operator, change in calls) of every operator whose count changed, most changed first."""
+    before, after = dict(base.ops), dict(head.ops)
+    changed = [(op, after.get(op, 0) - before.get(op, 0)) for op in {*before, *after}]
+    return sorted(((op, d) for op, d in changed if d), key=lambda x: (-abs(x[1]), x[0]))
+
+
+def _ops_note(base: Counters, head: Counters) -> str:
+    before, after = dict(base.ops), dict(head.ops)
+    parts = []
+    for op, delta in op_changes(base, head)[:NAMED]:
+        if op not in before:
+            parts.append(f"added {op} (x{delta})")
+        elif op not in after:
+            parts.append(f"gone {op} (x{-delta})")
+        else:
+            parts.append(f"{op} {before[op]} -> {after[op]}")
+    more = len(op_changes(base, head)) - NAMED
+    return "; ".join(parts) + (f"; and {more} more" if more > 0 else "") or "same operators"
+
+
+def exact_comparisons(
+    test: str, variant: str, base: Counters | None, head: Counters | None, *, gate_ops: bool
+) -> Iterator[Comparison]:
+    """The exact comparisons of one test and variant; none where either side has no counts."""
+    if base is None or head is None:
+        return
+    for metric in GRAPH_COUNTERS:
+        b, h = getattr(base, metric), getattr(head, metric)
+        if b is not None and h is not None:
+            note = _reasons_note(base, head) if metric == "graph_breaks" else "exact count"
+            yield _comparison(test, variant, metric, b, h, True, note)
+    if base.op_total is not None and head.op_total is not None:
+        deltas = [d for _, d in op_changes(base, head)]
+        c = _comparison(
+            test, variant, "aten_ops", base.op_total, head.op_total, gate_ops, _ops_note(base, head)
+        )
+        # any operator called more often is more work, whatever the total says
+        verdict: Verdict = (
+            "regression" if any(d > 0 for d in deltas) else "improvement" if deltas else "unchanged"
+        )
+        yield replace(c, verdict=verdict)
+    if base.flops is not None and head.flops is not None:
+        yield _comparison(
+            test, variant, "flops", base.flops, head.flops, gate_ops, "torch.utils.flop_counter"
+        )

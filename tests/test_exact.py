@@ -1,0 +1,160 @@
+"""Exact counters: recorded per variant, compared without statistics, shown first."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from perfguard.measure.runner import measure_model
+from perfguard.records import Counters, Run
+from perfguard.report.markdown import render_markdown
+from perfguard.stats.exact import exact_comparisons
+from perfguard.stats.verdicts import compare_runs
+from perfguard.store.baselines import read_run_file
+from tests.factories import result, run
+from tests.test_measure import FAST
+
+REASON = "Unsupported Tensor.item() call with capture_scalar_outputs=False\n  Explanation: ..."
+BASE = Counters(
+    graphs=1,
+    graph_breaks=0,
+    recompiles=0,
+    ops=(("aten::addmm", 2), ("aten::relu", 1)),
+    flops=1000,
+    param_bytes=400,
+    buffer_bytes=0,
+)
+
+
+def test_a_new_graph_break_is_a_gating_regression_naming_its_reason() -> None:
+    head = replace(BASE, graphs=2, graph_breaks=1, break_reasons=((REASON, 1),))
+    found = {
+        c.metric: c for c in exact_comparisons("t", "compile-default", BASE, head, gate_ops=False)
+    }
+    breaks = found["graph_breaks"]
+    assert (breaks.verdict, breaks.gating, breaks.p_value) == ("regression", True, None)
+    assert (
+        breaks.note
+        == "new graph break: Unsupported Tensor.item() call with capture_scalar_outputs=False"
+    )
+    assert found["graphs"].verdict == "regression"
+    assert found["recompiles"].verdict == "unchanged"
+    assert found["aten_ops"].verdict == "unchanged" and found["flops"].verdict == "unchanged"
+
+
+def test_an_added_operator_is_named_and_gates_only_when_asked() -> None:
+    head = replace(BASE, ops=(("aten::addmm", 2), ("aten::relu", 1), ("aten::add", 1)))
+    [ops] = [
+        c
+        for c in exact_comparisons("t", "eager", BASE, head, gate_ops=False)
+        if c.metric == "aten_ops"
+    ]
+    assert (ops.verdict, ops.gating, ops.baseline, ops.current) == ("regression", False, 3, 4)
+    assert ops.note == "added aten::add (x1)"
+    [gated] = [
+        c
+        for c in exact_comparisons("t", "eager", BASE, head, gate_ops=True)
+        if c.metric == "aten_ops"
+    ]
+    assert gated.gating
+    swapped = replace(BASE, ops=(("aten::addmm", 2), ("aten::gelu", 1)))
+    [c] = [
+        c
+        for c in exact_comparisons("t", "eager", BASE, swapped, gate_ops=False)
+        if c.metric == "aten_ops"
+    ]
+    assert c.verdict == "regression"  # same total, another operator: more of something
+    assert c.note == "added aten::gelu (x1); gone aten::relu (x1)"
+    fewer = replace(BASE, ops=(("aten::addmm", 1), ("aten::relu", 1)))
+    [c] = [
+        c
+        for c in exact_comparisons("t", "eager", BASE, fewer, gate_ops=False)
+        if c.metric == "aten_ops"
+    ]
+    assert (c.verdict, c.note) == ("improvement", "aten::addmm 2 -> 1")
+
+
+def test_nothing_is_compared_where_a_side_has_no_counters() -> None:
+    assert list(exact_comparisons("t", "eager", None, BASE, gate_ops=False)) == []
+    eager = Counters(ops=(("aten::mm", 1),))
+    metrics = [c.metric for c in exact_comparisons("t", "eager", eager, eager, gate_ops=False)]
+    assert metrics == ["aten_ops"]  # no graph counters for an eager variant
+
+
+def test_counters_round_trip_and_a_version_1_file_still_loads(tmp_path: Path) -> None:
+    r = replace(
+        result("t.py::test_m", "eager", 1.0), counters=replace(BASE, break_reasons=((REASON, 1),))
+    )
+    doc = run([r]).to_json()
+    assert doc["schema_version"] == 2
+    assert doc["results"][0]["counters"]["ops"] == {"aten::addmm": 2, "aten::relu": 1}
+    assert Run.from_json(json.loads(json.dumps(doc))).results[0].counters == r.counters
+    old = json.loads(json.dumps(doc))
+    old["schema_version"] = 1
+    del old["results"][0]["counters"]
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(old))
+    assert read_run_file(path).results[0].counters is None
+
+
+def test_counts_are_refused_when_negative_or_not_numbers() -> None:
+    from perfguard.records import RecordError
+
+    with pytest.raises(RecordError):
+        Counters(graph_breaks=-1)
+    with pytest.raises(RecordError):
+        Counters.from_json({"ops": {"aten::mm": -2}})
+    with pytest.raises(RecordError):
+        Counters.from_json({"flops": "many"})
+
+
+def test_the_report_shows_exact_signals_first() -> None:
+    base_r = replace(result("t.py::test_m", "compile-default", 1.0, seed=1), counters=BASE)
+    head_counters = replace(BASE, graphs=2, graph_breaks=1, break_reasons=((REASON, 1),))
+    head_r = replace(result("t.py::test_m", "compile-default", 1.0, seed=2), counters=head_counters)
+    head = run([head_r], commit="b" * 40)
+    compared = replace(head, comparisons=compare_runs(run([base_r]), head))
+    assert compared.has_regression
+    text = render_markdown(compared)
+    assert text.index("### Exact signals") < text.index("Latency is compared")
+    assert "| graph&#95;breaks |" in text or "| graph_breaks |" in text
+    assert "new graph break: Unsupported Tensor.item() call" in text
+
+
+class Branchy(nn.Module):
+    def __init__(self, item: bool) -> None:
+        super().__init__()
+        self.item = item
+        self.linear = nn.Linear(32, 32)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.linear(x)
+        if self.item and y.sum().item() > -1e9:  # a Python branch on a tensor's value
+            y = y + 1
+        return torch.relu(y)
+
+
+@pytest.mark.parametrize("item", [False, True])
+def test_measuring_counts_graph_breaks_with_reasons_and_operators(item: bool) -> None:
+    settings = replace(FAST, warm_compile=False)
+    x = torch.randn(4, 32)
+    r = measure_model(Branchy(item), (x,), "compile-default", settings)
+    assert r.status == "ok", r.error
+    c = r.counters
+    assert c is not None
+    assert c.graph_breaks == (1 if item else 0)
+    assert c.graphs == (2 if item else 1)
+    assert bool(c.break_reasons) == item
+    if item:
+        assert "item()" in c.break_reasons[0][0]
+    assert c.param_bytes == (32 * 32 + 32) * 4 and c.buffer_bytes == 0
+    assert c.flops == 2 * 4 * 32 * 32
+    eager = measure_model(Branchy(item), (x,), "eager", settings).counters
+    assert eager is not None and eager.graphs is None
+    assert dict(eager.ops)["aten::addmm"] == 1
+    assert ("aten::item" in dict(eager.ops)) == item
