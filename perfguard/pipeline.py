@@ -22,7 +22,7 @@ from perfguard.git import (
     git_state,
 )
 from perfguard.health import Health
-from perfguard.records import BaselineRef, Comparison, Run, VariantResult
+from perfguard.records import BaselineRef, Comparison, Run, VariantResult, trace_file_name
 from perfguard.report.outputs import write_reports
 from perfguard.stats.verdicts import (
     Thresholds,
@@ -33,6 +33,7 @@ from perfguard.stats.verdicts import (
     settle_targets,
     withhold_speed_verdicts,
 )
+from perfguard.stats.why import with_why
 from perfguard.store.baselines import BaselineError, BaselineStore, Saved, write_json_atomic
 from perfguard.store.history import load_history, noise_floor, with_trends
 
@@ -60,6 +61,7 @@ class FinishSettings:
     history_length: int = 20  # baselines the noise floor is learned from
     unhealthy: str = "warn"  # "inconclusive": health warnings withhold speed verdicts
     confirm: int = 1  # re-measures a latency verdict must survive (stored mode)
+    traces: Path | None = None  # the Chrome traces' folder: only the regressions' are kept
 
 
 class ConfirmRound(NamedTuple):
@@ -193,6 +195,8 @@ def finish_run(
         error = f"comparison stopped: {exc}"
         run = replace(run, baseline=BaselineRef(None, error))
 
+    if settings.traces is not None and settings.compare != "none" and error is None:
+        keep_regressed_traces(run, settings.traces)
     failures: list[str] = [] if error is None else [error]
     json_path = _write(settings.json, lambda p: write_json_atomic(p, run.to_json()), failures)
 
@@ -209,6 +213,21 @@ def finish_run(
         saved = _save(run, settings, state, store, messages, failures, error is not None)
     error = "; ".join(failures) or None
     return Outcome(run, report_path, json_path, saved, tuple(messages), error)
+
+
+def keep_regressed_traces(run: Run, folder: Path) -> None:
+    """Remove the traces of items that are not latency regressions (a suite's worth of traces
+    is large; the regressions' are what a reviewer opens)."""
+    keep = {
+        trace_file_name(c.test, c.variant, side)
+        for c in run.comparisons
+        if c.verdict == "regression" and c.gating and c.metric.startswith("latency_")
+        for side in ("head", "base")
+    }
+    if folder.is_dir():
+        for path in folder.glob("*.trace.json"):
+            if path.name not in keep:
+                path.unlink(missing_ok=True)
 
 
 def _write(path: Path | None, write: Callable[[Path], None], failures: list[str]) -> Path | None:
@@ -345,6 +364,8 @@ def _compare_stored(
             )
         if history is not None:
             comparisons = with_trends(comparisons, history)
+        if base is not None:
+            comparisons = with_why(comparisons, base.results, run.results)
         run = replace(run, comparisons=comparisons)
     return run
 
@@ -358,6 +379,7 @@ def _compare_same_job(run: Run, base: SameJobBase, settings: FinishSettings) -> 
         results=base.results,
     )
     comparisons = compare_runs(base_run, run, settings.thresholds, paired=True)
+    comparisons = with_why(comparisons, base.results, run.results)
     return replace(
         run,
         baseline=BaselineRef(base.commit, base.reason, dict(base.environment), mode="ab"),

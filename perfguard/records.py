@@ -132,6 +132,12 @@ class DriftCheck:
             raise RecordError(f"bad drift check {dict(data)!r}: {exc}") from exc
 
 
+def trace_file_name(test: str, variant: str, side: str) -> str:
+    """The Chrome trace of a test, variant and side ("head" or "base"): a name of its own."""
+    stem = re.sub(r"[^A-Za-z0-9_.\[\]-]+", "-", f"{test}[{variant}]").strip("-")
+    return f"{stem}.{side}.trace.json"
+
+
 @dataclass(frozen=True)
 class Counters:
     """Exact figures of one variant: they do not vary between runs, so a change is certain.
@@ -314,6 +320,9 @@ class Comparison:
     current_ci: tuple[float, float] | None = None
     # the change seen again by each confirmation re-measure (fresh process, same baseline)
     confirm_change_pct: tuple[float | None, ...] = ()
+    # a latency regression's operators by change in self time: (operator, base µs, head µs)
+    # per call; None on the side where the operator did not appear
+    why: tuple[tuple[str, float | None, float | None], ...] = ()
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
@@ -359,6 +368,7 @@ class Comparison:
                 if self.confirm_change_pct
                 else {}
             ),
+            **({"why": [list(row) for row in self.why]} if self.why else {}),
             **{
                 name: list(getattr(self, name))
                 for name in ("baseline_ci", "current_ci")
@@ -386,9 +396,21 @@ class Comparison:
                 baseline_ci=_pair(data.get("baseline_ci")),
                 current_ci=_pair(data.get("current_ci")),
                 confirm_change_pct=tuple(data.get("confirm_change_pct") or ()),
+                why=tuple(_why_row(row) for row in data.get("why") or ()),
             )
         except KeyError as exc:
             raise RecordError(f"a comparison lacks the key {exc.args[0]!r}") from exc
+
+
+def _why_row(row: Any) -> tuple[str, float | None, float | None]:
+    if not isinstance(row, list | tuple) or len(row) != 3:
+        raise RecordError(f"a comparison's why rows are [operator, base, head], got {row!r}")
+    op, base, head = row
+    return (
+        str(op),
+        _finite_or_none("why", base if base is None else float(base)),
+        _finite_or_none("why", head if head is None else float(head)),
+    )
 
 
 def _check_commit(name: str, value: object) -> None:

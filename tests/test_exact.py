@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from perfguard.measure.runner import measure_model
-from perfguard.records import Counters, Run
+from perfguard.records import Comparison, Counters, Run, VariantResult
 from perfguard.report.markdown import render_markdown
 from perfguard.stats.exact import exact_comparisons
 from perfguard.stats.verdicts import compare_runs
@@ -158,3 +158,44 @@ def test_measuring_counts_graph_breaks_with_reasons_and_operators(item: bool) ->
     assert eager is not None and eager.graphs is None
     assert dict(eager.ops)["aten::addmm"] == 1
     assert ("aten::item" in dict(eager.ops)) == item
+
+
+# --- the why of a regression, and the traces ----------------------------------------------
+
+
+def test_a_regression_shows_the_operators_whose_self_time_grew() -> None:
+    from perfguard.stats.why import explain, with_why
+
+    base = {"aten::addmm": 100.0, "aten::relu": 10.0, "aten::copy_": 5.0}
+    head = {"aten::addmm": 400.0, "aten::relu": 11.0, "aten::mul": 30.0}
+    rows = explain(base, head)
+    assert rows[0] == ("aten::addmm", 100.0, 400.0)
+    assert ("aten::mul", None, 30.0) in rows and ("aten::copy_", 5.0, None) in rows
+
+    def with_profile(r: VariantResult, times: dict[str, float]) -> VariantResult:
+        return replace(r, details={**r.details, "profile": {"calls": 3, "self_us": times}})
+
+    b = with_profile(result("t.py::test_m", "eager", 1.0, seed=1), base)
+    h = with_profile(result("t.py::test_m", "eager", 3.0, seed=2), head)
+    head_run = run([h], commit="b" * 40)
+    compared = compare_runs(run([b]), head_run)
+    explained = with_why(compared, [b], [h])
+    [p50] = [c for c in explained if c.metric == "latency_p50_ms"]
+    assert p50.verdict == "regression" and p50.why[0][0] == "aten::addmm"
+    assert Comparison.from_json(json.loads(json.dumps(p50.to_json()))).why == p50.why
+    unchanged = [c for c in explained if c.verdict != "regression"]
+    assert all(not c.why for c in unchanged)
+    text = render_markdown(replace(head_run, comparisons=explained))
+    assert "**Where the time went:**" in text
+    assert "| aten::addmm | 100.0" in text.replace("&#95;", "_") or "aten::addmm" in text
+
+
+def test_a_variants_profiled_calls_are_written_as_a_chrome_trace(tmp_path: Path) -> None:
+    settings = replace(FAST, warm_compile=False, trace_dir=tmp_path)
+    r = measure_model(Branchy(False), (torch.randn(4, 32),), "eager", settings, test="t.py::test_b")
+    profile = r.details["profile"]
+    assert profile["trace"] == "t.py-test_b[eager].head.trace.json"
+    trace = json.loads((tmp_path / profile["trace"]).read_text())
+    names = {e.get("name") for e in trace["traceEvents"]}
+    assert "aten::addmm" in names
+    assert profile["self_us"]["aten::addmm"] > 0

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from perfguard.records import (
+    SCHEMA_VERSION,
     BaselineRef,
     Comparison,
     Metrics,
@@ -44,7 +45,7 @@ def test_run_round_trips_through_json() -> None:
         ),
     )
     doc = json.loads(json.dumps(run.to_json()))
-    assert doc["schema_version"] == 1
+    assert doc["schema_version"] == SCHEMA_VERSION == 2
     assert set(doc["results"][0]) >= {"test", "variant", "status", "error", "metrics", "samples_ms"}
     assert set(doc["comparisons"][0]) >= {
         "test",
@@ -85,7 +86,7 @@ def test_wrong_documents_are_record_errors() -> None:
     with pytest.raises(RecordError, match="schema_version"):
         Run.from_json({"schema_version": 99})
     with pytest.raises(RecordError, match="machine"):
-        Run.from_json({"schema_version": 1, "results": []})
+        Run.from_json({"schema_version": SCHEMA_VERSION, "results": []})
     with pytest.raises(RecordError, match="not a JSON object"):
         Run.from_json([1, 2])
 

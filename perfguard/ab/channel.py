@@ -16,6 +16,7 @@ from typing import Any
 ENV_ADDRESS = "PERFGUARD_AB_ADDRESS"
 ENV_KEY = "PERFGUARD_AB_KEY"
 ENV_SIDE = "PERFGUARD_AB_SIDE"
+ENV_TRACES = "PERFGUARD_TRACES"  # where every process of a session writes its Chrome traces
 ENV_ITEMS = "PERFGUARD_AB_ITEMS"  # file: the node ids to run, in the driver's order
 
 Message = dict[str, Any]

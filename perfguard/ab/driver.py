@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import perfguard
-from perfguard.ab.channel import ENV_ITEMS, ENV_SIDE, Message, open_listener
+from perfguard.ab.channel import ENV_ITEMS, ENV_SIDE, ENV_TRACES, Message, open_listener
 from perfguard.records import VariantResult
 
 CONNECT_TIMEOUT_S = 300.0  # importing torch and collecting on a cold runner can be slow
@@ -67,6 +67,7 @@ class Side:
     conn: Connection | None = None
     collected: set[str] = field(default_factory=set)
     repeats: int = 0  # blocks the worker's settings ask for, learnt from its `ready`
+    traces: Path | None = None  # where the worker writes its Chrome traces
 
     @property
     def alive(self) -> bool:
@@ -88,6 +89,7 @@ class Side:
             ENV_SIDE: self.name,
             ENV_ITEMS: str(listing),
             "PYTHONPATH": os.pathsep.join(paths),
+            **({ENV_TRACES: str(self.traces)} if self.traces is not None else {}),
         }
         files = sorted({i.split("::")[0] for i in items if (top / i.split("::")[0]).exists()})
         where = str(Path(perfguard.__file__).resolve().parent.parent)
@@ -246,8 +248,10 @@ class Driver:
         worker_args: Callable[[Path], Sequence[str]],
         *,
         seed: int = 0,
+        traces: Path | None = None,
     ) -> None:
-        """`worker_args(rootdir)`: the pytest arguments of a worker in that tree."""
+        """`worker_args(rootdir)`: the pytest arguments of a worker in that tree; `traces`:
+        where both workers write their Chrome traces (beside the session's report)."""
         self._logs = Path(tempfile.mkdtemp(prefix="perfguard-ab-logs-"))
         self.a = Side(
             "A", base_label, base_rootdir, worker_args(base_rootdir), self._logs / "base.log"
@@ -257,6 +261,7 @@ class Driver:
         )
         self.seed = seed
         self.crashed = False
+        self.a.traces = self.b.traces = traces
 
     def measure(
         self, nodeid: str, remaining: Sequence[str], progress: Progress

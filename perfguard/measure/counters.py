@@ -10,12 +10,15 @@
 - parameter and buffer bytes of the module as measured;
 - on CUDA, the kernels and the CUDA graphs one call launches, from the profiler's runtime
   events.
+The same profiled calls give each operator's self time per call (a result's `profile`, which
+says where a regression's time went) and, when asked, their Chrome trace.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -42,10 +45,17 @@ def dynamo_graphs() -> int:
     return int(counters["stats"]["unique_graphs"])
 
 
+PROFILE_TOP = 30  # operators kept in a result's profile summary, by self time
+
+
 def profile_counts(
-    call: Callable[[], Any], device: torch.device, calls: int = CALLS
+    call: Callable[[], Any],
+    device: torch.device,
+    calls: int = CALLS,
+    trace: Path | None = None,
 ) -> dict[str, Any]:
-    """Per call: ATen operators by name, and on CUDA kernel and graph launches."""
+    """Per call: ATen operators by name, their self time, and on CUDA kernel and graph
+    launches. `trace`: also write the Chrome trace of these calls there."""
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU]
@@ -58,10 +68,25 @@ def profile_counts(
             torch.cuda.synchronize(device)
     names: Counter[str] = Counter(e.name for e in prof.events())
     ops = {name: n // calls for name, n in names.items() if name.startswith("aten::")}
-    out: dict[str, Any] = {"ops": {k: v for k, v in ops.items() if v > 0}}
+    self_us: dict[str, float] = {}
+    for avg in prof.key_averages():
+        own = float(avg.self_cpu_time_total)
+        if device.type == "cuda":
+            own += float(getattr(avg, "self_device_time_total", 0.0) or 0.0)
+        if own > 0:
+            self_us[str(avg.key)] = own / calls
+    top = dict(sorted(self_us.items(), key=lambda kv: -kv[1])[:PROFILE_TOP])
+    out: dict[str, Any] = {
+        "ops": {k: v for k, v in ops.items() if v > 0},
+        "profile": {"calls": calls, "self_us": {k: round(v, 3) for k, v in top.items()}},
+    }
     if device.type == "cuda":
         out["kernel_launches"] = sum(names[n] for n in KERNEL_LAUNCHES) // calls
         out["cudagraph_launches"] = sum(names[n] for n in GRAPH_LAUNCHES) // calls
+    if trace is not None:
+        trace.parent.mkdir(parents=True, exist_ok=True)
+        prof.export_chrome_trace(str(trace))
+        out["profile"]["trace"] = trace.name
     return out
 
 
@@ -93,14 +118,16 @@ def count(
     eager_call: Callable[[], Any] | None,
     device: torch.device,
     compiled: Mapping[str, Any] | None = None,
-) -> Counters:
-    """The counters of a built variant: `call` as timed, `module` and `eager_call` uncompiled.
+    trace: Path | None = None,
+) -> tuple[Counters, dict[str, Any]]:
+    """The counters of a built variant, and its profile summary (self time per operator,
+    the trace's file name): `call` as timed, `module` and `eager_call` uncompiled.
     `compiled`: dynamo's figures the runner read (graphs, graph_breaks, break_reasons,
     recompiles), for a compiled variant."""
-    profiled = profile_counts(call, device)
+    profiled = profile_counts(call, device, trace=trace)
     parameters = list(module.parameters()) if module is not None else []
     buffers = list(module.buffers()) if module is not None else []
-    return Counters(
+    counters = Counters(
         **dict(compiled or {}),
         ops=tuple(profiled["ops"].items()),
         flops=flops_of(eager_call) if eager_call is not None else None,
@@ -109,3 +136,4 @@ def count(
         kernel_launches=profiled.get("kernel_launches"),
         cudagraph_launches=profiled.get("cudagraph_launches"),
     )
+    return counters, profiled["profile"]

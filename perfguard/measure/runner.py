@@ -7,6 +7,7 @@ import gc
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,7 +27,7 @@ from perfguard.measure.isolation import (
 )
 from perfguard.measure.memory import probe_for
 from perfguard.measure.sampling import Progress, Sampler, SamplingSettings, sample
-from perfguard.records import DriftCheck, Metrics, VariantResult
+from perfguard.records import DriftCheck, Metrics, VariantResult, trace_file_name
 from perfguard.stats.summary import summarize, tail_is_reliable
 from perfguard.variants.base import Built, VariantUnavailableError, first_line
 from perfguard.variants.registry import build_variant
@@ -44,6 +45,8 @@ class MeasureSettings:
     memory_calls: int = 3
     warm_compile: bool = True  # also time a second compile from the now-warm cache
     flush_l2: bool = False  # CUDA: evict L2 before each timed call (cold-cache latency)
+    trace_dir: Path | None = None  # write each variant's profiled calls as a Chrome trace
+    trace_side: str = "head"  # in the trace's name: "head", or "base" for the base commit
 
 
 def resolve_device(name: str) -> torch.device:
@@ -206,11 +209,15 @@ def _measure(
         progress("drift")
         out = drift.flatten_outputs(built.outputs(call))
         progress("exact counters")
-        counted = counters.count(
+        trace = None
+        if settings.trace_dir is not None:
+            trace = settings.trace_dir / trace_file_name(label, spec.name, settings.trace_side)
+        counted, profile = counters.count(
             call,
             built.module,
             built.eager_call,
             device,
+            trace=trace,
             compiled=None
             if not built.compiled
             else {
@@ -264,6 +271,7 @@ def _measure(
             name for name, q in (("p95", 0.95), ("p99", 0.99)) if not tail_is_reliable(summary.n, q)
         ],
         "notes": list(built.notes),
+        "profile": profile,
     }
     if reference.fp64_note:
         details["notes"].append(reference.fp64_note)

@@ -16,7 +16,7 @@ import pytest
 from perfguard import PerfguardWarning
 from perfguard.pytest_plugin import same_job
 from perfguard.pytest_plugin.benchmark_bridge import result_from_benchmark
-from perfguard.pytest_plugin.fixture import PerfguardFixture, SessionState
+from perfguard.pytest_plugin.fixture import PerfguardFixture, SessionState, trace_dir
 from perfguard.pytest_plugin.marker import MarkerSettings, read_marker
 from perfguard.pytest_plugin.options import Options, add_options, resolve
 from perfguard.pytest_plugin.progress import ProgressWriter
@@ -319,6 +319,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         json=o.json,
         unhealthy=o.unhealthy,
         confirm=o.confirm,
+        traces=trace_dir(o),
         thresholds=Thresholds(
             min_change_pct=o.min_change_pct,
             ab_min_change_pct=o.ab_min_change_pct,

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from perfguard.ab.channel import ENV_SIDE, ENV_TRACES
 from perfguard.pytest_plugin.marker import MarkerSettings
 from perfguard.pytest_plugin.options import Options
 from perfguard.pytest_plugin.progress import ProgressWriter
@@ -23,6 +26,13 @@ if TYPE_CHECKING:
 
 RUN_OPTIONS = ("budget_s", "repeats", "drift_tolerance", "device", "threads")
 REFERENCE_CACHE = 8
+
+
+def trace_dir(options: Options) -> Path:
+    """Where this session's Chrome traces go: beside the report, or where the session that
+    started this process (A/B driver, confirmation) asked."""
+    given = os.environ.get(ENV_TRACES)
+    return Path(given) if given else options.report.parent / "traces"
 
 
 @dataclass
@@ -116,6 +126,8 @@ class PerfguardFixture:
             threads=merged["threads"],
             drift_tolerance=merged["drift_tolerance"],
             flush_l2=o.flush_l2,
+            trace_dir=trace_dir(o),
+            trace_side="base" if os.environ.get(ENV_SIDE) == "A" else "head",
         )
         progress = self._state.progress
         progress.start(self._nodeid)

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from perfguard.ab.driver import Driver, SideOutcome
     from perfguard.ab.worker import WorkerLink
     from perfguard.ab.worktree import Worktree
-    from perfguard.pytest_plugin.fixture import SessionState
+    from perfguard.pytest_plugin.fixture import SessionState, trace_dir
     from perfguard.pytest_plugin.options import Options
 
 
@@ -101,6 +101,7 @@ def start(root: Path, options: Options, items: list[str]) -> AbSession:
         root,
         lambda rootdir: worker_args(options, rootdir),
         seed=options.seed,
+        traces=trace_dir(options),
     )
     session = AbSession(driver, worktree, commit, reason, items)
     if threading.current_thread() is threading.main_thread():

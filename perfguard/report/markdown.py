@@ -169,6 +169,19 @@ def _left_out(detail: Detail, context: dict[str, Any]) -> list[str]:
     return out
 
 
+def _trace_files(run: Run) -> dict[tuple[str, str], list[str]]:
+    """(test, variant) -> the Chrome traces written for it, head side first, relative to the
+    report (they sit in `traces/` beside it)."""
+    found: dict[tuple[str, str], list[str]] = {}
+    for results in (run.results, run.baseline_results):
+        for r in results:
+            profile = r.details.get("profile")
+            name = profile.get("trace") if isinstance(profile, dict) else None
+            if isinstance(name, str) and name:
+                found.setdefault(r.key, []).append(f"traces/{name}")
+    return found
+
+
 def render_markdown(
     run: Run,
     thresholds: Thresholds | None = None,
@@ -196,6 +209,7 @@ def render_markdown(
         "headline": headline(run),
         "counts_line": f"Comparisons: {counts_line}." if counts_line else "No comparisons.",
         "exact": exact,
+        "traces": _trace_files(run),
         "all_regressions": regressions,
         "all_improvements": improvements,
         "all_failures": [r for r in run.results if r.status != "ok"],
