@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from perfguard.ab.driver import Driver, SideOutcome
     from perfguard.ab.worker import WorkerLink
     from perfguard.ab.worktree import Worktree
-    from perfguard.pytest_plugin.fixture import SessionState, trace_dir
+    from perfguard.pytest_plugin.fixture import SessionState
     from perfguard.pytest_plugin.options import Options
 
 
@@ -73,6 +73,7 @@ def start(root: Path, options: Options, items: list[str]) -> AbSession:
     from perfguard.ab.driver import Driver
     from perfguard.ab.worktree import Worktree
     from perfguard.git import GitError, ab_reference, resolve
+    from perfguard.pytest_plugin.fixture import trace_dir
     from perfguard.store.baselines import BaselineStore
 
     ref = options.ab or "auto"
