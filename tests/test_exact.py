@@ -199,3 +199,19 @@ def test_a_variants_profiled_calls_are_written_as_a_chrome_trace(tmp_path: Path)
     names = {e.get("name") for e in trace["traceEvents"]}
     assert "aten::addmm" in names
     assert profile["self_us"]["aten::addmm"] > 0
+
+
+def test_a_counter_that_fails_leaves_the_measurement_standing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from perfguard.measure import counters
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("profiler unavailable here")
+
+    monkeypatch.setattr(counters, "count", broken)
+    r = measure_model(
+        Branchy(False), (torch.randn(4, 32),), "eager", replace(FAST, warm_compile=False)
+    )
+    assert r.status == "ok" and r.counters is None
+    assert "exact counters not counted: profiler unavailable here" in r.details["notes"]

@@ -27,7 +27,7 @@ from perfguard.measure.isolation import (
 )
 from perfguard.measure.memory import probe_for
 from perfguard.measure.sampling import Progress, Sampler, SamplingSettings, sample
-from perfguard.records import DriftCheck, Metrics, VariantResult, trace_file_name
+from perfguard.records import Counters, DriftCheck, Metrics, VariantResult, trace_file_name
 from perfguard.stats.summary import summarize, tail_is_reliable
 from perfguard.variants.base import Built, VariantUnavailableError, first_line
 from perfguard.variants.registry import build_variant
@@ -101,6 +101,34 @@ def _compile(
         info.warm_s = _timed_first_call(call, device)
     info.frames_before_sampling = dynamo_counts()[2]
     return call, info
+
+
+def _count(
+    built: Built,
+    call: Callable[[], Any],
+    device: torch.device,
+    label: str,
+    spec: VariantSpec,
+    settings: MeasureSettings,
+    dynamo: Mapping[str, Any],
+) -> tuple[Counters | None, dict[str, Any], str | None]:
+    """The exact counters and the profile summary; counting never fails the measurement
+    (the timings stand without it): a failure is the third value, for a note."""
+    trace = None
+    if settings.trace_dir is not None:
+        trace = settings.trace_dir / trace_file_name(label, spec.name, settings.trace_side)
+    try:
+        counted, profile = counters.count(
+            call,
+            built.module,
+            built.eager_call,
+            device,
+            trace=trace,
+            compiled=dynamo if built.compiled else None,
+        )
+    except Exception as exc:  # the profiler or a counter that cannot follow this variant
+        return None, {}, f"exact counters not counted: {first_line(exc)}"
+    return counted, profile, None
 
 
 def measure_model(
@@ -209,18 +237,14 @@ def _measure(
         progress("drift")
         out = drift.flatten_outputs(built.outputs(call))
         progress("exact counters")
-        trace = None
-        if settings.trace_dir is not None:
-            trace = settings.trace_dir / trace_file_name(label, spec.name, settings.trace_side)
-        counted, profile = counters.count(
+        counted, profile, counting_failed = _count(
+            built,
             call,
-            built.module,
-            built.eager_call,
             device,
-            trace=trace,
-            compiled=None
-            if not built.compiled
-            else {
+            label,
+            spec,
+            settings,
+            {
                 "graphs": compiled.graphs,
                 "graph_breaks": compiled.graph_breaks,
                 "break_reasons": compiled.break_reasons,
@@ -273,6 +297,8 @@ def _measure(
         "notes": list(built.notes),
         "profile": profile,
     }
+    if counting_failed:
+        details["notes"].append(counting_failed)
     if reference.fp64_note:
         details["notes"].append(reference.fp64_note)
     if settings.flush_l2 and not clock.name.endswith("l2_flush"):
