@@ -98,6 +98,6 @@ def exact_comparisons(
         )
         yield replace(c, verdict=verdict)
     if base.flops is not None and head.flops is not None:
-        yield _comparison(
-            test, variant, "flops", base.flops, head.flops, gate_ops, "torch.utils.flop_counter"
-        )
+        change = _pct(base.flops, head.flops)
+        note = "FLOPs of one call" + (f", {change:+.1f}%" if change else "")
+        yield _comparison(test, variant, "flops", base.flops, head.flops, gate_ops, note)
