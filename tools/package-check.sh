@@ -13,9 +13,12 @@ trap 'rm -rf "$work"' EXIT
 "$PY" -m build --quiet --outdir "$work/dist" . >/dev/null
 "$PY" -m twine check --strict "$work"/dist/*
 wheel=$(ls "$work"/dist/*.whl)
-unzip -l "$wheel" | grep -q "perfguard/init/templates/perfguard.yml.j2"
-unzip -l "$wheel" | grep -q "perfguard/report/templates/report.md.j2"
-unzip -l "$wheel" | grep -q "perfguard/history/templates/page.html.j2"
+# listed once: `unzip | grep -q` under pipefail fails with SIGPIPE when grep stops reading early
+listing=$(unzip -l "$wheel")
+for template in init/templates/perfguard.yml.j2 report/templates/report.md.j2 \
+  history/templates/page.html.j2; do
+  grep -q "perfguard/$template" <<<"$listing" || { echo "package-check: $template is not in the wheel"; exit 1; }
+done
 
 python3 -m venv "$work/venv"
 "$work/venv/bin/pip" install --quiet --upgrade pip
@@ -35,13 +38,13 @@ run() { "$work/venv/bin/python" -m pytest tests/perf --perfguard --perfguard-bud
 out=$(run) || { echo "$out"; exit 1; }
 echo "$out" | tail -n 12
 test -f reports/perfguard.md
-echo "$out" | grep -q 'SKIPPED.*onnxruntime needs the package .*pip install "perfguard\[onnx\]"' \
+grep -q 'SKIPPED.*onnxruntime needs the package .*pip install "perfguard\[onnx\]"' <<<"$out" \
   || { echo "package-check: the onnxruntime variant did not skip with its install line"; exit 1; }
 echo "package-check: from 'pip install <wheel>' to the first report: $(( $(date +%s) - started )) s"
 
 "$work/venv/bin/pip" install --quiet "$wheel[onnx]"
 out=$(run) || { echo "$out"; exit 1; }
-echo "$out" | grep -q "2 passed" || { echo "$out"; echo "package-check: onnxruntime did not run with the extra"; exit 1; }
+grep -q "2 passed" <<<"$out" || { echo "$out"; echo "package-check: onnxruntime did not run with the extra"; exit 1; }
 
 # main's history job installs perfguard without torch: history and the site must run there
 run --perfguard-save >/dev/null
