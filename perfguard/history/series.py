@@ -73,33 +73,31 @@ def load_folder(directory: Path) -> list[Run]:
 def load_branch(root: Path, ref: str) -> list[Run]:
     """Every baseline file on git revision `ref` (e.g. `origin/perfguard-baselines`).
 
-    The files are read as git objects; they are validated like `baselines pull` does, and one
-    that is not a baseline of its own path is an error naming it.
+    The files are read as git objects, through the plumbing `baselines pull` uses, and
+    validated as it does; one that is not a baseline of its own path is an error naming it.
     """
-    from perfguard.store.sync import baseline_content_problem, baseline_path_problem
+    from perfguard.store.sync import (
+        SyncError,
+        _git_bytes,
+        _remote_files,
+        baseline_content_problem,
+        baseline_path_problem,
+    )
 
-    listing = _git(root, "ls-tree", "-r", "-z", ref)
     runs = []
-    for entry in listing.decode("utf-8", "replace").split("\0"):
-        if not entry:
-            continue
-        meta, path = entry.split("\t", 1)
-        if baseline_path_problem(path) is not None:
-            continue  # a README or other file on the branch
-        content = _git(root, "cat-file", "blob", meta.split()[2])
-        run, problem = baseline_content_problem(path, content)
-        if run is None:
-            raise BaselineError(f"{ref}:{path}: {problem}")
-        runs.append(run)
+    try:
+        for path, blob in sorted(_remote_files(root, ref).items()):
+            if baseline_path_problem(path) is not None:
+                continue  # a README or other file on the branch
+            run, problem = baseline_content_problem(
+                path, _git_bytes(root, "cat-file", "blob", blob)
+            )
+            if run is None:
+                raise BaselineError(f"{ref}:{path}: {problem}")
+            runs.append(run)
+    except (SyncError, subprocess.CalledProcessError) as exc:
+        raise BaselineError(f"{ref}: {exc}") from None
     return runs
-
-
-def _git(root: Path, *args: str) -> bytes:
-    done = subprocess.run(["git", *args], cwd=root, capture_output=True)
-    if done.returncode != 0:
-        said = done.stderr.decode("utf-8", "replace").strip().splitlines()
-        raise BaselineError(f"git {' '.join(args[:2])}: {said[-1] if said else done.returncode}")
-    return done.stdout
 
 
 def main_line(root: Path | None, main_branch: str) -> list[str] | None:
@@ -135,21 +133,13 @@ def order_runs(runs: Iterable[Run], line: Sequence[str] | None, main_branch: str
 
 
 def _band(result: VariantResult, metric: str) -> tuple[float | None, float | None]:
+    from perfguard.stats.verdicts import block_percentiles
+
     percentile = BAND_PERCENTILE.get(metric)
-    blocks = [b for b in result.blocks() if b] if percentile is not None else []
-    if len(blocks) < 2:
+    per_block = block_percentiles(result, percentile) if percentile is not None else []
+    if len(per_block) < 2:
         return None, None
-    per_block = [_percentile(sorted(b), percentile or 50.0) for b in blocks]
     return min(per_block), max(per_block)
-
-
-def _percentile(ordered: Sequence[float], q: float) -> float:
-    if len(ordered) == 1:
-        return ordered[0]
-    at = (len(ordered) - 1) * q / 100.0
-    low = int(at)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (at - low)
 
 
 def build_series(ordered: Ordered, metrics: Sequence[str] = SERIES_METRICS) -> list[Series]:

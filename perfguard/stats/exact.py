@@ -62,17 +62,17 @@ def op_changes(base: Counters, head: Counters) -> list[tuple[str, int]]:
     return sorted(((op, d) for op, d in changed if d), key=lambda x: (-abs(x[1]), x[0]))
 
 
-def _ops_note(base: Counters, head: Counters) -> str:
-    before, after = dict(base.ops), dict(head.ops)
+def _ops_note(base: Counters, changes: list[tuple[str, int]]) -> str:
+    before = dict(base.ops)
     parts = []
-    for op, delta in op_changes(base, head)[:NAMED]:
+    for op, delta in changes[:NAMED]:
         if op not in before:
             parts.append(f"added {op} (x{delta})")
-        elif op not in after:
+        elif before[op] + delta == 0:
             parts.append(f"gone {op} (x{-delta})")
         else:
-            parts.append(f"{op} {before[op]} -> {after[op]}")
-    more = len(op_changes(base, head)) - NAMED
+            parts.append(f"{op} {before[op]} -> {before[op] + delta}")
+    more = len(changes) - NAMED
     return "; ".join(parts) + (f"; and {more} more" if more > 0 else "") or "same operators"
 
 
@@ -88,9 +88,16 @@ def exact_comparisons(
             note = _reasons_note(base, head) if metric == "graph_breaks" else "exact count"
             yield _comparison(test, variant, metric, b, h, True, note)
     if base.op_total is not None and head.op_total is not None:
-        deltas = [d for _, d in op_changes(base, head)]
+        changes = op_changes(base, head)
+        deltas = [d for _, d in changes]
         c = _comparison(
-            test, variant, "aten_ops", base.op_total, head.op_total, gate_ops, _ops_note(base, head)
+            test,
+            variant,
+            "aten_ops",
+            base.op_total,
+            head.op_total,
+            gate_ops,
+            _ops_note(base, changes),
         )
         # any operator called more often is more work, whatever the total says
         verdict: Verdict = (
