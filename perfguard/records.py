@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
-SCHEMA_VERSION = 2  # the history is in perfguard/store/schema.py
+SCHEMA_VERSION = 3  # the history is in perfguard/store/schema.py
 SHA = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
 """A full git commit id (SHA-1, or SHA-256 in a repository that uses it)."""
 
@@ -156,6 +156,9 @@ class Counters:
     buffer_bytes: int | None = None
     kernel_launches: int | None = None  # CUDA kernels one call launches
     cudagraph_launches: int | None = None  # CUDA graphs one call replays
+    # instructions under callgrind (--perfguard-instructions), each in a process of its own
+    compile_instructions: int | None = None  # the cold compile of a compiled variant
+    forward_instructions: int | None = None  # one warm call
 
     def __post_init__(self) -> None:
         for f in fields(self):

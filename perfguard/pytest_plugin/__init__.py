@@ -6,6 +6,7 @@ torch and the measuring library load only when a perf item runs with `--perfguar
 
 from __future__ import annotations
 
+import contextlib
 import random
 import warnings
 from pathlib import Path
@@ -20,14 +21,15 @@ from perfguard.pytest_plugin.fixture import PerfguardFixture, SessionState, trac
 from perfguard.pytest_plugin.marker import MarkerSettings, read_marker
 from perfguard.pytest_plugin.options import Options, add_options, resolve
 from perfguard.pytest_plugin.progress import ProgressWriter
+from perfguard.records import VariantResult
 from perfguard.variants.spec import DEFAULT_VARIANTS
 
 VARIANT_PARAM = "_perfguard_variant"
 SKIP_REASON = "perf test: measured only with --perfguard (run `pytest --perfguard`)"
 MARKER_HELP = (
     "perfguard(variants=[...], min_change_pct=, ab_min_change_pct=, alpha=, gate_p99=, gate_ops=, "
-    "memory_tolerance_pct=, compile_ratio=, budget_s=, repeats=, drift_tolerance=, device=, "
-    "threads=): "
+    "instructions_pct=, memory_tolerance_pct=, compile_ratio=, budget_s=, repeats=, "
+    "drift_tolerance=, device=, threads=): "
     "per-test perfguard settings"
 )
 
@@ -67,6 +69,14 @@ def pytest_configure(config: pytest.Config) -> None:
         if refusal:
             raise pytest.UsageError(refusal)
     state = SessionState(options, ProgressWriter(config, options.progress))
+    from perfguard.measure.callgrind import CallgrindError, build_shim, regions_from_env
+
+    state.counting = regions_from_env()
+    if options.enabled and options.instructions and state.counting is None:
+        try:  # asked for and impossible here: say so before anything is measured
+            build_shim()
+        except CallgrindError as exc:
+            raise pytest.UsageError(f"--perfguard-instructions: {exc}") from None
     if options.worker:
         from perfguard.ab.worker import WorkerLink
 
@@ -255,6 +265,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     state = session.config.stash.get(state_key, None)
     if state is None or not state.options.enabled or not session.items or state.worker:
         return
+    if state.counting is not None:
+        return
     perf_items = [i.nodeid for i in session.items if _variant_of(i) is not None]
     from perfguard.health import EXCLUSIVE_ADVICE, EXCLUSIVE_PROCESS, Monitor, compute_mode
 
@@ -285,18 +297,31 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if state.worker is not None:
         state.worker.close()
         return
+    if state.counting is not None:
+        return  # counted under callgrind for a measuring session: it keeps the figures
     from perfguard.pipeline import FinishSettings, SameJobBase, finish_run
 
+    interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
+    counting = bool(state.options.instructions) and not interrupted
     same = None
     if state.ab is not None:
+        ab = state.ab
+
+        def count_base() -> None:  # in the base's worktree, before it is removed
+            ab.base_results = _count_instructions(
+                config, state, ab.worktree.rootdir, ab.base_results, " (base side)"
+            )
+
         # before the monitor stops: the workers' CPU time is then ours
-        state.ab.close(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
+        ab.close(interrupted=interrupted, before_removal=count_base if counting else None)
         same = SameJobBase(
             state.ab.commit,
             state.ab.reason,
             tuple(state.ab.base_results),
             state.ab.base_environment or {},
         )
+    if counting:
+        state.results = _count_instructions(config, state, Path(config.rootpath), state.results)
     from perfguard.stats.verdicts import Thresholds
 
     o = state.options
@@ -360,6 +385,30 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         and session.exitstatus == pytest.ExitCode.OK
     ):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _count_instructions(
+    config: pytest.Config,
+    state: SessionState,
+    root: Path,
+    results: list[VariantResult],
+    side: str = "",
+) -> list[VariantResult]:
+    """`results` with callgrind's instruction counts (`--perfguard-instructions`)."""
+    from perfguard.pytest_plugin.confirm import plugin_args
+    from perfguard.pytest_plugin.instructions import count_instructions
+
+    extra: list[str] = []
+    if config.inipath is not None:  # the same ini file, at its place in `root`'s tree
+        ini = Path(config.inipath)
+        with contextlib.suppress(ValueError):
+            ini = root / ini.relative_to(Path(config.rootpath))
+        extra += ["-c", str(ini)]
+    extra += plugin_args(config.invocation_params.args)
+    # (a base-side result has its head's key, and the same node id in the base's tree)
+    return count_instructions(
+        root, state.options, extra, results, state.nodeids, state.progress.note, side=side
+    )
 
 
 def _why_not_saved(state: SessionState, exitstatus: int) -> str | None:

@@ -21,6 +21,7 @@ from perfguard.records import VariantResult
 if TYPE_CHECKING:
     from perfguard.ab.worker import WorkerLink
     from perfguard.health import Monitor
+    from perfguard.measure.callgrind import Regions
     from perfguard.measure.drift import Reference
     from perfguard.pytest_plugin.same_job import AbSession
 
@@ -53,6 +54,8 @@ class SessionState:
     measured_at: dict[str, float] = field(default_factory=dict)  # item -> time.monotonic()
     collection_errors: int = 0  # a session with any must not be saved as a baseline
     exclusive_gpu: bool = False  # EXCLUSIVE_PROCESS compute mode: no second process on the GPU
+    # this process runs under callgrind to count these regions (--perfguard-instructions)
+    counting: tuple[tuple[str, ...], Regions] | None = None
 
     def record(self, result: VariantResult, nodeid: str) -> None:
         self.results = [r for r in self.results if r.key != result.key]
@@ -129,6 +132,8 @@ class PerfguardFixture:
             trace_dir=trace_dir(o),
             trace_side="base" if os.environ.get(ENV_SIDE) == "A" else "head",
         )
+        if self._state.counting is not None:
+            self._count(model, example_inputs, settings, kwargs)
         progress = self._state.progress
         progress.start(self._nodeid)
         reference = None
@@ -185,3 +190,21 @@ class PerfguardFixture:
                 pytrace=False,
             )
         return result
+
+    def _count(
+        self,
+        model: Any,
+        example_inputs: Any,
+        settings: Any,
+        kwargs: Mapping[str, Any] | None,
+    ) -> None:
+        """Under callgrind: run the counted regions instead of measuring, then end the item."""
+        from perfguard.measure.instructions import count_regions
+
+        assert self._state.counting is not None
+        modes, regions = self._state.counting
+        try:
+            count_regions(model, example_inputs, self.variant, settings, modes, regions, kwargs)
+        except Exception as exc:  # the parent reads this line from pytest's summary
+            pytest.fail(f"{self.variant}: {type(exc).__name__}: {exc}", pytrace=False)
+        pytest.skip("instructions counted under callgrind")

@@ -19,6 +19,7 @@ KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     "alpha": ((float,), "a significance level between 0 and 1"),
     "gate_p99": ((bool,), "True or False"),
     "gate_ops": ((bool,), "True or False (operator-count and FLOP changes gate)"),
+    "instructions_pct": ((int, float), "a number of percent (callgrind instruction counts)"),
     "memory_tolerance_pct": ((int, float), "a number of percent"),
     "compile_ratio": ((int, float), "a ratio above 1"),
     "budget_s": ((int, float), "seconds of sampling"),
@@ -33,6 +34,7 @@ THRESHOLD_KEYS = (
     "alpha",
     "gate_p99",
     "gate_ops",
+    "instructions_pct",
     "memory_tolerance_pct",
     "compile_ratio",
 )

@@ -57,6 +57,10 @@ HELP = {
     "minimum change without a verdict are measured too, and take the paired verdict",
     "confirm_gap": "seconds at least between measuring an item and re-measuring it in a "
     "fresh process (default 60): a passing slowdown of the host must not hit both",
+    "instructions": "also count instructions under valgrind's callgrind, each item in a "
+    "process of its own (slow: about a minute per item): 'compile' (the cold compile of "
+    "compiled variants) or 'compile,forward' (and one warm call of every variant); a change "
+    "past instructions_pct (1.5%) is a verdict",
     "unhealthy": "when runner health checks warn (busy GPU or CPU, clocks not locked, "
     "throttling): 'warn' (default) notes it in the report; 'inconclusive' also withholds "
     "speed verdicts",
@@ -100,6 +104,7 @@ OPTIONS: tuple[_Opt, ...] = (
     _Opt("ab", "--perfguard-ab", "str", None, "REF"),
     _Opt("confirm", "--perfguard-confirm", "str", "1", "N"),
     _Opt("confirm_gap", "--perfguard-confirm-gap", "str", "60", "SECONDS"),
+    _Opt("instructions", "--perfguard-instructions", "str", None, "compile[,forward]"),
 )
 
 
@@ -167,6 +172,7 @@ class Options:
     confirm_gap_s: float = 60.0  # least time between an item's measurement and its re-measure
     save_replace: bool = False  # replace HEAD's stored baseline whole, not update it
     flush_l2: bool = False  # CUDA: evict L2 before each timed call
+    instructions: tuple[str, ...] = ()  # callgrind regions to count: compile, forward
 
     def measuring_args(self, rootdir: Path, repeats: int, ab: str | None = None) -> list[str]:
         """The pytest command line of a child session that measures as this one does
@@ -209,6 +215,18 @@ def _shard(config: pytest.Config, opt: _Opt) -> tuple[int, int] | None:
     if not sep or not 1 <= shard[0] <= shard[1]:
         raise pytest.UsageError(f"{source}: expected K/N with 1 <= K <= N, got {value!r}")
     return shard
+
+
+def _instructions(config: pytest.Config, opt: _Opt) -> tuple[str, ...]:
+    from perfguard.measure.callgrind import parse_modes
+
+    value, source = _raw(config, opt)
+    if not value:
+        return ()
+    try:
+        return parse_modes(str(value))
+    except ValueError as exc:
+        raise pytest.UsageError(f"{source}: {exc}") from None
 
 
 def _raw(config: pytest.Config, opt: _Opt) -> tuple[Any, str]:
@@ -303,4 +321,5 @@ def resolve(config: pytest.Config) -> Options:
         confirm_gap_s=_number(config, by_name["confirm_gap"], float, 0.0),
         save_replace=bool(_raw(config, by_name["save_replace"])[0]),
         flush_l2=bool(_raw(config, by_name["flush_l2"])[0]),
+        instructions=_instructions(config, by_name["instructions"]),
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,9 +45,14 @@ class AbSession:
     base_environment: dict[str, Any] | None = None
     previous_sigterm: Any = None  # the SIGTERM handler before this session's
 
-    def close(self, *, interrupted: bool = False) -> None:
+    def close(
+        self, *, interrupted: bool = False, before_removal: Callable[[], None] | None = None
+    ) -> None:
+        """Stop the workers and remove the worktree (`before_removal` runs between)."""
         try:
             self.driver.close(at_once=interrupted)
+            if before_removal is not None:
+                before_removal()
             self.worktree.remove()
         finally:
             if self.previous_sigterm is not None:

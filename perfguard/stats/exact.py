@@ -5,6 +5,10 @@ a structural change of a compiled model (a split graph, a recompile per call). A
 ATen operators one call dispatches, or in its FLOPs, is reported with what changed (operators
 added or gone, by name); it gates only where the test asks (`gate_ops=True` in its marker),
 since a refactor may legitimately change them. Fewer of anything is an `improvement`.
+
+Instruction counts under callgrind (`compile_instructions`, `forward_instructions`) repeat to
+a fraction of a percent, not exactly: a change past `instructions_pct` (1.5% by default, the
+tolerance of PyTorch's own compile-time benchmarks) is a gating verdict; within it, unchanged.
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ from dataclasses import replace
 from perfguard.records import Comparison, Counters, Verdict
 
 GRAPH_COUNTERS = ("graphs", "graph_breaks", "recompiles")
-EXACT_METRICS = (*GRAPH_COUNTERS, "aten_ops", "flops")
+INSTRUCTION_COUNTERS = ("compile_instructions", "forward_instructions")
+EXACT_METRICS = (*GRAPH_COUNTERS, "aten_ops", "flops", *INSTRUCTION_COUNTERS)
 NAMED = 6  # operators named in a note, most changed first
 
 
@@ -76,8 +81,38 @@ def _ops_note(base: Counters, changes: list[tuple[str, int]]) -> str:
     return "; ".join(parts) + (f"; and {more} more" if more > 0 else "") or "same operators"
 
 
+def _instructions(
+    test: str, variant: str, metric: str, base: int, head: int, tolerance_pct: float
+) -> Comparison:
+    change = _pct(base, head) or 0.0
+    region = "the cold compile" if metric == "compile_instructions" else "one warm call"
+    c = _comparison(
+        test,
+        variant,
+        metric,
+        base,
+        head,
+        True,
+        f"instructions of {region} under callgrind, {change:+.2f}% (tolerance ±{tolerance_pct:g}%)",
+    )
+    verdict: Verdict = (
+        "regression"
+        if change > tolerance_pct
+        else "improvement"
+        if change < -tolerance_pct
+        else "unchanged"
+    )
+    return replace(c, verdict=verdict)
+
+
 def exact_comparisons(
-    test: str, variant: str, base: Counters | None, head: Counters | None, *, gate_ops: bool
+    test: str,
+    variant: str,
+    base: Counters | None,
+    head: Counters | None,
+    *,
+    gate_ops: bool,
+    instructions_pct: float = 1.5,
 ) -> Iterator[Comparison]:
     """The exact comparisons of one test and variant; none where either side has no counts."""
     if base is None or head is None:
@@ -108,3 +143,7 @@ def exact_comparisons(
         change = _pct(base.flops, head.flops)
         note = "FLOPs of one call" + (f", {change:+.1f}%" if change else "")
         yield _comparison(test, variant, "flops", base.flops, head.flops, gate_ops, note)
+    for metric in INSTRUCTION_COUNTERS:
+        b, h = getattr(base, metric), getattr(head, metric)
+        if b is not None and h is not None:
+            yield _instructions(test, variant, metric, b, h, instructions_pct)

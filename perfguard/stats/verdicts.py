@@ -50,6 +50,7 @@ class Thresholds:
     min_repeats: int = 3
     gate_p99: bool = False
     gate_ops: bool = False  # let operator-count and FLOP changes gate the verdict
+    instructions_pct: float = 1.5  # callgrind counts: a change past this is a verdict
     memory_tolerance_pct: float = 5.0
     compile_ratio: float = 1.5
     drift_growth: float = 2.0  # drift may grow by this factor over the baseline's ...
@@ -70,6 +71,7 @@ class Thresholds:
             "compile_ratio",
             "gate_p99",
             "gate_ops",
+            "instructions_pct",
         }
         changes: dict[str, Any] = {k: v for k, v in overrides.items() if k in known}
         return replace(self, **changes)
@@ -88,6 +90,7 @@ class Thresholds:
             "min_repeats": self.min_repeats,
             "gate_p99": self.gate_p99,
             "gate_ops": self.gate_ops,
+            "instructions_pct": self.instructions_pct,
             "memory_tolerance_pct": self.memory_tolerance_pct,
             "compile_ratio": self.compile_ratio,
             "drift_growth": self.drift_growth,
@@ -400,7 +403,14 @@ def compare_runs(
             continue
         items.extend(_latency(r.test, r.variant, b, r, th, floor, paired))
         items.extend(
-            exact_comparisons(r.test, r.variant, b.counters, r.counters, gate_ops=th.gate_ops)
+            exact_comparisons(
+                r.test,
+                r.variant,
+                b.counters,
+                r.counters,
+                gate_ops=th.gate_ops,
+                instructions_pct=th.instructions_pct,
+            )
         )
         for extra in (
             _memory(r.test, r.variant, b, r, th),

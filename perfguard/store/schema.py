@@ -12,6 +12,10 @@ History:
   CUDA kernel and graph launches), null where nothing was counted. Comparisons may have the
   exact metrics `graphs`, `graph_breaks`, `recompiles`, `aten_ops` and `flops`, with no
   p-value. Migration from 1: every result gets `"counters": null`.
+- 3: counters may hold `compile_instructions` (a compiled variant's cold compile) and
+  `forward_instructions` (one warm call), counted under valgrind's callgrind when a session
+  asks (`--perfguard-instructions`); comparisons may have the metrics of the same names.
+  Migration from 2: every counters object gets both, null (nothing was counted).
 
 A newer version than this perfguard knows is refused (upgrade perfguard). An older one is
 migrated in memory by the steps below, one version at a time; the file on disk is left as it
@@ -36,7 +40,27 @@ def _1_to_2(doc: dict[str, Any]) -> dict[str, Any]:
     return {**doc, "schema_version": 2, "results": results}
 
 
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _1_to_2}
+def _2_to_3(doc: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 counted no instructions: both counts are null wherever counters are."""
+    results = doc.get("results")
+    if isinstance(results, list):
+        results = [
+            {
+                **r,
+                "counters": {
+                    "compile_instructions": None,
+                    "forward_instructions": None,
+                    **r["counters"],
+                },
+            }
+            if isinstance(r, dict) and isinstance(r.get("counters"), dict)
+            else r
+            for r in results
+        ]
+    return {**doc, "schema_version": 3, "results": results}
+
+
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _1_to_2, 2: _2_to_3}
 """version N -> a function turning a version-N document into a version-(N+1) one."""
 
 

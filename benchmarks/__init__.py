@@ -1,0 +1,1 @@
+"""Studies and benchmarks whose figures the README and docs quote."""
