@@ -24,8 +24,10 @@ from perfguard.git import (
 from perfguard.health import Health
 from perfguard.records import BaselineRef, Comparison, Run, VariantResult, trace_file_name
 from perfguard.report.outputs import write_reports
+from perfguard.stats.rounds import agreeing, disturbed, merge_retry
 from perfguard.stats.verdicts import (
     Thresholds,
+    add_note,
     compare_runs,
     confirm_targets,
     confirm_verdicts,
@@ -184,6 +186,7 @@ def finish_run(
         if same_job is not None:
             run = _compare_same_job(run, same_job, settings)
             messages.append(f"baseline: {same_job.commit[:10]} ({same_job.reason})")
+            run = _with_stored_context(run, same_job.commit, settings, store, messages)
         else:
             run = _compare_stored(run, settings, state, store, messages, remeasure)
         if settings.unhealthy == "inconclusive" and run.health_warnings:
@@ -341,8 +344,12 @@ def _compare_stored(
         targets = confirm_targets(comparisons) if confirming else []
         undecided = settle_targets(comparisons, settings.thresholds) if confirming else []
         rounds: list[ConfirmRound] = []
+        spoilt: list[dict[tuple[str, str], str]] = []
         if remeasure is not None and (targets or undecided):
             rounds = [remeasure(targets, choice.commit, undecided) for _ in range(settings.confirm)]
+            rounds, spoilt = _retry_disturbed(
+                comparisons, rounds, remeasure, choice.commit, targets, undecided, messages
+            )
         if not targets and not any(r.results for r in rounds):
             rounds = []  # nothing flagged, and nothing measured beside the base commit
         if rounds:
@@ -352,6 +359,7 @@ def _compare_stored(
                 settings.thresholds,
                 noise,
                 bases=[r.base_results for r in rounds],
+                disturbed=spoilt,
             )
             messages.append(
                 _confirm_summary(comparisons, confirmed, len(targets), len(undecided), rounds)
@@ -368,6 +376,81 @@ def _compare_stored(
             comparisons = with_why(comparisons, base.results, run.results)
         run = replace(run, comparisons=comparisons)
     return run
+
+
+def _with_stored_context(
+    run: Run, commit: str, settings: FinishSettings, store: BaselineStore, messages: list[str]
+) -> Run:
+    """Same-job A/B: each p50 comparison's note also says how this tree compares with the
+    base commit's stored baseline, when there is one: context for the reader (a stored
+    baseline carries its own process's offset), never the verdict."""
+    try:
+        stored = store.load(settings.machine, commit)
+    except BaselineError as exc:
+        messages.append(f"the stored baseline of {commit[:10]} was not read for context: {exc}")
+        return run
+    if stored is None:
+        return run
+    against = {
+        (c.test, c.variant): c
+        for c in compare_runs(stored, run, settings.thresholds)
+        if c.metric == "latency_p50_ms" and c.change_pct is not None
+    }
+    out = []
+    for c in run.comparisons:
+        ctx = against.get((c.test, c.variant)) if c.metric == "latency_p50_ms" else None
+        if ctx is not None and ctx.change_pct is not None:
+            text = f"stored baseline {commit[:10]}: {ctx.change_pct:+.1f}% ({ctx.verdict}; context)"
+            c = replace(c, note=add_note(c.note, text))
+        out.append(c)
+    messages.append(
+        f"context: each p50 note has the change against the stored baseline of {commit[:10]}; "
+        "the verdicts are the paired ones"
+    )
+    return replace(run, comparisons=tuple(out))
+
+
+def _retry_disturbed(
+    comparisons: Sequence[Comparison],
+    rounds: Sequence[ConfirmRound],
+    remeasure: Remeasure,
+    commit: str | None,
+    targets: Sequence[tuple[str, str]],
+    undecided: Sequence[tuple[str, str]],
+    messages: list[str],
+) -> tuple[list[ConfirmRound], list[dict[tuple[str, str], str]]]:
+    """Each round's disturbed items (`perfguard.stats.rounds`) measured once more. Returns
+    the rounds and, per round, the items still disturbed, which confirm and withdraw
+    nothing: unless both tries read the base commit alike, when it is its stored baseline
+    that is off, and the pairing stands."""
+    out: list[ConfirmRound] = []
+    spoilt: list[dict[tuple[str, str], str]] = []
+    for r in rounds:
+        bad = disturbed(comparisons, r.base_results)
+        if bad:
+            messages.append(
+                f"confirmation: {len(bad)} item(s) measured once more, their round was "
+                f"disturbed ({next(iter(bad.values()))})"
+            )
+            retry = remeasure(
+                [k for k in targets if k in bad], commit, [k for k in undecided if k in bad]
+            )
+            merged = ConfirmRound(
+                *merge_retry(r.results, r.base_results, retry.results, retry.base_results, bad)
+            )
+            still = disturbed(comparisons, merged.base_results)
+            alike = agreeing(r.base_results, retry.base_results, still)
+            if alike:
+                messages.append(
+                    f"confirmation: {len(alike)} item(s) read their base commit alike in two "
+                    "tries, far off its stored baseline: the stored figure is off, and the "
+                    "pairing stands"
+                )
+            bad = {k: why for k, why in still.items() if k not in alike}
+            r = merged
+        out.append(r)
+        spoilt.append(bad)
+    return out, spoilt
 
 
 def _compare_same_job(run: Run, base: SameJobBase, settings: FinishSettings) -> Run:

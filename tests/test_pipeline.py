@@ -79,3 +79,79 @@ def test_without_the_base_commit_an_undecided_item_stays_as_it_was(
     verdict, note, *messages = _finish(history, alone)
     assert verdict == "unchanged" and "beside" not in note
     assert not any("confirmation:" in m for m in messages)  # nothing was re-measured
+
+
+@pytest.fixture
+def steady(tmp_path: Path) -> tuple[Path, Path, str]:
+    """A repository whose main has one baseline at 1 ms, and a head commit on top."""
+    repo, store_dir = tmp_path / "repo", tmp_path / "baselines"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    sha = commit(repo, "main")
+    BaselineStore(store_dir).save(run([result(T, "eager", 1.0)], commit=sha, machine=MACHINE))
+    return repo, store_dir, commit(repo, "head")
+
+
+def _rounds(*base_ms: float) -> tuple[list[float], object]:
+    """A re-measure whose successive rounds read the base commit at `base_ms` (the head at
+    3 ms throughout), and the list of rounds it was asked for."""
+    asked: list[float] = []
+
+    def remeasure(
+        keys: Sequence[tuple[str, str]], base: str | None, undecided: Sequence[tuple[str, str]]
+    ) -> ConfirmRound:
+        ms = base_ms[len(asked)]
+        asked.append(ms)
+        return ConfirmRound(
+            (result(T, "eager", 3.0, seed=len(asked)),),
+            (result(T, "eager", ms, seed=10 + len(asked)),),
+        )
+
+    return asked, remeasure
+
+
+def test_a_round_far_off_the_base_commits_own_figures_is_measured_again(
+    steady: tuple[Path, Path, str],
+) -> None:
+    asked, remeasure = _rounds(40.0, 1.0)  # a burst made the base side read 40x slow
+    verdict, note, *messages = _finish(steady, remeasure, head_ms=3.0)
+    assert asked == [40.0, 1.0]
+    assert verdict == "regression" and "shown again beside the base commit" in note
+    assert any(m.startswith("confirmation: 1 item(s) measured once more") for m in messages)
+
+
+def test_a_round_that_stays_disturbed_withdraws_nothing(steady: tuple[Path, Path, str]) -> None:
+    asked, remeasure = _rounds(40.0, 9.0)
+    verdict, note, *_ = _finish(steady, remeasure, head_ms=3.0)
+    assert asked == [40.0, 9.0]  # bounded: one more try
+    assert verdict == "regression"  # as the stored comparison gave it, with the reason
+    assert "unconfirmed (re-measure disturbed: the base commit read" in note
+
+
+def test_two_tries_that_agree_show_the_stored_figure_is_off(
+    steady: tuple[Path, Path, str],
+) -> None:
+    asked, remeasure = _rounds(6.0, 6.1)  # the baseline was stored in a fast spell
+    verdict, note, *messages = _finish(steady, remeasure, head_ms=3.0)
+    assert asked == [6.0, 6.1]
+    # the pairing stands: beside the base commit the head is faster, not slower
+    assert verdict == "inconclusive" and "A/B: improvement" in note
+    assert any("the stored figure is off" in m for m in messages)
+
+
+def test_same_job_notes_the_stored_baseline_as_context(steady: tuple[Path, Path, str]) -> None:
+    from perfguard.pipeline import SameJobBase
+
+    repo, store_dir, _ = steady
+    base = git(repo, "rev-parse", "HEAD~1")
+    outcome = finish_run(
+        [result(T, "eager", 1.02, seed=9)],
+        run([]).environment,
+        FinishSettings(root=repo, baseline_dir=store_dir, machine=MACHINE),
+        same_job=SameJobBase(base, "same-job A/B", (result(T, "eager", 1.0, seed=5),), {}),
+    )
+    p50 = next(c for c in outcome.run.comparisons if c.metric == "latency_p50_ms")
+    assert outcome.run.baseline.mode == "ab"
+    assert f"stored baseline {base[:10]}: +" in p50.note and "context" in p50.note
+    p95 = next(c for c in outcome.run.comparisons if c.metric == "latency_p95_ms")
+    assert "stored baseline" not in (p95.note or "")

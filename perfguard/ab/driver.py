@@ -25,6 +25,7 @@ from typing import Any
 import perfguard
 from perfguard.ab.channel import ENV_ITEMS, ENV_SIDE, ENV_TRACES, Message, open_listener
 from perfguard.records import VariantResult
+from perfguard.stats.sequential import LOOKS, should_stop
 
 CONNECT_TIMEOUT_S = 300.0  # importing torch and collecting on a cold runner can be slow
 POLL_S = 1.0
@@ -38,6 +39,13 @@ BOOT = (
     "follow_parent({parent}); import perfguard.pytest_plugin; "
     "del sys.path[0]; import pytest; sys.exit(pytest.main(sys.argv[1:]))"
 )
+
+
+def _spins_while_idle(name: str, value: str) -> bool:
+    """OpenMP told to spin while waiting: a worker waiting for its turn would then keep a
+    core busy beside the one measuring (100% of a core, benchmarks/idle_worker.py). OpenMP's
+    default spins briefly and sleeps (0% while waiting), so the setting is left out."""
+    return name == "OMP_WAIT_POLICY" and value.strip().upper() == "ACTIVE"
 
 
 class WorkerExitedError(RuntimeError):
@@ -75,6 +83,11 @@ class Side:
 
     def start(self, items: Sequence[str]) -> None:
         """A fresh worker over `items` (node ids, in the driver's order)."""
+        self.connect(self.launch(items))
+
+    def launch(self, items: Sequence[str]) -> tuple[Any, Path]:
+        """Start a fresh worker process over `items`; `connect` waits for it. (Two workers
+        launched before either is awaited import torch and collect at the same time.)"""
         self.stop()
         listing = self.log.with_suffix(".items")
         listing.write_text("\n".join(items) + "\n", encoding="utf-8")
@@ -84,7 +97,7 @@ class Side:
         if os.environ.get("PYTHONPATH"):
             paths.append(os.environ["PYTHONPATH"])
         env = {
-            **os.environ,
+            **{k: v for k, v in os.environ.items() if not _spins_while_idle(k, v)},
             **channel_env,
             ENV_SIDE: self.name,
             ENV_ITEMS: str(listing),
@@ -107,6 +120,11 @@ class Side:
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
+        return listener, folder
+
+    def connect(self, launched: tuple[Any, Path]) -> None:
+        """Wait for the launched worker to connect and say what it collected."""
+        listener, folder = launched
         try:
             self.conn = self._accept(listener)
         finally:
@@ -229,12 +247,26 @@ Progress = Callable[[str], None]
 
 @dataclass
 class Pairing:
-    """How one item's blocks were taken: the order inside each pair, e.g. ("AB", "BA")."""
+    """How one item's blocks were taken: the order inside each pair, e.g. ("AB", "BA"),
+    and, when both sides ran, where the sequential design stopped and what it saw."""
 
     orders: tuple[str, ...]
+    sequential: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"pairs": len(self.orders), "order": " ".join(self.orders)}
+        out: dict[str, Any] = {"pairs": len(self.orders), "order": " ".join(self.orders)}
+        if self.sequential is not None:
+            out["sequential"] = self.sequential
+        return out
+
+
+@dataclass(frozen=True)
+class Design:
+    """The stopping rule of one item: its level and the smallest change that counts."""
+
+    alpha: float = 0.05
+    bar_pct: float = 5.0
+    tests: int = 1  # latency p-values the run's correction shares (items x metrics)
 
 
 class Driver:
@@ -264,11 +296,20 @@ class Driver:
         self.a.traces = self.b.traces = traces
 
     def measure(
-        self, nodeid: str, remaining: Sequence[str], progress: Progress
+        self,
+        nodeid: str,
+        remaining: Sequence[str],
+        progress: Progress,
+        design: Design | None = None,
     ) -> tuple[SideOutcome, SideOutcome, Pairing]:
-        """Both sides of one item. `remaining`: this item and those after it, in order."""
+        """Both sides of one item. `remaining`: this item and those after it, in order.
+
+        With both sides running, pairs are taken until the sequential design
+        (`perfguard.stats.sequential`) decides, at most its last look; one side alone takes
+        the blocks its settings ask for."""
         outcomes: dict[str, SideOutcome] = {}
         active: list[Side] = []
+        self._start_both(remaining, progress)
         for side in (self.a, self.b):
             progress(f"A/B: {side.label} builds and warms up")
             try:
@@ -280,26 +321,61 @@ class Driver:
             else:
                 outcomes[side.name] = early
         rng = random.Random(f"{self.seed}:{nodeid}")
-        pairs = max((s.repeats for s in active), default=0)
+        paired = len(active) == 2
+        pairs = LOOKS[-1] if paired else max((s.repeats for s in active), default=0)
         orders: list[str] = []
+        blocks: dict[str, list[tuple[float, ...]]] = {"A": [], "B": []}
+        sequential: dict[str, Any] | None = None
         for index in range(pairs):
+            if not active:
+                break
             order = list(active)
             rng.shuffle(order)
             orders.append("".join(s.name for s in order))
-            progress(f"A/B: pair {index + 1}/{pairs} ({orders[-1]})")
+            upto = f"up to {pairs}" if paired else str(pairs)
+            progress(f"A/B: pair {index + 1} of {upto} ({orders[-1]})")
             for side in order:
                 try:
-                    side.block()
+                    blocks[side.name].append(side.block())
                 except WorkerExitedError as exc:
                     outcomes[side.name] = self._crash(side, exc)
                     active.remove(side)
+            if paired and len(active) == 2:
+                d = design or Design()
+                stop, found = should_stop(
+                    blocks["A"], blocks["B"], alpha=d.alpha, bar_pct=d.bar_pct, tests=d.tests
+                )
+                if found:
+                    sequential = {"looks": list(LOOKS), "stopped_at": index + 1, **found}
+                if stop:
+                    break
         for side in active:
             progress(f"A/B: {side.label} memory and drift")
             try:
                 outcomes[side.name] = side.finish()
             except WorkerExitedError as exc:
                 outcomes[side.name] = self._crash(side, exc)
-        return outcomes["A"], outcomes["B"], Pairing(tuple(orders))
+        return outcomes["A"], outcomes["B"], Pairing(tuple(orders), sequential)
+
+    def _start_both(self, remaining: Sequence[str], progress: Progress) -> None:
+        """Start the workers that are not running, side by side: each imports torch and
+        collects the suite (seconds) while the other does. A worker that fails to start is
+        left for `begin`, which tries again and reports it for that side."""
+        idle = [side for side in (self.a, self.b) if not side.alive]
+        if len(idle) < 2:
+            return
+        progress("A/B: starting both workers")
+        launched = []
+        for side in idle:
+            try:
+                launched.append((side, side.launch(remaining)))
+            except OSError:
+                side.stop()
+        for side, handle in launched:
+            try:
+                side.connect(handle)
+            except WorkerExitedError:
+                side.stop()
 
     def _crash(self, side: Side, exc: WorkerExitedError) -> SideOutcome:
         side.stop()

@@ -131,8 +131,17 @@ def _base_result(outcome: SideOutcome, test: str, variant: str) -> VariantResult
 def run_item(ab: AbSession, state: SessionState, nodeid: str, test: str, variant: str) -> None:
     """Measure one perf item in both trees; this item passes or fails as the head's does."""
     state.progress.start(nodeid)
+    from perfguard.ab.driver import Design
+    from perfguard.stats.verdicts import LATENCY_METRICS, Thresholds
+
     position = ab.items.index(nodeid) if nodeid in ab.items else 0
-    base, head, pairing = ab.driver.measure(nodeid, ab.items[position:], state.progress)
+    th = Thresholds(
+        ab_min_change_pct=state.options.ab_min_change_pct, per_test=state.per_test_thresholds
+    ).for_test(test)
+    # the run's correction shares each p-value with every latency comparison of the run
+    tests = max(len(ab.items), 1) * len(LATENCY_METRICS)
+    design = Design(alpha=th.alpha, bar_pct=th.ab_min_change_pct, tests=tests)
+    base, head, pairing = ab.driver.measure(nodeid, ab.items[position:], state.progress, design)
     base_result = _base_result(base, test, variant)
     if base_result is not None:
         ab.base_results = [r for r in ab.base_results if r.key != base_result.key]

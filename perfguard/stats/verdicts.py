@@ -22,6 +22,7 @@ import numpy as np
 
 from perfguard.records import Comparison, Run, VariantResult, Verdict
 from perfguard.stats.exact import exact_comparisons
+from perfguard.stats.sequential import look_alpha
 from perfguard.stats.tests import (
     benjamini_hochberg,
     bootstrap_ci,
@@ -123,6 +124,15 @@ def block_percentiles(result: VariantResult, q: float) -> list[float]:
     return [float(np.percentile(block, q)) for block in result.blocks() if block]
 
 
+def _sequential_level(head: VariantResult, pairs: int, alpha: float) -> float:
+    """The level of the look a sequential A/B item stopped at; `alpha` for a fixed design
+    (results written before sampling until decided, or a run without it)."""
+    ab = head.details.get("ab")
+    if not isinstance(ab, Mapping) or "sequential" not in ab:
+        return alpha
+    return look_alpha(pairs, alpha) or alpha
+
+
 @dataclass
 class _Pending:
     """A latency comparison waiting for the run-wide correction of its p-value."""
@@ -168,14 +178,19 @@ def _latency(
             )
             continue
         paired_blocks = paired and len(a) == len(b)
+        level = th.alpha  # the level this comparison's test is held to
         if paired_blocks:
             # same-job A/B: block i of each side ran back to back, so test their ratios;
             # the history's noise floor (movement between runs) does not apply here
             _, p, _ = paired_t_test(a, b)
+            level = _sequential_level(head, len(a), th.alpha)
+            # sampled until decided: the look it stopped at spends alpha_k of alpha, so
+            # p is scaled to be held to alpha like the others (BH over the run included)
+            p = min(1.0, p * th.alpha / level)
             d = paired_cohens_d(a, b)
             floor = 0.0
             practical = th.ab_min_change_pct
-            power_limit = paired_min_detectable_pct(a, b, alpha=th.alpha)
+            power_limit = paired_min_detectable_pct(a, b, alpha=level)
         else:
             _, p, _ = welch_t_test(a, b)
             d = cohens_d(a, b)
@@ -188,6 +203,8 @@ def _latency(
         note = f"noise floor {floor:.1f}%" if floor else ""
         if paired_blocks:
             note = f"paired t-test over {len(a)} A/B block pairs"
+            if level != th.alpha:
+                note += f", sequential (level {level:.3g} at that look)"
         comparison = Comparison(
             **common,
             p_value=p,
@@ -506,6 +523,7 @@ def confirm_verdicts(
     noise: NoiseFloor | None = None,
     *,
     bases: Sequence[Sequence[VariantResult]] = (),
+    disturbed: Sequence[Mapping[tuple[str, str], str]] = (),
 ) -> tuple[Comparison, ...]:
     """Latency verdicts that must show again before they stand (stored-baseline mode).
 
@@ -520,7 +538,8 @@ def confirm_verdicts(
       when it moves the same way against the same baseline by at least the same practical
       bar (minimum change and noise floor).
     Any round not showing it makes the verdict `inconclusive`. A re-measure that could not
-    be made leaves the verdict as it was, and says why.
+    be made leaves the verdict as it was, and says why; so does a round that failed its own
+    checks (`disturbed[k]`: {item: why}, see `perfguard.stats.rounds`).
 
     The items of `settle_targets` are settled by the A/B rounds alone: a gating latency
     metric without a verdict takes the regression or improvement that every round gave
@@ -535,10 +554,15 @@ def confirm_verdicts(
         _paired_round(results, bases[k] if k < len(bases) else (), th_all)
         for k, results in enumerate(remeasures)
     ]
+    # per round: the items whose round failed its own checks (they neither confirm nor
+    # withdraw anything)
+    spoilt = [disturbed[k] if k < len(disturbed) else {} for k in range(len(remeasures))]
     out: list[Comparison] = []
     for c in comparisons:
-        if (c.test, c.variant) in settle and _undecided(c) and remeasures:
-            out.append(_settled(c, paired))
+        key = (c.test, c.variant)
+        if key in settle and _undecided(c) and remeasures:
+            why = next((bad[key] for bad in spoilt if key in bad), "")
+            out.append(_annotate(c, f"not settled ({why})", ()) if why else _settled(c, paired))
             continue
         if not is_flagged_latency(c) or not remeasures:
             out.append(c)
@@ -550,9 +574,13 @@ def confirm_verdicts(
         shown = True
         said: list[str] = []  # what the A/B rounds that did not show it decided instead
         ways: set[str] = set()
-        for results, ab in zip(remeasures, paired, strict=True):
+        for results, ab, bad in zip(remeasures, paired, spoilt, strict=True):
             again = next((r for r in results if r.key == (c.test, c.variant)), None)
             beside = ab.get((c.test, c.variant, c.metric))
+            if again is not None and key in bad:  # the round failed its own checks
+                missing = bad[key]
+                changes.append(None)
+                continue
             gone = _base_side_gone(beside)
             if again is not None and again.status == "ok" and gone:
                 again = VariantResult(c.test, c.variant, "error", gone)
