@@ -37,14 +37,16 @@ Runs are kept as JSON in `--dir`, so `analyze` can be repeated without measuring
 from __future__ import annotations
 
 import argparse
+import contextlib
 import inspect
 import json
+import os
 import platform
 import random
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,7 +57,46 @@ MODELS = ("linear", "conv")
 HISTORY_WINDOW = 20  # baselines the noise floor is learned from, as FinishSettings does
 DEFAULT_DIR = Path("reports/detection")
 DEFAULT_AB_DIR = Path("reports/detection-ab")
-AB_PLAN = {0: 25, 5: 5, 10: 15, 20: 5}  # A/B runs per injected level (two models each)
+AB_PLAN = {0: 25, 5: 5, 10: 15, 20: 5, 100: 5}  # A/B runs per injected level (two models each)
+LOADS = ("none", "steady", "bursty")
+
+
+# --- the load generator: other work on the runner ----------------------------------------
+
+LOAD_PROCESS = """
+import random, sys, time
+pattern, seed = sys.argv[1], int(sys.argv[2])
+rng = random.Random(seed)
+while True:
+    if pattern == "bursty":
+        time.sleep(rng.uniform(0.2, 2.0))
+        busy = rng.uniform(0.1, 1.0)
+    else:
+        busy = 3600.0
+    end = time.perf_counter() + busy
+    while time.perf_counter() < end:
+        pass
+"""
+
+
+@contextlib.contextmanager
+def load(pattern: str, seed: int = 0) -> Iterator[None]:
+    """Other work on the machine while the block runs: `steady` keeps one core busy;
+    `bursty` runs one process per core, each busy for 0.1-1 s at random after 0.2-2 s idle
+    (at random moments, so bursts hit one side of a pair and not the other)."""
+    if pattern not in LOADS:
+        raise ValueError(f"load must be one of {LOADS}, got {pattern!r}")
+    count = {"none": 0, "steady": 1, "bursty": os.cpu_count() or 1}[pattern]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", LOAD_PROCESS, pattern, str(seed * 100 + i)])
+        for i in range(count)
+    ]
+    try:
+        yield
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
 
 
 # --- the worker: one process, one measurement of both models ---------------------------
@@ -328,8 +369,16 @@ def ab_repository(
     return repo, base, heads
 
 
-def run_ab_study(directory: Path, seed: int, runs: dict[int, int] | None = None) -> None:
-    """`runs`: A/B runs per injected level (default AB_PLAN)."""
+def run_ab_study(
+    directory: Path, seed: int, runs: dict[int, int] | None = None, pattern: str = "none"
+) -> None:
+    """`runs`: A/B runs per injected level (default AB_PLAN); `pattern`: the load generator's
+    other work during the runs (`load`)."""
+    with load(pattern, seed):
+        _run_ab_study(directory, seed, runs)
+
+
+def _run_ab_study(directory: Path, seed: int, runs: dict[int, int] | None = None) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     runs = runs or AB_PLAN
     repo, base, heads = ab_repository(directory, tuple(runs))
@@ -371,34 +420,59 @@ def _record_wall(directory: Path, name: str, seconds: float) -> None:
 
 
 def analyze_ab(directories: Sequence[Path]) -> tuple[str, dict[int, dict[str, Any]]]:
-    """The A/B table from the results files kept in `directories`."""
+    """The A/B table from the results files kept in `directories`: per injected level, how
+    often a model's comparison was a gating regression, how often `inconclusive` (not
+    caught), any other verdict than `unchanged` on identical code, the block pairs taken,
+    and the wall time of a run."""
     import numpy as np
 
-    tally: dict[int, dict[str, Any]] = {p: {"n": 0, "pg": 0, "effect": []} for p in AB_PLAN}
+    def row0() -> dict[str, Any]:
+        return {"n": 0, "pg": 0, "flagged": 0, "inconclusive": 0, "effect": [], "pairs": [],
+                "wall": []}  # fmt: skip
+
+    tally: dict[int, dict[str, Any]] = {p: row0() for p in AB_PLAN}
     for directory in directories:
+        walls = json.loads((directory / "wall_s.json").read_text()) if (
+            directory / "wall_s.json"
+        ).exists() else {}  # fmt: skip
         for path in sorted(directory.glob("ab-plus*.json")):
             level = int(path.stem.split("-")[1].removeprefix("plus"))
             doc = json.loads(path.read_text())
             row = tally[level]
+            if path.stem in walls:
+                row["wall"].append(walls[path.stem])
+            for r in doc["results"]:
+                ab = (r.get("details") or {}).get("ab") or {}
+                if "pairs" in ab:
+                    row["pairs"].append(ab["pairs"])
             for test in sorted({c["test"] for c in doc["comparisons"]}):
                 mine = [c for c in doc["comparisons"] if c["test"] == test and c["gating"]]
+                verdicts = {c["verdict"] for c in mine}
                 row["n"] += 1
-                row["pg"] += any(c["verdict"] == "regression" for c in mine)
+                row["pg"] += "regression" in verdicts
+                row["flagged"] += bool(verdicts & {"regression", "improvement"})
+                row["inconclusive"] += "inconclusive" in verdicts and "regression" not in verdicts
                 p50 = next(c for c in mine if c["metric"] == "latency_p50_ms")
                 if p50["change_pct"] is not None:
                     row["effect"].append(p50["change_pct"])
     lines = [
-        "| injected | measured p50 change (median, IQR) | comparisons | perfguard A/B flags |",
-        "| --- | --- | --- | --- |",
+        "| injected | measured p50 change (median, IQR) | comparisons | regression | "
+        "inconclusive | identical: regression or improvement | pairs (median, max) | "
+        "wall per run (median) |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for level, row in tally.items():
         if not row["n"]:
             continue
         q1, med, q3 = np.percentile(np.asarray(row["effect"]), [25, 50, 75])
         name = "identical" if level == 0 else f"+{level}%"
+        pairs = f"{np.median(row['pairs']):.0f}, {max(row['pairs'])}" if row["pairs"] else "–"
+        wall = f"{np.median(row['wall']):.1f} s" if row["wall"] else "–"
+        false = f"{row['flagged']}" if level == 0 else "–"
         lines.append(
             f"| {name} | {med:+.1f}% ({q1:+.1f}% to {q3:+.1f}%) | {row['n']} "
-            f"| {row['pg']} ({100 * row['pg'] / row['n']:.1f}%) |"
+            f"| {row['pg']} ({100 * row['pg'] / row['n']:.1f}%) | {row['inconclusive']} "
+            f"| {false} | {pairs} | {wall} |"
         )
     return "\n".join(lines), tally
 
@@ -558,6 +632,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     run_ab.add_argument("--dir", type=Path, default=DEFAULT_AB_DIR)
     run_ab.add_argument("--seed", type=int, default=0)
     run_ab.add_argument(
+        "--load",
+        choices=LOADS,
+        default="none",
+        help="other work during the runs: none, steady (one core kept busy), bursty (random "
+        "bursts on every core)",
+    )
+    run_ab.add_argument(
         "--plan",
         type=_plan,
         default=None,
@@ -577,7 +658,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         worker(args.extra, args.out, args.models.split(","))
         return 0
     if args.command == "run-ab":
-        run_ab_study(args.dir, args.seed, args.plan)
+        run_ab_study(args.dir, args.seed, args.plan, args.load)
         table, _ = analyze_ab([args.dir])
         (args.dir / "summary.md").write_text(table + "\n", encoding="utf-8")
         print(table)

@@ -32,7 +32,7 @@ class InitOptions:
     tests: str = "tests/perf"  # where the perf tests live (the example goes there)
     labels: tuple[str, ...] = DEFAULT_LABELS  # the GPU runners' labels
     shards: int = 2  # GPU runners that share the suite
-    ab: bool = False  # pull requests: measure beside the base commit (same-job A/B)
+    ab: bool = True  # pull requests: measure beside the base commit (same-job A/B)
     main_branch: str = "main"
     force: bool = False  # replace files that exist
 
