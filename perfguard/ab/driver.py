@@ -293,6 +293,7 @@ class Driver:
         )
         self.seed = seed
         self.crashed = False
+        self._pending: list[tuple[Side, tuple[Any, Path]]] = []  # launched, not yet connected
         self.a.traces = self.b.traces = traces
 
     def measure(
@@ -357,20 +358,31 @@ class Driver:
                 outcomes[side.name] = self._crash(side, exc)
         return outcomes["A"], outcomes["B"], Pairing(tuple(orders), sequential)
 
-    def _start_both(self, remaining: Sequence[str], progress: Progress) -> None:
-        """Start the workers that are not running, side by side: each imports torch and
-        collects the suite (seconds) while the other does. A worker that fails to start is
-        left for `begin`, which tries again and reports it for that side."""
-        idle = [side for side in (self.a, self.b) if not side.alive]
-        if len(idle) < 2:
-            return
-        progress("A/B: starting both workers")
-        launched = []
-        for side in idle:
+    def launch_both(self, items: Sequence[str]) -> None:
+        """Start both workers now, without waiting for them: they import torch and collect
+        the suite (seconds) while this session gets ready, and while each other do."""
+        self._pending = []
+        for side in (self.a, self.b):
             try:
-                launched.append((side, side.launch(remaining)))
-            except OSError:
+                self._pending.append((side, side.launch(items)))
+            except OSError:  # `begin` starts it again, and says why if it fails
                 side.stop()
+
+    def _start_both(self, remaining: Sequence[str], progress: Progress) -> None:
+        """Connect the launched workers, or start the ones not running side by side. A
+        worker that fails to start is left for `begin`, which tries again and reports it
+        for that side."""
+        launched, self._pending = self._pending, []
+        if not launched:
+            idle = [side for side in (self.a, self.b) if not side.alive]
+            if len(idle) < 2:
+                return
+            progress("A/B: starting both workers")
+            for side in idle:
+                try:
+                    launched.append((side, side.launch(remaining)))
+                except OSError:
+                    side.stop()
         for side, handle in launched:
             try:
                 side.connect(handle)
@@ -384,6 +396,11 @@ class Driver:
 
     def close(self, *, at_once: bool = False) -> None:
         """Stop both workers; their logs are kept only when one of them crashed."""
+        pending, self._pending = self._pending, []
+        for side, (listener, folder) in pending:  # launched, never used: no need to wait
+            listener.close()
+            shutil.rmtree(folder, ignore_errors=True)
+            side.stop(at_once=True)
         for side in (self.a, self.b):
             side.stop(at_once=at_once)
         if not self.crashed:

@@ -270,6 +270,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     perf_items = [i.nodeid for i in session.items if _variant_of(i) is not None]
     from perfguard.health import EXCLUSIVE_ADVICE, EXCLUSIVE_PROCESS, Monitor, compute_mode
 
+    if state.options.ab is not None and perf_items:
+        # first: its workers start (import torch, collect) while this session does
+        state.ab = same_job.start(Path(session.config.rootpath), state.options, perf_items)
     device = state.options.device
     if device == "auto":
         import torch
@@ -281,10 +284,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
         gpu = cuda_gpu_id(int(device.partition(":")[2] or 0))
         state.exclusive_gpu = compute_mode(gpu) == EXCLUSIVE_PROCESS
-    if state.options.ab is not None and perf_items:
-        if state.exclusive_gpu:
-            raise pytest.UsageError(f"--perfguard-ab: {EXCLUSIVE_ADVICE}")
-        state.ab = same_job.start(Path(session.config.rootpath), state.options, perf_items)
+    if state.ab is not None and state.exclusive_gpu:
+        state.ab.close(interrupted=True)
+        state.ab = None
+        raise pytest.UsageError(f"--perfguard-ab: {EXCLUSIVE_ADVICE}")
     state.monitor = Monitor(device.partition(":")[0], gpu=gpu)
     state.monitor.start()
 

@@ -110,6 +110,7 @@ def start(root: Path, options: Options, items: list[str]) -> AbSession:
         seed=options.seed,
         traces=trace_dir(options),
     )
+    driver.launch_both(items)  # they get ready while this session does
     session = AbSession(driver, worktree, commit, reason, items)
     if threading.current_thread() is threading.main_thread():
         session.previous_sigterm = signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
