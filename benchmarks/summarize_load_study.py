@@ -1,0 +1,52 @@
+"""The compact data of the A/B study under load: one row per model comparison.
+
+Run:  .venv/bin/python -m benchmarks.summarize_load_study DIR... [--out FILE]
+
+Each DIR is a `benchmarks/detection.py run-ab --load PATTERN` folder (its name ends with the
+pattern); the raw results there hold every sample and are kept out of the repository.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+
+def rows(directory: Path) -> list[dict[str, Any]]:
+    walls = json.loads((directory / "wall_s.json").read_text())
+    out = []
+    for path in sorted(directory.glob("ab-plus*.json")):
+        doc = json.loads(path.read_text())
+        pairs = {r["test"]: (r.get("details") or {}).get("ab", {}) for r in doc["results"]}
+        for test in sorted({c["test"] for c in doc["comparisons"]}):
+            mine = {c["metric"]: c for c in doc["comparisons"] if c["test"] == test}
+            out.append(
+                {
+                    "run": path.stem,
+                    "injected_pct": int(path.stem.split("-")[1].removeprefix("plus")),
+                    "model": test.rsplit("[", 1)[-1].rstrip("]"),
+                    "pairs": pairs.get(test, {}).get("pairs"),
+                    "p50_change_pct": round(mine["latency_p50_ms"]["change_pct"], 2),
+                    "verdicts": {m: c["verdict"] for m, c in mine.items() if c["gating"]},
+                    "wall_s": walls.get(path.stem),
+                }
+            )
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("dirs", type=Path, nargs="+")
+    parser.add_argument(
+        "--out", type=Path, default=Path(__file__).parent / "data" / "detection-load.json"
+    )
+    args = parser.parse_args()
+    doc = {d.name.rsplit("-", 1)[-1]: rows(d) for d in args.dirs}
+    args.out.write_text(json.dumps(doc, indent=0) + "\n")
+    print({k: len(v) for k, v in doc.items()}, "->", args.out)
+
+
+if __name__ == "__main__":
+    main()
