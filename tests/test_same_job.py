@@ -106,18 +106,19 @@ def test_real_extra_compute_is_a_regression_found_in_the_same_job(
     assert "same-job A/B" in doc["baseline"]["reason"]
     [base_result] = doc["baseline_results"]
     [head_result] = doc["results"]
-    # three times the layers is decided at the first look of the sequential design
+    # three times the layers: decided at a look of the sequential design (the first one on
+    # an idle host; a busy one scatters the pairs and takes more)
     ab = head_result["details"]["ab"]
-    assert ab["pairs"] == LOOKS[0] and ab["sequential"]["stopped_at"] == LOOKS[0]
+    assert ab["pairs"] in LOOKS and ab["sequential"]["stopped_at"] == ab["pairs"]
     assert ab["sequential"]["latency_p50_ms"]["verdict"] == "regression"
     orders = ab["order"].split()
-    assert len(orders) == LOOKS[0] and set(orders) <= {"AB", "BA"}
+    assert len(orders) == ab["pairs"] and set(orders) <= {"AB", "BA"}
     p50 = next(c for c in doc["comparisons"] if c["metric"] == "latency_p50_ms")
     assert p50["verdict"] == "regression"
     assert p50["baseline"] == base_result["metrics"]["latency_p50_ms"]
     assert p50["change_pct"] > 50  # three times the layers
     assert p50["p_value"] < 0.05 and p50["cohens_d"] > 0
-    assert f"paired t-test over {LOOKS[0]} A/B block pairs, sequential" in p50["note"]
+    assert f"paired t-test over {ab['pairs']} A/B block pairs, sequential" in p50["note"]
     report = (pytester.path / "reports" / "perfguard.md").read_text()
     assert "**Same-job A/B:**" in report and "paired t-test" in report
     assert len(worktrees(pytester.path)) == 1  # the base worktree was removed
