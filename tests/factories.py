@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
 
 from perfguard.records import BaselineRef, DriftCheck, Metrics, Run, VariantResult
 from perfguard.stats.summary import summarize
@@ -69,4 +73,24 @@ def run(
         results=tuple(results),
         baseline=BaselineRef(None, "not compared"),
         created="2026-11-22T00:00:00+00:00",
+    )
+
+
+def from_blocks(
+    blocks: Sequence[Sequence[float]], details: Mapping[str, Any] | None = None
+) -> VariantResult:
+    """An `ok` result of test `t`, variant `eager`, whose repeat blocks are `blocks`."""
+    samples = tuple(t for b in blocks for t in b)
+    return VariantResult(
+        "t",
+        "eager",
+        "ok",
+        metrics=Metrics(
+            latency_p50_ms=float(np.median(samples)),
+            latency_p95_ms=float(np.percentile(samples, 95)),
+            latency_p99_ms=float(np.percentile(samples, 99)),
+        ),
+        samples_ms=samples,
+        block_sizes=tuple(len(b) for b in blocks),
+        details=dict(details or {}),
     )

@@ -18,6 +18,7 @@ from perfguard.records import Run, VariantResult
 from perfguard.stats.sequential import LOOKS
 from perfguard.stats.tests import paired_cohens_d, paired_min_detectable_pct, paired_t_test
 from perfguard.stats.verdicts import Thresholds, compare_runs
+from tests.factories import from_blocks
 
 # on the CPU, also on a GPU box: the "extra compute" sizes are CPU-sized (launch-bound on a GPU)
 FAST = (
@@ -236,31 +237,13 @@ def test_paired_edge_cases() -> None:
         paired_t_test([1.0, 0.0], [1.0, 2.0])
 
 
-def _result(blocks: list[list[float]]) -> VariantResult:
-    from perfguard.records import Metrics
-
-    samples = [t for b in blocks for t in b]
-    return VariantResult(
-        "t",
-        "eager",
-        "ok",
-        metrics=Metrics(
-            latency_p50_ms=float(np.median(samples)),
-            latency_p95_ms=float(np.percentile(samples, 95)),
-            latency_p99_ms=float(np.percentile(samples, 99)),
-        ),
-        samples_ms=tuple(samples),
-        block_sizes=tuple(len(b) for b in blocks),
-    )
-
-
 def test_pairing_cancels_drift_that_welch_cannot() -> None:
     # the machine slows by 40% over the job; B is 6% slower than A in every pair
     drift = [1.0, 1.1, 1.2, 1.3, 1.4]
     a = [[2.0 * k] * 3 for k in drift]
     b = [[2.0 * k * 1.06] * 3 for k in drift]
-    base = Run(None, "m", {}, (_result(a),))
-    head = Run(None, "m", {}, (_result(b),))
+    base = Run(None, "m", {}, (from_blocks(a),))
+    head = Run(None, "m", {}, (from_blocks(b),))
     th = Thresholds()  # ab_min_change_pct 5, min_change_pct 10
     paired = {c.metric: c for c in compare_runs(base, head, th, paired=True)}
     welch = {c.metric: c for c in compare_runs(base, head, th)}
@@ -310,7 +293,7 @@ def test_sample_on_demand_samples_one_block_per_command() -> None:
 def test_merging_ab_shards_keeps_each_base_side(tmp_path: Path) -> None:
     from perfguard.cli import merge_runs
 
-    one = _result([[1.0, 1.1]])
+    one = from_blocks([[1.0, 1.1]])
     two = VariantResult("u", "eager", "ok", samples_ms=(2.0,))
     shard1 = Run("c" * 40, "m", {}, (one,), baseline_results=(one,))
     shard2 = Run("c" * 40, "m", {}, (two,), baseline_results=(two,))

@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 from perfguard.ab.driver import Design, Driver, SideOutcome
-from perfguard.records import Metrics, Run, VariantResult
+from perfguard.records import Run, VariantResult
 from perfguard.stats.sequential import LOOKS, look, look_alpha, should_stop
 from perfguard.stats.verdicts import compare_runs
+from tests.factories import from_blocks
 
 
 def test_the_looks_spend_exactly_alpha_and_early_looks_least() -> None:
@@ -126,24 +127,10 @@ def test_a_noisier_host_gets_more_pairs_not_an_inconclusive(tmp_path: Path) -> N
 
 
 def _result(blocks: list[tuple[float, ...]], sequential: bool) -> VariantResult:
-    samples = tuple(t for b in blocks for t in b)
     ab: dict[str, Any] = {"pairs": len(blocks)}
     if sequential:
         ab["sequential"] = {"looks": list(LOOKS), "stopped_at": len(blocks)}
-    return VariantResult(
-        "t",
-        "eager",
-        "ok",
-        metrics=Metrics(
-            latency_p50_ms=float(np.median(samples)),
-            latency_p95_ms=float(np.percentile(samples, 95)),
-            latency_p99_ms=float(np.percentile(samples, 99)),
-        ),
-        samples_ms=samples,
-        block_sizes=tuple(len(b) for b in blocks),
-        repeats_ms=tuple(float(np.median(b)) for b in blocks),
-        details={"ab": ab},
-    )
+    return from_blocks(blocks, {"ab": ab})
 
 
 def test_the_verdict_holds_a_sequential_item_to_the_level_of_its_look() -> None:
