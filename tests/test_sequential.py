@@ -9,10 +9,17 @@ from typing import Any
 
 import numpy as np
 import pytest
+from scipy.stats import mstats
 
 from perfguard.ab.driver import Design, Driver, SideOutcome
 from perfguard.records import Run, VariantResult
 from perfguard.stats.sequential import LOOKS, look, look_alpha, should_stop
+from perfguard.stats.tests import (
+    log_ratio_interval,
+    paired_t_test,
+    paired_test,
+    paired_trimmed_test,
+)
 from perfguard.stats.verdicts import compare_runs
 from tests.factories import from_blocks
 
@@ -47,6 +54,58 @@ def test_a_change_is_called_only_where_the_runs_correction_will_agree() -> None:
     ratios = rng.normal(math.log(1.10), 0.035, 6)  # +10%, significant alone, not among many
     assert look(ratios, 0.014, 5.0).verdict == "regression"
     assert look(ratios, 0.014, 5.0, tests=60).verdict == "undecided"
+
+
+def _bursty(change: float, n: int, seed: int, hit: float = 0.3) -> np.ndarray:
+    """Log ratios of pairs on a busy host: a share `hit` of them had a burst of other work
+    cover one block (which side, at random), doubling its time."""
+    rng = np.random.default_rng(seed)
+    ratios = rng.normal(math.log1p(change), 0.02, n)
+    burst = rng.random(n) < hit
+    return ratios + np.where(burst, rng.choice([-1.0, 1.0], n) * math.log(2.0), 0.0)
+
+
+def test_pairs_a_burst_hit_on_one_side_do_not_hide_a_change() -> None:
+    called = mean_alone = 0
+    for seed in range(40):  # +20% at the last look, a third of the pairs hit by a burst
+        ratios = _bursty(0.20, 32, seed, hit=0.35)
+        called += look(ratios, 0.0086, 5.0, tests=6).verdict == "regression"
+        low = log_ratio_interval(ratios, 0.0086 / 2 / 6, "mean")[1]
+        mean_alone += low > 0
+    assert called >= 30  # 31 of 40 with these seeds
+    assert mean_alone <= 10  # the mean alone called 6 of them
+
+
+def test_a_large_change_split_by_bursts_is_called_by_the_mean() -> None:
+    # +100%, and a burst on the head side of every other pair: two clusters, 0.69 and 1.39
+    ratios = np.array([math.log(2.0), math.log(4.0)] * 5) + np.linspace(-0.01, 0.01, 10)
+    found = look(ratios, look_alpha(10, 0.05) or 0.0, 5.0, tests=6)
+    assert (found.verdict, found.statistic) == ("regression", "mean")
+
+
+def test_identical_code_on_a_bursty_host_is_rarely_called_a_change() -> None:
+    called = 0
+    for seed in range(400):
+        ratios = _bursty(0.0, 32, seed)
+        for pairs in LOOKS:
+            found = look(ratios[:pairs], look_alpha(pairs, 0.05) or 0.0, 5.0, tests=6)
+            if found.decided:
+                called += found.verdict in ("regression", "improvement")
+                break
+    assert called <= 4  # 1%; the design's bound is alpha / M = 0.8%
+
+
+def test_the_trimmed_test_agrees_with_scipys_trimmed_mean_interval() -> None:
+    rng = np.random.default_rng(7)
+    base = rng.uniform(1.0, 2.0, 12)
+    head = base * np.exp(_bursty(0.08, 12, seed=7))
+    _, p, df = paired_trimmed_test(base, head)
+    assert df == 12 - 2 * 3 - 1
+    d = np.log(head / base)
+    for level in (0.001, 0.01, 0.05, 0.2):
+        low, high = mstats.trimmed_mean_ci(d, limits=(0.25, 0.25), alpha=level)
+        assert (p < level) == (low > 0 or high < 0)
+    assert paired_test(base, head) == min(1.0, 2 * min(p, paired_t_test(base, head)[1]))
 
 
 def _blocks(center: float, spread: float, n: int, rng: random.Random) -> list[tuple[float, ...]]:

@@ -12,14 +12,22 @@ change where there is none is at most alpha, however the looks depend on each ot
 same repeated confidence intervals bound the other error: the chance that a look stops with
 `unchanged` while the true change is at least the bar is at most alpha too.
 
-At look k, with the mean m of the log ratios and its interval I_k at level 1 - alpha_k:
-- decided `regression` (or `improvement`): 0 is outside the interval at level
-  1 - alpha_k / M, M the p-values the run's Benjamini-Hochberg correction shares (so the
-  corrected final verdict agrees), and |m| is at least the bar;
-- decided `unchanged`: I_k lies within (-bar, +bar), so no change as large as the bar fits;
+At look k, each of two statistics of the log ratios, their mean and their 25%-trimmed mean,
+gives an interval at level 1 - alpha_k / 2 (Bonferroni over the two, so the bounds above
+hold for the pair):
+- decided `regression` (or `improvement`): for either statistic, 0 is outside its interval
+  at level 1 - alpha_k / (2 M), M the p-values the run's Benjamini-Hochberg correction
+  shares (so the corrected final verdict agrees), and its estimate is at least the bar;
+- decided `unchanged`: neither calls a change, and one interval lies within (-bar, +bar),
+  so no change as large as the bar fits;
 - otherwise the next look; the last look decides whatever it finds.
-The final verdict (in `perfguard.stats.verdicts`) scales the paired test's p-value by
-alpha / alpha_k of the look it stopped at, so the same data give the same decision.
+Why two: on a busy runner a burst of other work that hits one block of a pair doubles its
+time, and a few such pairs widen the mean's interval past any decision; the trimmed mean
+sets them aside. The mean is the stronger when the pairs are quiet, and when a large change
+meets bursts on every other pair, so that the ratios fall in two clusters.
+The final verdict (in `perfguard.stats.verdicts`) takes the same two tests
+(`perfguard.stats.tests.paired_test`) and scales the p-value by alpha / alpha_k of the look
+it stopped at, so the same data give the same decision.
 """
 
 from __future__ import annotations
@@ -31,7 +39,8 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy import stats as sps
+
+from perfguard.stats.tests import PAIRED_STATISTICS, log_ratio_interval
 
 LOOKS: tuple[int, ...] = (6, 10, 16, 24, 32)
 """Pairs at each look. Six pairs decide a clear case; 32 are the cap for a noisy one."""
@@ -64,8 +73,22 @@ class Look:
 
     decided: bool
     verdict: str  # regression, improvement, unchanged, or undecided
-    change_pct: float  # exp(mean log ratio) - 1, in percent
-    interval_pct: tuple[float, float]  # the repeated confidence interval, in percent
+    change_pct: float  # the estimate of the statistic that decided (else the trimmed mean)
+    interval_pct: tuple[float, float]  # its repeated confidence interval, in percent
+    statistic: str = "trimmed"  # "mean" or "trimmed": which of the two decided
+
+
+def _verdict_of(
+    d: NDArray[Any], statistic: str, level: float, strict: float, bar: float
+) -> tuple[str, float, tuple[float, float]]:
+    est, low, high = log_ratio_interval(d, level, statistic)
+    _, strict_low, strict_high = log_ratio_interval(d, strict, statistic)
+    verdict = "undecided"
+    if (strict_low > 0 or strict_high < 0) and abs(est) >= bar:
+        verdict = "regression" if est > 0 else "improvement"
+    elif -bar < low and high < bar:
+        verdict = "unchanged"
+    return verdict, est, (low, high)
 
 
 def look(
@@ -78,30 +101,37 @@ def look(
 ) -> Look:
     """Decide from the log ratios (log head/base per pair) at a look of level `alpha_k`.
 
+    Two statistics of the log ratios are asked, each at half the look's level (Bonferroni):
+    the mean, and the 25%-trimmed mean (`perfguard.stats.tests.PAIRED_STATISTICS`). A change
+    called by either stops; so does `unchanged` when neither calls a change.
     `tests`: how many p-values the run's Benjamini-Hochberg correction will share this one
     with. A change is called only at alpha_k / tests (Bonferroni, which BH never undercuts),
     so that the final verdict, corrected over the run, agrees with the stop."""
     d = np.asarray(log_ratios, dtype=float)
-    n = d.size
-    mean = float(d.mean()) if n else 0.0
-    change = 100.0 * math.expm1(mean)
     bar = math.log1p(bar_pct / 100.0)
-    if n < 2:
-        return Look(last, "undecided", change, (-math.inf, math.inf))
-    se = float(d.std(ddof=1)) / math.sqrt(n)
-
-    def interval_at(level: float) -> tuple[float, float]:
-        half = float(sps.t.ppf(1.0 - level / 2.0, n - 1)) * se
-        return mean - half, mean + half
-
-    low, high = interval_at(alpha_k)
-    interval = (100.0 * math.expm1(low), 100.0 * math.expm1(high))
-    strict_low, strict_high = interval_at(alpha_k / max(tests, 1))
-    if (strict_low > 0 or strict_high < 0) and abs(mean) >= bar:
-        return Look(True, "regression" if mean > 0 else "improvement", change, interval)
-    if -bar < low and high < bar:
-        return Look(True, "unchanged", change, interval)
-    return Look(last, "undecided", change, interval)
+    level = alpha_k / len(PAIRED_STATISTICS)
+    found = {
+        statistic: _verdict_of(d, statistic, level, level / max(tests, 1), bar)
+        for statistic in PAIRED_STATISTICS
+    }
+    called = {s: f for s, f in found.items() if f[0] in ("regression", "improvement")}
+    if len({f[0] for f in called.values()}) == 1:
+        statistic, (verdict, est, ci) = next(iter(called.items()))
+        decided = True
+    else:  # no change called (or, never seen, both ways at once)
+        calm = {s: f for s, f in found.items() if f[0] == "unchanged"}
+        statistic = next(iter(calm), "trimmed")
+        verdict, est, ci = found[statistic]
+        decided = bool(calm) and not called
+        if not decided:
+            verdict = "undecided"
+    return Look(
+        decided or last,
+        verdict,
+        100.0 * math.expm1(est),
+        (100.0 * math.expm1(ci[0]), 100.0 * math.expm1(ci[1])),
+        statistic,
+    )
 
 
 def block_log_ratios(
@@ -145,6 +175,7 @@ def should_stop(
             "verdict": f.verdict,
             "change_pct": round(f.change_pct, 3),
             "interval_pct": [round(v, 3) for v in f.interval_pct],
+            "statistic": f.statistic,
         }
         for metric, f in found.items()
     }

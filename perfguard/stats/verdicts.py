@@ -5,8 +5,9 @@ samples, which are autocorrelated within a process. A regression needs all of:
 - statistical significance after a Benjamini-Hochberg correction over the whole run;
 - a practical minimum change (`min_change_pct`, settable per test);
 - a change beyond the noise floor learned from history, where one is known.
-In same-job A/B mode (`paired=True`) the repeats of both sides were interleaved, so a paired
-t-test on the block ratios replaces Welch, and `ab_min_change_pct` the history noise floor.
+In same-job A/B mode (`paired=True`) the repeats of both sides were interleaved, so paired
+tests on the log block ratios (their mean and their trimmed mean, Bonferroni) replace Welch,
+and `ab_min_change_pct` the history noise floor.
 Memory uses a small relative tolerance, compile time a generous ratio, and drift its
 tolerance class (every run) and the baseline's drift.
 """
@@ -30,7 +31,7 @@ from perfguard.stats.tests import (
     min_detectable_pct,
     paired_cohens_d,
     paired_min_detectable_pct,
-    paired_t_test,
+    paired_test,
     welch_t_test,
 )
 
@@ -182,7 +183,7 @@ def _latency(
         if paired_blocks:
             # same-job A/B: block i of each side ran back to back, so test their ratios;
             # the history's noise floor (movement between runs) does not apply here
-            _, p, _ = paired_t_test(a, b)
+            p = paired_test(a, b)  # mean and trimmed mean of the log ratios
             level = _sequential_level(head, len(a), th.alpha)
             # sampled until decided: the look it stopped at spends alpha_k of alpha, so
             # p is scaled to be held to alpha like the others (BH over the run included)
@@ -202,7 +203,7 @@ def _latency(
         mde = max(power_limit, practical)
         note = f"noise floor {floor:.1f}%" if floor else ""
         if paired_blocks:
-            note = f"paired t-test over {len(a)} A/B block pairs"
+            note = f"paired tests (mean, trimmed mean) over {len(a)} A/B block pairs"
             if level != th.alpha:
                 note += f", sequential (level {level:.3g} at that look)"
         comparison = Comparison(
