@@ -18,6 +18,7 @@ from perfguard import PerfguardWarning
 from perfguard.pytest_plugin import same_job
 from perfguard.pytest_plugin.benchmark_bridge import result_from_benchmark
 from perfguard.pytest_plugin.fixture import PerfguardFixture, SessionState, trace_dir
+from perfguard.pytest_plugin.marker import HELP as MARKER_HELP
 from perfguard.pytest_plugin.marker import MarkerSettings, read_marker
 from perfguard.pytest_plugin.options import Options, add_options, resolve
 from perfguard.pytest_plugin.progress import ProgressWriter
@@ -26,13 +27,6 @@ from perfguard.variants.spec import DEFAULT_VARIANTS
 
 VARIANT_PARAM = "_perfguard_variant"
 SKIP_REASON = "perf test: measured only with --perfguard (run `pytest --perfguard`)"
-MARKER_HELP = (
-    "perfguard(variants=[...], min_change_pct=, ab_min_change_pct=, alpha=, gate_p99=, gate_ops=, "
-    "instructions_pct=, memory_tolerance_pct=, compile_ratio=, budget_s=, repeats=, "
-    "drift_tolerance=, device=, threads=): "
-    "per-test perfguard settings"
-)
-
 state_key = pytest.StashKey[SessionState]()
 
 

@@ -17,6 +17,7 @@ from perfguard.pytest_plugin.marker import MarkerSettings
 from perfguard.pytest_plugin.options import Options
 from perfguard.pytest_plugin.progress import ProgressWriter
 from perfguard.records import VariantResult
+from perfguard.settings import MARKER_KEYS, THRESHOLD_KEYS
 
 if TYPE_CHECKING:
     from perfguard.ab.worker import WorkerLink
@@ -25,7 +26,8 @@ if TYPE_CHECKING:
     from perfguard.measure.drift import Reference
     from perfguard.pytest_plugin.same_job import AbSession
 
-RUN_OPTIONS = ("budget_s", "repeats", "drift_tolerance", "device", "threads")
+# the marker keys that `perfguard.run(...)` takes too: how to measure, not how to judge
+RUN_OPTIONS = tuple(k for k in MARKER_KEYS if k != "variants" and k not in THRESHOLD_KEYS)
 REFERENCE_CACHE = 8
 
 

@@ -9,34 +9,16 @@ from typing import Any
 
 import pytest
 
+from perfguard.settings import MARKER_KEYS, THRESHOLD_KEYS
 from perfguard.variants.spec import UnknownVariantError, parse_variant
 
-# key -> (accepted types, description)
+# key -> (accepted types, description), from the one table of settings
 KEYS: dict[str, tuple[tuple[type, ...], str]] = {
-    "variants": ((list, tuple), "a list of variant names"),
-    "min_change_pct": ((int, float), "a number of percent"),
-    "ab_min_change_pct": ((int, float), "a number of percent (same-job A/B)"),
-    "alpha": ((float,), "a significance level between 0 and 1"),
-    "gate_p99": ((bool,), "True or False"),
-    "gate_ops": ((bool,), "True or False (operator-count and FLOP changes gate)"),
-    "instructions_pct": ((int, float), "a number of percent (callgrind instruction counts)"),
-    "memory_tolerance_pct": ((int, float), "a number of percent"),
-    "compile_ratio": ((int, float), "a ratio above 1"),
-    "budget_s": ((int, float), "seconds of sampling"),
-    "repeats": ((int,), "a whole number of repeats"),
-    "drift_tolerance": ((int, float, dict), "a relative tolerance, or {class: tolerance}"),
-    "device": ((str,), "'auto', 'cpu' or 'cuda'"),
-    "threads": ((int,), "a whole number of threads"),
+    key: (s.marker_types, s.marker_what) for key, s in MARKER_KEYS.items()
 }
-THRESHOLD_KEYS = (
-    "min_change_pct",
-    "ab_min_change_pct",
-    "alpha",
-    "gate_p99",
-    "gate_ops",
-    "instructions_pct",
-    "memory_tolerance_pct",
-    "compile_ratio",
+HELP = (
+    f"perfguard({', '.join(k + ('=[...]' if k == 'variants' else '=') for k in KEYS)}): "
+    "per-test perfguard settings"
 )
 
 

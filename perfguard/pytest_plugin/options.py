@@ -1,4 +1,4 @@
-"""Command-line and ini options (docs/reference.md, "Options"), with one help text for both.
+"""Command-line and ini options, read and checked; they are declared in perfguard.settings.
 
 Precedence: command line > ini > default; the `@pytest.mark.perfguard(...)` marker overrides
 per test where it has a key for it (variants, thresholds, budget, drift tolerance).
@@ -15,102 +15,17 @@ from typing import Any
 import pytest
 
 from perfguard.ab.channel import ENV_ADDRESS
-from perfguard.variants.spec import DEFAULT_VARIANTS, UnknownVariantError, parse_variant_list
+from perfguard.settings import ENABLE_HELP, Setting
+from perfguard.settings import OPTIONS as SETTINGS_OPTIONS
+from perfguard.variants.spec import UnknownVariantError, parse_variant_list
 
-HELP = {
-    "perfguard": "measure perf tests (without it they are skipped)",
-    "variants": "comma-separated variant names for every perf test "
-    f"(default: {','.join(DEFAULT_VARIANTS)})",
-    "baseline_dir": "where baselines live (default: baselines under the rootdir)",
-    "machine": "machine key baselines are filed under (default: derived from the GPU or CPU)",
-    "save": "store the results as the baseline of the current commit (HEAD)",
-    "save_replace": "with --perfguard-save: replace HEAD's stored baseline whole (default: update "
-    "it with what this session measured, keeping the results of tests it did not run)",
-    "allow_dirty": "allow --perfguard-save on a working tree with uncommitted changes",
-    "compare": "compare against the baseline of git revision REF; 'auto' (default) picks the "
-    "base commit, 'none' disables comparison",
-    "report": "Markdown report path (default: reports/perfguard.md under the rootdir)",
-    "json": "write machine-readable results (the results JSON) to this path",
-    "fail_on": "'regression' (default): exit non-zero when a verdict is regression; 'never'",
-    "budget": "seconds of sampling per test item (default 2.0)",
-    "repeats": "independent repeat blocks per item (default 5)",
-    "device": "'auto' (default: CUDA when present), 'cpu' or 'cuda[:N]'",
-    "threads": "torch intra-op threads while measuring (default: torch's own)",
-    "min_change": "smallest latency change, in percent, that can be a regression (default 10)",
-    "ab_min_change": "same-job A/B: smallest latency change, in percent, that can be a "
-    "regression (default 5)",
-    "gate_p99": "let p99 latency gate the verdict (default: reported only)",
-    "flush_l2": "CUDA: evict the L2 cache before each timed call, as triton's do_bench does "
-    "(cold-cache latency; default: hot, as a serving loop runs)",
-    "seed": "torch/numpy/random seed set before each perf item, so random weights match (0)",
-    "main_branch": "the main branch for the merge-base lookup (default: main)",
-    "baseline_depth": "how many first-parent ancestors auto looks back (default 50)",
-    "progress": "show measuring progress lines: auto (default), yes or no",
-    "shard": "K/N: measure only the K-th of N shards of the perf tests (1-based; the variants "
-    "of a test stay together); join the shards' --perfguard-json files with perfguard merge",
-    "ab": "same-job A/B: measure git revision REF (default: the commit 'auto' compares "
-    "with) in a worktree beside this tree, blocks interleaved, and compare paired",
-    "confirm": "stored-baseline comparisons: re-measure each item with a latency regression "
-    "or improvement N times (default 1; 0: off), beside the base commit (same-job A/B) when "
-    "the checkout has it, else in a fresh process; the verdict stands only if every "
-    "re-measure shows it again. Beside the base commit, items whose median moved by the "
-    "minimum change without a verdict are measured too, and take the paired verdict",
-    "confirm_gap": "seconds at least between measuring an item and re-measuring it in a "
-    "fresh process (default 60): a passing slowdown of the host must not hit both",
-    "instructions": "also count instructions under valgrind's callgrind, each item in a "
-    "process of its own (slow: about a minute per item): 'compile' (the cold compile of "
-    "compiled variants) or 'compile,forward' (and one warm call of every variant); a change "
-    "past instructions_pct (1.5%) is a verdict",
-    "unhealthy": "when runner health checks warn (busy GPU or CPU, clocks not locked, "
-    "throttling): 'warn' (default) notes it in the report; 'inconclusive' also withholds "
-    "speed verdicts",
-}
-
-
-@dataclass(frozen=True)
-class _Opt:
-    name: str  # key in HELP and ini suffix
-    flag: str
-    kind: str  # "bool", "str"
-    default: Any
-    metavar: str | None = None
-
-
-OPTIONS: tuple[_Opt, ...] = (
-    _Opt("variants", "--perfguard-variants", "str", None, "LIST"),
-    _Opt("baseline_dir", "--perfguard-baseline-dir", "str", None, "DIR"),
-    _Opt("machine", "--perfguard-machine", "str", None, "NAME"),
-    _Opt("save", "--perfguard-save", "bool", False),
-    _Opt("save_replace", "--perfguard-save-replace", "bool", False),
-    _Opt("allow_dirty", "--perfguard-allow-dirty", "bool", False),
-    _Opt("compare", "--perfguard-compare", "str", "auto", "REF"),
-    _Opt("report", "--perfguard-report", "str", None, "PATH"),
-    _Opt("json", "--perfguard-json", "str", None, "PATH"),
-    _Opt("fail_on", "--perfguard-fail-on", "str", "regression", "regression|never"),
-    _Opt("budget", "--perfguard-budget", "str", "2.0", "SECONDS"),
-    _Opt("repeats", "--perfguard-repeats", "str", "5", "N"),
-    _Opt("device", "--perfguard-device", "str", "auto", "DEVICE"),
-    _Opt("threads", "--perfguard-threads", "str", None, "N"),
-    _Opt("min_change", "--perfguard-min-change", "str", "10", "PCT"),
-    _Opt("ab_min_change", "--perfguard-ab-min-change", "str", "5", "PCT"),
-    _Opt("gate_p99", "--perfguard-gate-p99", "bool", False),
-    _Opt("flush_l2", "--perfguard-flush-l2", "bool", False),
-    _Opt("seed", "--perfguard-seed", "str", "0", "N"),
-    _Opt("main_branch", "--perfguard-main-branch", "str", "main", "NAME"),
-    _Opt("baseline_depth", "--perfguard-baseline-depth", "str", "50", "N"),
-    _Opt("progress", "--perfguard-progress", "str", "auto", "auto|yes|no"),
-    _Opt("shard", "--perfguard-shard", "str", None, "K/N"),
-    _Opt("unhealthy", "--perfguard-unhealthy", "str", "warn", "warn|inconclusive"),
-    _Opt("ab", "--perfguard-ab", "str", None, "REF"),
-    _Opt("confirm", "--perfguard-confirm", "str", "1", "N"),
-    _Opt("confirm_gap", "--perfguard-confirm-gap", "str", "60", "SECONDS"),
-    _Opt("instructions", "--perfguard-instructions", "str", None, "compile[,forward]"),
-)
+OPTIONS: tuple[Setting, ...] = SETTINGS_OPTIONS
+"""The options and ini keys, from the one table of settings (perfguard.settings)."""
 
 
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("perfguard", "performance regression testing of PyTorch models")
-    group.addoption("--perfguard", action="store_true", default=False, help=HELP["perfguard"])
+    group.addoption("--perfguard", action="store_true", default=False, help=ENABLE_HELP)
     for opt in OPTIONS:
         if opt.name == "ab":  # a bare --perfguard-ab means REF=auto
             group.addoption(
@@ -120,19 +35,19 @@ def add_options(parser: pytest.Parser) -> None:
                 const="auto",
                 default=None,
                 metavar=opt.metavar,
-                help=HELP[opt.name],
+                help=opt.full_help,
             )
-            parser.addini(f"perfguard_{opt.name}", HELP[opt.name], type="string", default="")
-        elif opt.kind == "bool":
-            group.addoption(opt.flag, action="store_true", default=None, help=HELP[opt.name])
-            parser.addini(f"perfguard_{opt.name}", HELP[opt.name], type="bool", default=opt.default)
+            parser.addini(opt.ini, opt.full_help, type="string", default="")
+        elif opt.switch:
+            group.addoption(opt.flag, action="store_true", default=None, help=opt.full_help)
+            parser.addini(opt.ini, opt.full_help, type="bool", default=bool(opt.default))
         else:
             group.addoption(
-                opt.flag, action="store", default=None, metavar=opt.metavar, help=HELP[opt.name]
+                opt.flag, action="store", default=None, metavar=opt.metavar, help=opt.full_help
             )
             parser.addini(
-                f"perfguard_{opt.name}",
-                HELP[opt.name],
+                opt.ini,
+                opt.full_help,
                 type="string",
                 default=opt.default if opt.default is not None else "",
             )
@@ -203,7 +118,7 @@ class Options:
         return args
 
 
-def _shard(config: pytest.Config, opt: _Opt) -> tuple[int, int] | None:
+def _shard(config: pytest.Config, opt: Setting) -> tuple[int, int] | None:
     value, source = _raw(config, opt)
     if not value:
         return None
@@ -217,7 +132,7 @@ def _shard(config: pytest.Config, opt: _Opt) -> tuple[int, int] | None:
     return shard
 
 
-def _instructions(config: pytest.Config, opt: _Opt) -> tuple[str, ...]:
+def _instructions(config: pytest.Config, opt: Setting) -> tuple[str, ...]:
     from perfguard.measure.callgrind import parse_modes
 
     value, source = _raw(config, opt)
@@ -229,20 +144,20 @@ def _instructions(config: pytest.Config, opt: _Opt) -> tuple[str, ...]:
         raise pytest.UsageError(f"{source}: {exc}") from None
 
 
-def _raw(config: pytest.Config, opt: _Opt) -> tuple[Any, str]:
+def _raw(config: pytest.Config, opt: Setting) -> tuple[Any, str]:
     value = config.getoption(opt.flag)
     if value is not None:
         return value, opt.flag
-    ini = config.getini(f"perfguard_{opt.name}")
-    if opt.kind == "bool":
-        return bool(ini), f"ini perfguard_{opt.name}"
+    ini = config.getini(opt.ini)
+    if opt.switch:
+        return bool(ini), f"ini {opt.ini}"
     text = str(ini).strip()
     if text:
-        return text, f"ini perfguard_{opt.name}"
+        return text, f"ini {opt.ini}"
     return opt.default, "default"
 
 
-def _number(config: pytest.Config, opt: _Opt, kind: type, low: float) -> Any:
+def _number(config: pytest.Config, opt: Setting, kind: type, low: float) -> Any:
     value, source = _raw(config, opt)
     try:
         number = kind(value)
@@ -257,7 +172,7 @@ def _number(config: pytest.Config, opt: _Opt, kind: type, low: float) -> Any:
     return number
 
 
-def _choice(config: pytest.Config, opt: _Opt, choices: tuple[str, ...]) -> str:
+def _choice(config: pytest.Config, opt: Setting, choices: tuple[str, ...]) -> str:
     value, source = _raw(config, opt)
     if value not in choices:
         raise pytest.UsageError(f"{source}: must be one of {', '.join(choices)}, got {value!r}")

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from perfguard.records import Comparison, Run, VariantResult, Verdict
+from perfguard.settings import THRESHOLD_KEYS, threshold_default
 from perfguard.stats.exact import exact_comparisons
 from perfguard.stats.sequential import look_alpha
 from perfguard.stats.tests import (
@@ -46,15 +47,18 @@ LATENCY_METRICS: dict[str, float] = {
 class Thresholds:
     """The rules in force; all of them appear in the report's methodology note."""
 
-    alpha: float = 0.05
-    min_change_pct: float = 10.0
-    ab_min_change_pct: float = 5.0  # same-job A/B cancels between-run noise: a lower bar
+    # the defaults a user can change are those of the settings table (perfguard.settings)
+    alpha: float = threshold_default("alpha")
+    min_change_pct: float = threshold_default("min_change_pct")
+    # same-job A/B cancels between-run noise: a lower bar
+    ab_min_change_pct: float = threshold_default("ab_min_change_pct")
     min_repeats: int = 3
-    gate_p99: bool = False
-    gate_ops: bool = False  # let operator-count and FLOP changes gate the verdict
-    instructions_pct: float = 1.5  # callgrind counts: a change past this is a verdict
-    memory_tolerance_pct: float = 5.0
-    compile_ratio: float = 1.5
+    gate_p99: bool = threshold_default("gate_p99")
+    gate_ops: bool = threshold_default("gate_ops")  # operator-count and FLOP changes gate
+    # callgrind counts: a change past this is a verdict
+    instructions_pct: float = threshold_default("instructions_pct")
+    memory_tolerance_pct: float = threshold_default("memory_tolerance_pct")
+    compile_ratio: float = threshold_default("compile_ratio")
     drift_growth: float = 2.0  # drift may grow by this factor over the baseline's ...
     drift_floor_rel: float = 1e-4  # ... or stay below this relative size, without a verdict
     per_test: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
@@ -64,17 +68,7 @@ class Thresholds:
         overrides = self.per_test.get(test)
         if not overrides:
             return self
-        known = {
-            "alpha",
-            "min_change_pct",
-            "ab_min_change_pct",
-            "min_repeats",
-            "memory_tolerance_pct",
-            "compile_ratio",
-            "gate_p99",
-            "gate_ops",
-            "instructions_pct",
-        }
+        known = {*THRESHOLD_KEYS, "min_repeats"}
         changes: dict[str, Any] = {k: v for k, v in overrides.items() if k in known}
         return replace(self, **changes)
 

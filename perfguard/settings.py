@@ -1,0 +1,402 @@
+"""Every setting in one table: command-line options, ini keys, marker keys, help, defaults.
+
+The pytest options and ini keys (`perfguard.pytest_plugin.options`), the marker's keys and
+their checks (`perfguard.pytest_plugin.marker`), the thresholds' defaults
+(`perfguard.stats.verdicts.Thresholds`) and the options table of docs/reference.md are all
+made from `SETTINGS`; `tools/settings_table.py` writes the table, and a test fails when the
+page and this module disagree. Plain data: no pytest here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from perfguard.variants.spec import DEFAULT_VARIANTS
+
+
+@dataclass(frozen=True, kw_only=True)
+class Setting:
+    """One setting. `name` is the ini key's suffix (`perfguard_<name>`); the option is
+    `--perfguard-<name with dashes>` unless `option` is False (a marker key only)."""
+
+    name: str
+    help: str  # the help of the option and the ini key, without the default
+    default: Any = None  # as the ini file or the command line spells it; None: none
+    shown_default: str | None = None  # how the help shows a default that is not a value
+    metavar: str | None = None  # None: a switch (store_true) or, without option, no flag
+    option: bool = True
+    marker: str | None = None  # the marker key that overrides it per test
+    marker_types: tuple[type, ...] = ()
+    marker_what: str = ""  # what the marker's value must be, for its error message
+    doc: str | None = None  # the docs table's longer text (else `help`)
+    threshold: bool = False  # a verdict rule (perfguard.stats.verdicts.Thresholds)
+
+    @property
+    def flag(self) -> str:
+        return "--perfguard-" + self.name.replace("_", "-")
+
+    @property
+    def ini(self) -> str:
+        return f"perfguard_{self.name}"
+
+    @property
+    def switch(self) -> bool:
+        return self.option and self.metavar is None
+
+    @property
+    def default_text(self) -> str | None:
+        if self.shown_default is not None:
+            return self.shown_default
+        if self.default is None or self.default is False:
+            return None
+        return str(self.default)
+
+    @property
+    def full_help(self) -> str:
+        shown = self.default_text
+        return f"{self.help} (default: {shown})" if shown else self.help
+
+
+PCT = ((int, float), "a number of percent")
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        name="variants",
+        help="comma-separated variant names for every perf test",
+        shown_default=",".join(DEFAULT_VARIANTS),
+        metavar="LIST",
+        marker="variants",
+        marker_types=(list, tuple),
+        marker_what="a list of variant names",
+    ),
+    Setting(
+        name="baseline_dir",
+        help="where baselines live",
+        shown_default="baselines under the rootdir",
+        metavar="DIR",
+    ),
+    Setting(
+        name="machine",
+        help="machine key baselines are filed under",
+        shown_default="from the GPU or CPU model",
+        metavar="NAME",
+    ),
+    Setting(
+        name="save",
+        help="store the results as the baseline of the current commit (HEAD)",
+        default=False,
+        doc="store results as the baseline of HEAD (refuses a dirty tree); a baseline HEAD "
+        'already has is updated, never shrunk ([ci.md](ci.md), "A save never loses a '
+        'baseline")',
+    ),
+    Setting(
+        name="save_replace",
+        help="with --perfguard-save: replace HEAD's stored baseline whole, instead of "
+        "updating it with what this session measured (keeping the results of tests it did "
+        "not run)",
+        default=False,
+    ),
+    Setting(
+        name="allow_dirty",
+        help="allow --perfguard-save on a working tree with uncommitted changes",
+        default=False,
+    ),
+    Setting(
+        name="compare",
+        help="compare against the baseline of git revision REF; 'auto' picks the base commit, "
+        "'none' disables comparison",
+        default="auto",
+        metavar="REF",
+    ),
+    Setting(
+        name="report",
+        help="Markdown report path",
+        shown_default="reports/perfguard.md under the rootdir",
+        metavar="PATH",
+    ),
+    Setting(
+        name="json",
+        help="write machine-readable results (the results JSON) to this path",
+        metavar="PATH",
+    ),
+    Setting(
+        name="fail_on",
+        help="'regression': exit non-zero when a verdict is regression; 'never'",
+        default="regression",
+        metavar="regression|never",
+    ),
+    Setting(
+        name="budget",
+        help="seconds of sampling per test item",
+        default="2.0",
+        metavar="SECONDS",
+        marker="budget_s",
+        marker_types=(int, float),
+        marker_what="seconds of sampling",
+    ),
+    Setting(
+        name="repeats",
+        help="independent repeat blocks per item",
+        default="5",
+        metavar="N",
+        marker="repeats",
+        marker_types=(int,),
+        marker_what="a whole number of repeats",
+    ),
+    Setting(
+        name="device",
+        help="'auto' (CUDA when present), 'cpu' or 'cuda[:N]'",
+        default="auto",
+        metavar="DEVICE",
+        marker="device",
+        marker_types=(str,),
+        marker_what="'auto', 'cpu' or 'cuda'",
+    ),
+    Setting(
+        name="threads",
+        help="torch intra-op threads while measuring",
+        shown_default="torch's own",
+        metavar="N",
+        marker="threads",
+        marker_types=(int,),
+        marker_what="a whole number of threads",
+    ),
+    Setting(
+        name="flush_l2",
+        help="CUDA: evict the L2 cache before each timed call, as triton's do_bench does "
+        "(cold-cache latency)",
+        default=False,
+        shown_default="hot, as a serving loop runs",
+    ),
+    Setting(
+        name="seed",
+        help="torch, numpy and random seed set before each perf item, so random weights match",
+        default="0",
+        metavar="N",
+    ),
+    Setting(
+        name="min_change",
+        help="smallest latency change, in percent, that can be a regression",
+        default="10",
+        metavar="PCT",
+        marker="min_change_pct",
+        marker_types=PCT[0],
+        marker_what=PCT[1],
+        threshold=True,
+    ),
+    Setting(
+        name="gate_p99",
+        help="let p99 latency gate the verdict",
+        default=False,
+        shown_default="reported only",
+        marker="gate_p99",
+        marker_types=(bool,),
+        marker_what="True or False",
+        threshold=True,
+    ),
+    Setting(
+        name="main_branch",
+        help="the main branch for the merge-base lookup",
+        default="main",
+        metavar="NAME",
+    ),
+    Setting(
+        name="baseline_depth",
+        help="how many first-parent ancestors auto looks back",
+        default="50",
+        metavar="N",
+    ),
+    Setting(
+        name="progress",
+        help="show measuring progress lines",
+        default="auto",
+        metavar="auto|yes|no",
+    ),
+    Setting(
+        name="shard",
+        help="measure only the K-th of N shards of the perf tests (1-based; the variants of "
+        "a test stay together); join the shards' --perfguard-json files with perfguard merge",
+        metavar="K/N",
+    ),
+    Setting(
+        name="confirm",
+        help="stored-baseline comparisons: re-measure each item with a latency regression or "
+        "improvement N times (0: off), beside the base commit (same-job A/B) when the "
+        "checkout has it, else in a fresh process; the verdict stands only if every "
+        "re-measure shows it again. Beside the base commit, items whose median moved by the "
+        "minimum change without a verdict are measured too, and take the paired verdict",
+        default="1",
+        metavar="N",
+    ),
+    Setting(
+        name="confirm_gap",
+        help="seconds at least between measuring an item and re-measuring it in a fresh "
+        "process: a passing slowdown of the host must not hit both",
+        default="60",
+        metavar="SECONDS",
+    ),
+    Setting(
+        name="unhealthy",
+        help="when runner health checks warn (busy GPU or CPU, clocks not locked, "
+        "throttling): 'warn' notes it in the report; 'inconclusive' also withholds speed "
+        "verdicts",
+        default="warn",
+        metavar="warn|inconclusive",
+    ),
+    Setting(
+        name="ab",
+        help="same-job A/B: measure git revision REF (without a value: the commit 'auto' "
+        "compares with) in a worktree beside this tree, blocks interleaved, and compare "
+        "paired",
+        metavar="REF",
+        doc="same-job A/B: measure REF (default: the commit `auto` compares with) beside this "
+        'tree, interleaved ([method.md](method.md), "Same-job A/B")',
+    ),
+    Setting(
+        name="ab_min_change",
+        help="same-job A/B: smallest latency change, in percent, that can be a regression",
+        default="5",
+        metavar="PCT",
+        marker="ab_min_change_pct",
+        marker_types=PCT[0],
+        marker_what="a number of percent (same-job A/B)",
+        threshold=True,
+    ),
+    Setting(
+        name="instructions",
+        help="also count instructions under valgrind's callgrind, each item in a process of "
+        "its own after all timing (slow: about a minute per item; needs valgrind with its "
+        "headers and a C compiler): 'compile', the cold compile of each compiled variant, or "
+        "'compile,forward', and one warm call of every variant; a change past "
+        "instructions_pct is a verdict",
+        metavar="compile[,forward]",
+        doc="also count instructions under valgrind's callgrind, each item in a process of "
+        "its own after all timing: `compile`, the cold compile of each compiled variant; "
+        "`forward`, one warm call of every variant (slow, about a minute per item; needs "
+        'valgrind with its headers and a C compiler) ([method.md](method.md), "Instruction '
+        'counts")',
+    ),
+    # marker keys only
+    Setting(
+        name="alpha",
+        help="the significance level of the latency tests",
+        default=0.05,
+        option=False,
+        marker="alpha",
+        marker_types=(float,),
+        marker_what="a significance level between 0 and 1",
+        threshold=True,
+    ),
+    Setting(
+        name="gate_ops",
+        help="let a change in the ATen operators or FLOPs of a call gate",
+        default=False,
+        shown_default="reported",
+        option=False,
+        marker="gate_ops",
+        marker_types=(bool,),
+        marker_what="True or False (operator-count and FLOP changes gate)",
+        threshold=True,
+    ),
+    Setting(
+        name="instructions_pct",
+        help="the tolerance of instruction counts, in percent",
+        default=1.5,
+        option=False,
+        marker="instructions_pct",
+        marker_types=PCT[0],
+        marker_what="a number of percent (callgrind instruction counts)",
+        threshold=True,
+    ),
+    Setting(
+        name="memory_tolerance_pct",
+        help="the tolerance of peak memory, in percent",
+        default=5.0,
+        option=False,
+        marker="memory_tolerance_pct",
+        marker_types=PCT[0],
+        marker_what=PCT[1],
+        threshold=True,
+    ),
+    Setting(
+        name="compile_ratio",
+        help="the compile-time ratio that is a regression",
+        default=1.5,
+        option=False,
+        marker="compile_ratio",
+        marker_types=(int, float),
+        marker_what="a ratio above 1",
+        threshold=True,
+    ),
+    Setting(
+        name="drift_tolerance",
+        help="the drift tolerance: a relative tolerance, or {class: tolerance}",
+        option=False,
+        marker="drift_tolerance",
+        marker_types=(int, float, dict),
+        marker_what="a relative tolerance, or {class: tolerance}",
+    ),
+)
+
+BY_NAME: Mapping[str, Setting] = {s.name: s for s in SETTINGS}
+OPTIONS: tuple[Setting, ...] = tuple(s for s in SETTINGS if s.option)
+MARKER_KEYS: Mapping[str, Setting] = {s.marker: s for s in SETTINGS if s.marker}
+THRESHOLD_KEYS: tuple[str, ...] = tuple(s.marker for s in SETTINGS if s.threshold and s.marker)
+
+
+def threshold_default(key: str) -> Any:
+    """The default of a verdict rule, by its marker key, as its type (a number or a bool)."""
+    value = MARKER_KEYS[key].default
+    if isinstance(value, bool):
+        return value
+    return float(value)
+
+
+ENABLE_HELP = "measure perf tests (without it they are skipped)"
+
+
+BEGIN = "<!-- settings: written by tools/settings_table.py from perfguard/settings.py -->"
+END = "<!-- settings: end -->"
+
+
+def generated_section() -> str:
+    """What docs/reference.md holds between `BEGIN` and `END`."""
+    return f"{BEGIN}\n{markdown_table()}\n\n{marker_keys_text()}\n{END}"
+
+
+def markdown_table() -> str:
+    """The options table of docs/reference.md."""
+    rows = [
+        "| option | ini | meaning |",
+        "| --- | --- | --- |",
+        "| `--perfguard` | | measure; without it perf items are skipped |",
+    ]
+    for s in OPTIONS:
+        flag = s.flag if s.switch else f"{s.flag}={s.metavar}"
+        if s.name == "ab":
+            flag = f"{s.flag}[={s.metavar}]"
+        text = s.doc or s.help
+        shown = s.default_text
+        if shown and s.doc is None:
+            text += f" (default: {shown})"
+        rows.append(f"| `{flag.replace('|', chr(92) + '|')}` | `{s.ini}` | {text} |")
+    return "\n".join(rows)
+
+
+def marker_keys_text() -> str:
+    """The marker keys' paragraph of docs/reference.md."""
+    parts = []
+    for key, s in MARKER_KEYS.items():
+        shown = s.default_text
+        if s.option:
+            parts.append(f"`{key}`" + (f" (`{s.flag}`)" if key != "variants" else ""))
+        else:
+            parts.append(f"`{key}` ({s.help}" + (f"; default {shown})" if shown else ")"))
+    return (
+        "Marker keys: "
+        + ", ".join(parts)
+        + ". A key with an option beside it sets for one test what the option sets for all. "
+        "An unknown key or a bad value is an error naming the test and the key."
+    )
