@@ -304,7 +304,7 @@ def _history(steps: Sequence[Step], step: Step) -> list[Step]:
 def _targets(directory: Path, steps: Sequence[Step], step: Step, ab: bool) -> list[tuple[str, str]]:
     """What the plugin re-measures: the flagged items, and beside the base commit also the
     undecided ones (median moved by the minimum change, no verdict)."""
-    from perfguard.stats.verdicts import confirm_targets, settle_targets
+    from perfguard.confirm import confirm_targets, settle_targets
 
     needed = [*_history(steps, step), step]
     comparisons, _ = _compare_step(steps, _load_runs(directory, needed), step)
@@ -514,7 +514,8 @@ def _tally(steps: Sequence[Step], runs: dict[str, Any], tally: dict[int, dict[st
     `later` judges the same rule with a re-measure about a minute later instead: the next
     process that ran the same code, re-paired from the runs kept (not a new measurement).
     """
-    from perfguard.stats.verdicts import Thresholds, confirm_verdicts
+    from perfguard.confirm import confirm_verdicts
+    from perfguard.stats.verdicts import Thresholds
 
     def flagged(comparisons: Sequence[Any], model: str, verdict: str = "regression") -> bool:
         return any(c.verdict == verdict for c in comparisons if c.test == model and c.gating)

@@ -112,7 +112,7 @@ def compare_files(base: Run, head: Run, thresholds: Thresholds, base_path: Path)
     reason = f"perfguard compare: {base_path.name}"
     return replace(
         head,
-        baseline=BaselineRef(base.commit, reason),
+        baseline=BaselineRef(commit=base.commit, reason=reason),
         comparisons=compare_runs(base, head, thresholds),
     )
 
@@ -241,9 +241,10 @@ def cmd_merge(args: argparse.Namespace) -> int:
 def _finish_merged(args: argparse.Namespace, merged: Run) -> int:
     """Compare the union against one baseline (one correction over the whole run), report,
     and save it as the baseline of HEAD when asked: as one unsharded run would."""
+    from perfguard.confirm import replay
     from perfguard.git import git_state
     from perfguard.health import Health
-    from perfguard.pipeline import FinishSettings, finish_run, replay
+    from perfguard.pipeline import FinishSettings, finish_run
     from perfguard.stats.verdicts import Thresholds
 
     state = git_state(Path.cwd())

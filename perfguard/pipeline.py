@@ -10,8 +10,9 @@ import datetime as _dt
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
+from perfguard.confirm import Remeasure, confirm
 from perfguard.environment_diff import environment_differences
 from perfguard.git import (
     BaselineChoice,
@@ -22,19 +23,9 @@ from perfguard.git import (
     git_state,
 )
 from perfguard.health import Health
-from perfguard.records import BaselineRef, Comparison, Run, VariantResult, trace_file_name
+from perfguard.records import BaselineRef, Run, VariantResult, trace_file_name
 from perfguard.report.outputs import write_reports
-from perfguard.stats.rounds import agreeing, disturbed, merge_retry
-from perfguard.stats.verdicts import (
-    Thresholds,
-    add_note,
-    compare_runs,
-    confirm_targets,
-    confirm_verdicts,
-    is_flagged_latency,
-    settle_targets,
-    withhold_speed_verdicts,
-)
+from perfguard.stats.verdicts import Thresholds, add_note, compare_runs, withhold_speed_verdicts
 from perfguard.stats.why import with_why
 from perfguard.store.baselines import BaselineError, BaselineStore, Saved, write_json_atomic
 from perfguard.store.history import load_history, noise_floor, with_trends
@@ -64,24 +55,6 @@ class FinishSettings:
     unhealthy: str = "warn"  # "inconclusive": health warnings withhold speed verdicts
     confirm: int = 1  # re-measures a latency verdict must survive (stored mode)
     traces: Path | None = None  # the Chrome traces' folder: only the regressions' are kept
-
-
-class ConfirmRound(NamedTuple):
-    """One confirmation re-measure of the flagged (and undecided) items."""
-
-    results: tuple[VariantResult, ...]
-    # measured beside the base commit in one job (same-job A/B): that commit's side;
-    # empty when the round was a fresh process of this tree alone
-    base_results: tuple[VariantResult, ...] = ()
-
-
-Remeasure = Callable[
-    [Sequence[tuple[str, str]], str | None, Sequence[tuple[str, str]]], ConfirmRound
-]
-"""(flagged, base commit, undecided): measures the flagged (test, variant) items again,
-beside the given base commit where it can (None: no commit known), else in a fresh process;
-the undecided items too, only when beside the base commit (nothing else can settle them).
-An item it could not measure comes back as an error result, or not at all (never raises)."""
 
 
 @dataclass(frozen=True)
@@ -196,7 +169,7 @@ def finish_run(
             run = replace(run, comparisons=withheld)
     except (BaselineError, PipelineError, GitError) as exc:
         error = f"comparison stopped: {exc}"
-        run = replace(run, baseline=BaselineRef(None, error))
+        run = replace(run, baseline=BaselineRef(commit=None, reason=error))
 
     if settings.traces is not None and settings.compare != "none" and error is None:
         keep_regressed_traces(run, settings.traces)
@@ -317,7 +290,9 @@ def _compare_stored(
     run = replace(
         run,
         baseline=BaselineRef(
-            choice.commit, choice.reason, None if base is None else base.environment
+            commit=choice.commit,
+            reason=choice.reason,
+            environment=None if base is None else base.environment,
         ),
     )
     messages.append(
@@ -340,36 +315,22 @@ def _compare_stored(
             messages.append(f"noise floor learned from {history['commit'].nunique()} baselines")
     if settings.compare != "none":
         comparisons = compare_runs(base, run, settings.thresholds, noise)
-        confirming = remeasure is not None and settings.confirm > 0
-        targets = confirm_targets(comparisons) if confirming else []
-        undecided = settle_targets(comparisons, settings.thresholds) if confirming else []
-        rounds: list[ConfirmRound] = []
-        spoilt: list[dict[tuple[str, str], str]] = []
-        if remeasure is not None and (targets or undecided):
-            rounds = [remeasure(targets, choice.commit, undecided) for _ in range(settings.confirm)]
-            rounds, spoilt = _retry_disturbed(
-                comparisons, rounds, remeasure, choice.commit, targets, undecided, messages
-            )
-        if not targets and not any(r.results for r in rounds):
-            rounds = []  # nothing flagged, and nothing measured beside the base commit
-        if rounds:
-            confirmed = confirm_verdicts(
+        if remeasure is not None and settings.confirm > 0:
+            comparisons, rounds = confirm(
                 comparisons,
-                [r.results for r in rounds],
+                remeasure,
+                choice.commit,
+                settings.confirm,
                 settings.thresholds,
                 noise,
-                bases=[r.base_results for r in rounds],
-                disturbed=spoilt,
+                messages,
             )
-            messages.append(
-                _confirm_summary(comparisons, confirmed, len(targets), len(undecided), rounds)
-            )
-            comparisons = confirmed
-            run = replace(
-                run,
-                confirm_results=tuple(r.results for r in rounds),
-                confirm_base_results=tuple(r.base_results for r in rounds),
-            )
+            if rounds:
+                run = replace(
+                    run,
+                    confirm_results=tuple(r.results for r in rounds),
+                    confirm_base_results=tuple(r.base_results for r in rounds),
+                )
         if history is not None:
             comparisons = with_trends(comparisons, history)
         if base is not None:
@@ -410,49 +371,6 @@ def _with_stored_context(
     return replace(run, comparisons=tuple(out))
 
 
-def _retry_disturbed(
-    comparisons: Sequence[Comparison],
-    rounds: Sequence[ConfirmRound],
-    remeasure: Remeasure,
-    commit: str | None,
-    targets: Sequence[tuple[str, str]],
-    undecided: Sequence[tuple[str, str]],
-    messages: list[str],
-) -> tuple[list[ConfirmRound], list[dict[tuple[str, str], str]]]:
-    """Each round's disturbed items (`perfguard.stats.rounds`) measured once more. Returns
-    the rounds and, per round, the items still disturbed, which confirm and withdraw
-    nothing: unless both tries read the base commit alike, when it is its stored baseline
-    that is off, and the pairing stands."""
-    out: list[ConfirmRound] = []
-    spoilt: list[dict[tuple[str, str], str]] = []
-    for r in rounds:
-        bad = disturbed(comparisons, r.base_results)
-        if bad:
-            messages.append(
-                f"confirmation: {len(bad)} item(s) measured once more, their round was "
-                f"disturbed ({next(iter(bad.values()))})"
-            )
-            retry = remeasure(
-                [k for k in targets if k in bad], commit, [k for k in undecided if k in bad]
-            )
-            merged = ConfirmRound(
-                *merge_retry(r.results, r.base_results, retry.results, retry.base_results, bad)
-            )
-            still = disturbed(comparisons, merged.base_results)
-            alike = agreeing(r.base_results, retry.base_results, still)
-            if alike:
-                messages.append(
-                    f"confirmation: {len(alike)} item(s) read their base commit alike in two "
-                    "tries, far off its stored baseline: the stored figure is off, and the "
-                    "pairing stands"
-                )
-            bad = {k: why for k, why in still.items() if k not in alike}
-            r = merged
-        out.append(r)
-        spoilt.append(bad)
-    return out, spoilt
-
-
 def _compare_same_job(run: Run, base: SameJobBase, settings: FinishSettings) -> Run:
     """Paired comparison with the base measured in this job; no history noise floor."""
     base_run = Run(
@@ -465,71 +383,9 @@ def _compare_same_job(run: Run, base: SameJobBase, settings: FinishSettings) -> 
     comparisons = with_why(comparisons, base.results, run.results)
     return replace(
         run,
-        baseline=BaselineRef(base.commit, base.reason, dict(base.environment), mode="ab"),
+        baseline=BaselineRef(
+            commit=base.commit, reason=base.reason, environment=dict(base.environment), mode="ab"
+        ),
         baseline_results=base.results,
         comparisons=comparisons,
     )
-
-
-def replay(
-    rounds: Sequence[Sequence[VariantResult]], bases: Sequence[Sequence[VariantResult]] = ()
-) -> Remeasure:
-    """A `Remeasure` that hands back re-measures made earlier (the shards' own, when
-    `perfguard merge` compares the whole run): round after round, the asked-for items,
-    with the base commit's side of the rounds that were measured beside it."""
-    pending = [
-        (tuple(made), tuple(bases[k]) if k < len(bases) else ()) for k, made in enumerate(rounds)
-    ]
-
-    def remeasure(
-        keys: Sequence[tuple[str, str]],
-        base_commit: str | None,
-        undecided: Sequence[tuple[str, str]] = (),
-    ) -> ConfirmRound:
-        made, base = pending.pop(0) if pending else ((), ())
-        asked = {*keys, *undecided}
-        return ConfirmRound(
-            tuple(r for r in made if r.key in asked), tuple(r for r in base if r.key in asked)
-        )
-
-    return remeasure
-
-
-def _confirm_summary(
-    before: Sequence[Comparison],
-    after: Sequence[Comparison],
-    items: int,
-    undecided: int,
-    rounds: Sequence[ConfirmRound],
-) -> str:
-    pairs = list(zip(before, after, strict=True))
-    flagged = [(b, a) for b, a in pairs if is_flagged_latency(b) and b.gating]
-    withdrawn = sum(a.verdict != b.verdict for b, a in flagged)
-    unconfirmed = sum(None in a.confirm_change_pct for _, a in flagged)
-    ab = sum(bool(r.base_results) for r in rounds)
-    alone = len(rounds) - ab
-    how = []
-    if ab:
-        how.append(f"{_times(ab)} beside the base commit (same-job A/B)")
-    if alone:
-        how.append("in a fresh process" if alone == 1 else f"in {alone} fresh processes")
-    parts = []
-    if items:
-        parts.append(
-            f"{items} flagged item(s) re-measured {' and '.join(how)}: "
-            f"{len(flagged) - withdrawn} gating latency verdict(s) stood, {withdrawn} withdrawn"
-            + (f", {unconfirmed} could not be re-measured" if unconfirmed else "")
-        )
-    if ab and undecided:
-        settled = sum(
-            a.gating and is_flagged_latency(a) and not is_flagged_latency(b) for b, a in pairs
-        )
-        parts.append(
-            f"{undecided} undecided item(s) (median moved by the minimum change, no verdict) "
-            f"measured {_times(ab)} beside the base commit: {settled} latency verdict(s) shown"
-        )
-    return "confirmation: " + "; ".join(parts)
-
-
-def _times(n: int) -> str:
-    return {1: "once", 2: "twice"}.get(n, f"{n} times")

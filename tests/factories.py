@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 
-from perfguard.records import BaselineRef, DriftCheck, Metrics, Run, VariantResult
+from perfguard.records import BaselineRef, Details, DriftCheck, Metrics, Run, VariantResult
 from perfguard.stats.summary import summarize
 
 
@@ -57,9 +56,14 @@ def result(
         repeats_ms=tuple(sorted(b)[len(b) // 2] for b in blocks),
         block_sizes=tuple(len(b) for b in blocks),
         drift_check=DriftCheck(
-            "exact" if variant == "eager" else "compiled-fp32", drift_ok, drift, 0.0, 1e-4, "fp64"
+            tolerance_class="exact" if variant == "eager" else "compiled-fp32",
+            passed=drift_ok,
+            error=drift,
+            eager_error=0.0,
+            allowed=1e-4,
+            reference="fp64",
         ),
-        details={"memory_method": memory_method, "tails_too_few": ["p99"]},
+        details=Details(memory_method=memory_method, tails_too_few=("p99",)),
     )
 
 
@@ -71,20 +75,18 @@ def run(
         machine=machine,
         environment={"torch": "2.13.0", "python": "3.11.7", "device": "Test GPU", **env},
         results=tuple(results),
-        baseline=BaselineRef(None, "not compared"),
+        baseline=BaselineRef(commit=None, reason="not compared"),
         created="2026-11-22T00:00:00+00:00",
     )
 
 
-def from_blocks(
-    blocks: Sequence[Sequence[float]], details: Mapping[str, Any] | None = None
-) -> VariantResult:
+def from_blocks(blocks: Sequence[Sequence[float]], details: Details | None = None) -> VariantResult:
     """An `ok` result of test `t`, variant `eager`, whose repeat blocks are `blocks`."""
     samples = tuple(t for b in blocks for t in b)
     return VariantResult(
-        "t",
-        "eager",
-        "ok",
+        test="t",
+        variant="eager",
+        status="ok",
         metrics=Metrics(
             latency_p50_ms=float(np.median(samples)),
             latency_p95_ms=float(np.percentile(samples, 95)),
@@ -92,5 +94,5 @@ def from_blocks(
         ),
         samples_ms=samples,
         block_sizes=tuple(len(b) for b in blocks),
-        details=dict(details or {}),
+        details=details or Details(),
     )

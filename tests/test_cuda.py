@@ -82,12 +82,12 @@ def test_each_variant_runs_on_cuda(model_cls: type[torch.nn.Module], variant: st
     assert m.latency_p50_ms <= m.latency_p95_ms <= m.latency_p99_ms
     if variant == "onnxruntime":  # ORT's own arena: torch cannot see it, and says so
         assert m.peak_memory_bytes is None
-        assert "ONNX Runtime" in r.details["memory_method"]
-        assert r.details["ort_provider"] == "CUDAExecutionProvider"
+        assert "ONNX Runtime" in (r.details.memory_method or "")
+        assert r.details.build["ort_provider"] == "CUDAExecutionProvider"
     else:
         assert m.peak_memory_bytes and m.peak_memory_bytes > 0
         assert m.peak_memory_reserved_bytes is not None
-    assert r.details["clock"] == ("perf_counter_ns" if variant == "onnxruntime" else "cuda_event")
+    assert r.details.clock == ("perf_counter_ns" if variant == "onnxruntime" else "cuda_event")
     assert (m.compile_time_s is not None) == variant.startswith("compile-")
     assert r.drift_check is not None and r.drift_check.passed, (variant, r.drift_check)
 
@@ -97,7 +97,7 @@ def test_reduce_overhead_replays_cuda_graphs_and_compiles_once() -> None:
     r = measure(model, example_inputs(model), "compile-reduce-overhead", FAST)
     assert r.status == "ok", r.error
     assert r.metrics.recompiles == 0
-    assert r.details["cudagraph_skips"] == 0  # inductor used CUDA graphs, it did not skip them
+    assert r.details.cudagraph_skips == 0  # inductor used CUDA graphs, it did not skip them
 
 
 def test_nvml_watches_the_gpu_cuda_measures_on() -> None:

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from perfguard.measure.runner import measure_model
-from perfguard.records import Comparison, Counters, Run, VariantResult
+from perfguard.records import SCHEMA_VERSION, Comparison, Counters, Run, VariantResult
 from perfguard.report.markdown import render_markdown
 from perfguard.stats.exact import exact_comparisons
 from perfguard.stats.verdicts import compare_runs
@@ -91,7 +91,7 @@ def test_counters_round_trip_and_a_version_1_file_still_loads(tmp_path: Path) ->
         result("t.py::test_m", "eager", 1.0), counters=replace(BASE, break_reasons=((REASON, 1),))
     )
     doc = run([r]).to_json()
-    assert doc["schema_version"] == 3
+    assert doc["schema_version"] == SCHEMA_VERSION == 4
     assert doc["results"][0]["counters"]["ops"] == {"aten::addmm": 2, "aten::relu": 1}
     assert Run.from_json(json.loads(json.dumps(doc))).results[0].counters == r.counters
     old = json.loads(json.dumps(doc))
@@ -173,7 +173,7 @@ def test_a_regression_shows_the_operators_whose_self_time_grew() -> None:
     assert ("aten::mul", None, 30.0) in rows and ("aten::copy_", 5.0, None) in rows
 
     def with_profile(r: VariantResult, times: dict[str, float]) -> VariantResult:
-        return replace(r, details={**r.details, "profile": {"calls": 3, "self_us": times}})
+        return replace(r, details=replace(r.details, profile={"calls": 3, "self_us": times}))
 
     b = with_profile(result("t.py::test_m", "eager", 1.0, seed=1), base)
     h = with_profile(result("t.py::test_m", "eager", 3.0, seed=2), head)
@@ -193,7 +193,8 @@ def test_a_regression_shows_the_operators_whose_self_time_grew() -> None:
 def test_a_variants_profiled_calls_are_written_as_a_chrome_trace(tmp_path: Path) -> None:
     settings = replace(FAST, warm_compile=False, trace_dir=tmp_path)
     r = measure_model(Branchy(False), (torch.randn(4, 32),), "eager", settings, test="t.py::test_b")
-    profile = r.details["profile"]
+    profile = r.details.profile
+    assert profile is not None
     assert profile["trace"] == "t.py-test_b[eager].head.trace.json"
     trace = json.loads((tmp_path / profile["trace"]).read_text())
     names = {e.get("name") for e in trace["traceEvents"]}
@@ -214,4 +215,4 @@ def test_a_counter_that_fails_leaves_the_measurement_standing(
         Branchy(False), (torch.randn(4, 32),), "eager", replace(FAST, warm_compile=False)
     )
     assert r.status == "ok" and r.counters is None
-    assert "exact counters not counted: profiler unavailable here" in r.details["notes"]
+    assert "exact counters not counted: profiler unavailable here" in r.details.notes

@@ -156,7 +156,7 @@ def test_each_item_is_counted_in_its_own_process_and_failures_are_notes(
     assert out[0] == results[0] and out[2] == results[2]
     assert out[1].counters is not None and out[1].counters.compile_instructions == 1234
     assert out[3].counters is not None and out[3].counters.compile_instructions is None
-    assert out[3].details["notes"][-1].startswith("instructions: callgrind counted no compile")
+    assert out[3].details.notes[-1].startswith("instructions: callgrind counted no compile")
     assert len(said) == 4
 
 
@@ -172,7 +172,7 @@ def test_no_valgrind_is_a_note_on_each_item_not_a_failure(
         tmp_path, _options(("compile",)), [], results, {results[0].key: "x"}, print
     )
     assert out[0].counters == results[0].counters
-    assert out[0].details["notes"] == ["instructions not counted: valgrind is not installed"]
+    assert out[0].details.notes == ("instructions not counted: valgrind is not installed",)
 
 
 def test_version_2_files_load_with_no_instruction_counts() -> None:
@@ -186,7 +186,7 @@ def test_version_2_files_load_with_no_instruction_counts() -> None:
         ],
     }
     up = upgrade(doc)
-    assert up["schema_version"] == 3
+    assert up["schema_version"] == 4  # brought up to this version
     assert up["results"][0]["counters"]["compile_instructions"] is None
     assert up["results"][0]["counters"]["flops"] == 10
     run = Run.from_json(up)

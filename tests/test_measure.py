@@ -91,7 +91,7 @@ def test_pruning_reports_its_sparsity_and_quantization_shrinks_the_model(
     assert measured["prune-l1-unstructured"].metrics.sparsity == pytest.approx(0.5, abs=0.01)
     assert measured["prune-ln-structured"].metrics.sparsity == pytest.approx(0.3, abs=0.05)
     assert measured["eager"].metrics.sparsity is None
-    assert "no speed-up" in " ".join(measured["prune-l1-unstructured"].details["notes"])
+    assert "no speed-up" in " ".join(measured["prune-l1-unstructured"].details.notes)
     eager_size = measured["eager"].metrics.model_size_bytes
     int8_size = measured["int8-weight-only"].metrics.model_size_bytes
     assert eager_size is not None and int8_size is not None and int8_size < eager_size
@@ -128,8 +128,8 @@ def test_onnxruntime_reports_export_and_session_time_apart() -> None:
     model = SmallMLP().eval()
     r = measure(model, example_inputs(model), "onnxruntime", FAST)
     assert r.status == "ok", r.error
-    assert r.details["export_time_s"] > 0 and r.details["session_create_time_s"] > 0
-    assert r.details["ort_provider"] == "CPUExecutionProvider"
+    assert r.details.build["export_time_s"] > 0 and r.details.build["session_create_time_s"] > 0
+    assert r.details.build["ort_provider"] == "CPUExecutionProvider"
     assert r.metrics.compile_time_s is None
 
 

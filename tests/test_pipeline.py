@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from perfguard.pipeline import ConfirmRound, FinishSettings, finish_run
+from perfguard.confirm import ConfirmRound
+from perfguard.pipeline import FinishSettings, finish_run
+from perfguard.records import BESIDE, Comparison
 from perfguard.store.baselines import BaselineStore
 from tests.factories import result, run
 from tests.test_git import commit, git
@@ -32,7 +34,7 @@ def history(tmp_path: Path) -> tuple[Path, Path, str]:
 
 def _finish(
     history: tuple[Path, Path, str], remeasure: object, head_ms: float = 1.5
-) -> tuple[str, ...]:
+) -> tuple[str, Comparison, list[str]]:
     repo, store_dir, _ = history
     outcome = finish_run(
         [result(T, "eager", head_ms, seed=9)],
@@ -42,7 +44,7 @@ def _finish(
     )
     assert outcome.error is None
     p50 = next(c for c in outcome.run.comparisons if c.metric == "latency_p50_ms")
-    return (p50.verdict, p50.note, *outcome.messages)
+    return p50.verdict, p50, list(outcome.messages)
 
 
 def test_an_undecided_slowdown_is_settled_beside_the_base_commit(
@@ -56,11 +58,13 @@ def test_an_undecided_slowdown_is_settled_beside_the_base_commit(
         asked.append((keys, base, undecided))
         return ConfirmRound((result(T, "eager", 1.5, seed=3),), (result(T, "eager", 1.0, seed=4),))
 
-    verdict, note, *messages = _finish(history, beside)
+    verdict, p50, messages = _finish(history, beside)
     newest = git(history[0], "rev-parse", "HEAD~1")
     assert asked == [([], newest, [(T, "eager")])]  # nothing flagged; the p50 moved +50%
     assert verdict == "regression"
-    assert "noise floor" in note and "shown beside the base commit (+" in note
+    assert "noise floor" in p50.note  # what held it back against the stored baseline
+    assert p50.confirmation is not None and p50.confirmation.kind == "settled"
+    assert p50.confirmation.changes[0] is not None and p50.confirmation.changes[0] > 0
     assert any(
         m == "confirmation: 1 undecided item(s) (median moved by the minimum change, no verdict) "
         "measured once beside the base commit: 2 latency verdict(s) shown"
@@ -76,8 +80,8 @@ def test_without_the_base_commit_an_undecided_item_stays_as_it_was(
     ) -> ConfirmRound:
         return ConfirmRound(())  # what the plugin's re-measure does without the commit
 
-    verdict, note, *messages = _finish(history, alone)
-    assert verdict == "unchanged" and "beside" not in note
+    verdict, p50, messages = _finish(history, alone)
+    assert verdict == "unchanged" and p50.confirmation is None
     assert not any("confirmation:" in m for m in messages)  # nothing was re-measured
 
 
@@ -114,28 +118,31 @@ def test_a_round_far_off_the_base_commits_own_figures_is_measured_again(
     steady: tuple[Path, Path, str],
 ) -> None:
     asked, remeasure = _rounds(40.0, 1.0)  # a burst made the base side read 40x slow
-    verdict, note, *messages = _finish(steady, remeasure, head_ms=3.0)
+    verdict, p50, messages = _finish(steady, remeasure, head_ms=3.0)
     assert asked == [40.0, 1.0]
-    assert verdict == "regression" and "shown again beside the base commit" in note
+    assert verdict == "regression" and p50.confirmation is not None
+    assert (p50.confirmation.kind, p50.confirmation.where) == ("shown", (BESIDE,))
     assert any(m.startswith("confirmation: 1 item(s) measured once more") for m in messages)
 
 
 def test_a_round_that_stays_disturbed_withdraws_nothing(steady: tuple[Path, Path, str]) -> None:
     asked, remeasure = _rounds(40.0, 9.0)
-    verdict, note, *_ = _finish(steady, remeasure, head_ms=3.0)
+    verdict, p50, _ = _finish(steady, remeasure, head_ms=3.0)
     assert asked == [40.0, 9.0]  # bounded: one more try
     assert verdict == "regression"  # as the stored comparison gave it, with the reason
-    assert "unconfirmed (re-measure disturbed: the base commit read" in note
+    assert p50.confirmation is not None and p50.confirmation.kind == "unconfirmed"
+    assert p50.confirmation.reason.startswith("re-measure disturbed: the base commit read")
 
 
 def test_two_tries_that_agree_show_the_stored_figure_is_off(
     steady: tuple[Path, Path, str],
 ) -> None:
     asked, remeasure = _rounds(6.0, 6.1)  # the baseline was stored in a fast spell
-    verdict, note, *messages = _finish(steady, remeasure, head_ms=3.0)
+    verdict, p50, messages = _finish(steady, remeasure, head_ms=3.0)
     assert asked == [6.0, 6.1]
     # the pairing stands: beside the base commit the head is faster, not slower
-    assert verdict == "inconclusive" and "A/B: improvement" in note
+    assert verdict == "inconclusive" and p50.confirmation is not None
+    assert p50.confirmation.paired == ("improvement",)
     assert any("the stored figure is off" in m for m in messages)
 
 

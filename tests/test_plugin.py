@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -12,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from perfguard.records import VariantResult
+from perfguard.records import SCHEMA_VERSION, VariantResult
 
 FAST = (
     "--perfguard-device=cpu",  # the expectations here are the CPU's, on a GPU box too
@@ -63,7 +62,7 @@ def test_user_suite_measures_one_item_per_variant(pytester: pytest.Pytester) -> 
         ]
     )
     doc = json.loads((pytester.path / "out.json").read_text())
-    assert doc["schema_version"] == 3
+    assert doc["schema_version"] == SCHEMA_VERSION == 4
     assert set(doc) >= {"commit", "machine", "environment", "baseline", "results", "comparisons"}
     assert doc["commit"] is None  # not a git checkout
     assert "not inside a git repository" in doc["baseline"]["reason"]
@@ -372,7 +371,7 @@ def test_save_then_compare_finds_the_baseline_and_flags_a_regression(
     # on a busy host the stored comparison's repeats may scatter too much to call it alone;
     # then the A/B confirmation settles it beside the base commit
     assert (p50["p_value"] < 0.05 and p50["cohens_d"] > 0) or (
-        "shown beside the base commit" in p50["note"]
+        p50["confirmation"]["kind"] == "settled"
     )
 
     never = run(pytester, "--perfguard", "--perfguard-fail-on=never", "--perfguard-repeats=5")
@@ -421,7 +420,8 @@ def test_a_slowdown_only_one_process_saw_is_withdrawn_by_the_re_measure(
     p50 = next(c for c in doc["comparisons"] if c["metric"] == "latency_p50_ms")
     assert p50["change_pct"] > 100  # what this process measured ...
     assert p50["verdict"] == "inconclusive"  # ... but beside the base commit it was not
-    assert "not shown again beside the base commit" in p50["note"]
+    assert p50["confirmation"]["kind"] == "not_shown"
+    assert p50["confirmation"]["where"] == ["beside the base commit"]
     assert len(p50["confirm_change_pct"]) == 1 and p50["confirm_change_pct"][0] < 50
     assert doc["settings"]["confirm"] == 1
     assert [len(r) for r in doc["confirm_base_results"]] == [1]  # the base side, kept
@@ -453,7 +453,8 @@ def test_a_real_slowdown_stands_when_re_measured_and_the_report_says_so(
     assert p50["verdict"] == "regression"
     assert len(p50["confirm_change_pct"]) == 2 and min(p50["confirm_change_pct"]) > 50
     # flagged and shown again; or, on a busy host, undecided alone and settled beside it
-    assert re.search(r"shown (again )?beside the base commit \(\+", p50["note"])
+    assert p50["confirmation"]["kind"] in ("shown", "settled")
+    assert p50["confirmation"]["where"] == ["beside the base commit"]
     report = (repo / "reports/perfguard.md").read_text()
     assert "| detectable | re-measured |" in report
     assert "measured again beside the base commit, 2 times, in this job" in report
@@ -471,7 +472,7 @@ def test_the_re_measure_waits_out_the_gap_after_the_last_measurement(
 ) -> None:
     """Without the base commit in the checkout, the flagged items are measured again alone,
     no sooner than the gap after they (or the previous round) were measured."""
-    from perfguard.pipeline import ConfirmRound
+    from perfguard.confirm import ConfirmRound
 
     now = [100.0]
     slept: list[float] = []
@@ -484,7 +485,9 @@ def test_the_re_measure_waits_out_the_gap_after_the_last_measurement(
         assert "--perfguard-compare=none" in args
         assert not [a for a in args if a.startswith("--perfguard-ab")]
         now[0] += 5.0  # the child takes 5 s
-        return ConfirmRound(tuple(VariantResult(t, v, "error", "fake") for t, v in items))
+        return ConfirmRound(
+            tuple(VariantResult(test=t, variant=v, status="error", error="fake") for t, v in items)
+        )
 
     said: list[str] = []
     again = _remeasurer(pytestconfig, child, now, slept, said)
@@ -503,18 +506,21 @@ def test_the_re_measure_waits_out_the_gap_after_the_last_measurement(
 def test_the_re_measure_runs_beside_the_base_commit_when_the_checkout_has_it(
     pytestconfig: pytest.Config,
 ) -> None:
-    from perfguard.pipeline import ConfirmRound
+    from perfguard.confirm import ConfirmRound
 
     now = [100.0]
     slept: list[float] = []
     seen: list[Sequence[str]] = []
-    base = VariantResult("t", "eager", "error", "fake base")
+    base = VariantResult(test="t", variant="eager", status="error", error="fake base")
 
     def child(
         root: Path, args: Sequence[str], items: Mapping[tuple[str, str], str]
     ) -> ConfirmRound:
         seen.append(args)
-        return ConfirmRound(tuple(VariantResult(t, v, "error", "fake") for t, v in items), (base,))
+        return ConfirmRound(
+            tuple(VariantResult(test=t, variant=v, status="error", error="fake") for t, v in items),
+            (base,),
+        )
 
     said: list[str] = []
     again = _remeasurer(pytestconfig, child, now, slept, said)

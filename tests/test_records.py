@@ -19,9 +19,9 @@ from perfguard.records import (
 
 def result(variant: str = "eager", **metrics: Any) -> VariantResult:
     return VariantResult(
-        "t.py::test_a",
-        variant,
-        "ok",
+        test="t.py::test_a",
+        variant=variant,
+        status="ok",
         metrics=Metrics(**metrics),
         samples_ms=(1.0, 2.0),
         repeats_ms=(1.5,),
@@ -35,17 +35,27 @@ def test_run_round_trips_through_json() -> None:
         environment={"torch": "2.13.0"},
         results=(
             result(latency_p50_ms=1.0, latency_p95_ms=2.0, latency_p99_ms=3.0),
-            VariantResult("t.py::test_a", "compile-default", "error", "boom"),
+            VariantResult(
+                test="t.py::test_a", variant="compile-default", status="error", error="boom"
+            ),
         ),
-        baseline=BaselineRef("b" * 40, "merge-base with main"),
+        baseline=BaselineRef(commit="b" * 40, reason="merge-base with main"),
         comparisons=(
             Comparison(
-                "t.py::test_a", "eager", "latency_p50_ms", 1.0, 1.1, 10.0, 0.01, 1.2, "regression"
+                test="t.py::test_a",
+                variant="eager",
+                metric="latency_p50_ms",
+                baseline=1.0,
+                current=1.1,
+                change_pct=10.0,
+                p_value=0.01,
+                cohens_d=1.2,
+                verdict="regression",
             ),
         ),
     )
     doc = json.loads(json.dumps(run.to_json()))
-    assert doc["schema_version"] == SCHEMA_VERSION == 3
+    assert doc["schema_version"] == SCHEMA_VERSION == 4
     assert set(doc["results"][0]) >= {"test", "variant", "status", "error", "metrics", "samples_ms"}
     assert set(doc["comparisons"][0]) >= {
         "test",
@@ -68,11 +78,11 @@ def test_results_validate_on_construction() -> None:
     with pytest.raises(RecordError, match="finite"):
         Metrics(latency_p50_ms=float("nan"))
     with pytest.raises(RecordError, match="needs an error message"):
-        VariantResult("t", "eager", "error")
+        VariantResult(test="t", variant="eager", status="error")
     with pytest.raises(RecordError, match="status"):
-        VariantResult("t", "eager", "fine")  # type: ignore[arg-type]
+        VariantResult(test="t", variant="eager", status="fine")  # type: ignore[arg-type]
     with pytest.raises(RecordError, match="duplicate"):
-        Run(None, "m", {}, (result(), result()))
+        Run(commit=None, machine="m", environment={}, results=(result(), result()))
 
 
 def test_results_are_immutable() -> None:

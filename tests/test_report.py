@@ -32,7 +32,10 @@ def sample_run() -> object:
             result("m.py::test_mlp", "compile-default", 0.5, seed=5, compile_s=3.1),
             result("m.py::test_cnn", "eager", 2.0, seed=6),
             VariantResult(
-                "m.py::test_cnn", "int8-dynamic", "error", "RuntimeError: no kernel\nfor this op"
+                test="m.py::test_cnn",
+                variant="int8-dynamic",
+                status="error",
+                error="RuntimeError: no kernel\nfor this op",
             ),
         ],
         commit="b" * 40,
@@ -40,7 +43,9 @@ def sample_run() -> object:
     return replace(
         head,
         baseline=BaselineRef(
-            "a" * 40, "merge-base of HEAD with main", {**base.environment, "torch": "2.12.0"}
+            commit="a" * 40,
+            reason="merge-base of HEAD with main",
+            environment={**base.environment, "torch": "2.12.0"},
         ),
         comparisons=compare_runs(base, head),
     )
@@ -70,7 +75,9 @@ def test_hostile_names_cannot_break_a_row() -> None:
     head = run(
         [
             result(nasty, "eager", 1.0),
-            VariantResult(nasty, "onnxruntime", "error", "bad | thing\n<img src=x>"),
+            VariantResult(
+                test=nasty, variant="onnxruntime", status="error", error="bad | thing\n<img src=x>"
+            ),
         ]
     )
     text = render_markdown(head)
@@ -113,7 +120,9 @@ def test_hostile_data_survives_rendering_without_markup() -> None:
     head = run(
         [
             result(nasty, "eager", 1.0),
-            VariantResult(nasty, "onnxruntime", "error", "bad | thing\n<img src=x>"),
+            VariantResult(
+                test=nasty, variant="onnxruntime", status="error", error="bad | thing\n<img src=x>"
+            ),
         ]
     )
     text = render_markdown(head)
@@ -154,7 +163,9 @@ def big_run(tests: int = 600, variants: int = 8, regressed: int = 150) -> Run:
     )
     return replace(
         head,
-        baseline=BaselineRef("a" * 40, "merge-base of HEAD with main", base.environment),
+        baseline=BaselineRef(
+            commit="a" * 40, reason="merge-base of HEAD with main", environment=base.environment
+        ),
         comparisons=trended,
     )
 
@@ -232,7 +243,12 @@ def test_write_reports_keeps_the_full_report_and_fills_the_step_summary(
 
 def test_mentions_and_control_characters_in_test_data_are_neutralised() -> None:
     nasty = "m.py::test_ping_@octo-org/maintainers_and_@alice[a\x00b\u202eevil\u2066x\x1b[31m]"
-    head = run([result(nasty, "eager", 1.0), VariantResult(nasty, "int8", "error", "cc @bob\x07")])
+    head = run(
+        [
+            result(nasty, "eager", 1.0),
+            VariantResult(test=nasty, variant="int8", status="error", error="cc @bob\x07"),
+        ]
+    )
     text = render_markdown(head)
     assert "@octo-org" not in text and "@alice" not in text and "@bob" not in text
     for bad in ("\x00", "\u202e", "\u2066", "\x1b", "\x07"):

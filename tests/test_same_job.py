@@ -242,8 +242,8 @@ def test_pairing_cancels_drift_that_welch_cannot() -> None:
     drift = [1.0, 1.1, 1.2, 1.3, 1.4]
     a = [[2.0 * k] * 3 for k in drift]
     b = [[2.0 * k * 1.06] * 3 for k in drift]
-    base = Run(None, "m", {}, (from_blocks(a),))
-    head = Run(None, "m", {}, (from_blocks(b),))
+    base = Run(commit=None, machine="m", environment={}, results=(from_blocks(a),))
+    head = Run(commit=None, machine="m", environment={}, results=(from_blocks(b),))
     th = Thresholds()  # ab_min_change_pct 5, min_change_pct 10
     paired = {c.metric: c for c in compare_runs(base, head, th, paired=True)}
     welch = {c.metric: c for c in compare_runs(base, head, th)}
@@ -294,9 +294,13 @@ def test_merging_ab_shards_keeps_each_base_side(tmp_path: Path) -> None:
     from perfguard.cli import merge_runs
 
     one = from_blocks([[1.0, 1.1]])
-    two = VariantResult("u", "eager", "ok", samples_ms=(2.0,))
-    shard1 = Run("c" * 40, "m", {}, (one,), baseline_results=(one,))
-    shard2 = Run("c" * 40, "m", {}, (two,), baseline_results=(two,))
+    two = VariantResult(test="u", variant="eager", status="ok", samples_ms=(2.0,))
+    shard1 = Run(
+        commit="c" * 40, machine="m", environment={}, results=(one,), baseline_results=(one,)
+    )
+    shard2 = Run(
+        commit="c" * 40, machine="m", environment={}, results=(two,), baseline_results=(two,)
+    )
     merged = merge_runs([(tmp_path / "1.json", shard1), (tmp_path / "2.json", shard2)])
     assert [r.test for r in merged.baseline_results] == ["t", "u"]
     again = Run.from_json(json.loads(json.dumps(merged.to_json())))

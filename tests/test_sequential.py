@@ -12,7 +12,7 @@ import pytest
 from scipy.stats import mstats
 
 from perfguard.ab.driver import Design, Driver, SideOutcome
-from perfguard.records import Run, VariantResult
+from perfguard.records import Details, Run, VariantResult
 from perfguard.stats.sequential import LOOKS, look, look_alpha, should_stop
 from perfguard.stats.tests import (
     log_ratio_interval,
@@ -189,7 +189,7 @@ def _result(blocks: list[tuple[float, ...]], sequential: bool) -> VariantResult:
     ab: dict[str, Any] = {"pairs": len(blocks)}
     if sequential:
         ab["sequential"] = {"looks": list(LOOKS), "stopped_at": len(blocks)}
-    return from_blocks(blocks, {"ab": ab})
+    return from_blocks(blocks, Details(ab=ab))
 
 
 def test_the_verdict_holds_a_sequential_item_to_the_level_of_its_look() -> None:

@@ -2,14 +2,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from perfguard.records import Comparison, VariantResult
-from perfguard.stats.verdicts import (
-    Thresholds,
-    compare_runs,
-    confirm_targets,
-    confirm_verdicts,
-    settle_targets,
-)
+from perfguard.confirm import confirm_targets, confirm_verdicts, settle_targets
+from perfguard.records import BESIDE, FRESH, Comparison, Confirmation, VariantResult
+from perfguard.stats.verdicts import Thresholds, compare_runs
 from tests.factories import result, run
 
 T = "t.py::test_m"
@@ -72,7 +67,9 @@ def test_too_few_repeats_is_inconclusive() -> None:
 
 
 def test_new_missing_and_error() -> None:
-    err = VariantResult(T, "compile-default", "error", "RuntimeError: boom")
+    err = VariantResult(
+        test=T, variant="compile-default", status="error", error="RuntimeError: boom"
+    )
     v = verdicts(
         [result(T, "eager", 1.0), result(T, "onnxruntime", 1.0)],
         [result(T, "eager", 1.0), result(T, "int8-dynamic", 1.0), err],
@@ -188,7 +185,8 @@ def test_a_regression_that_shows_again_stands_with_the_change_seen_again() -> No
     expected = 100.0 * (again_p50 - base_p50) / base_p50
     assert c.verdict == "regression"
     assert c.confirm_change_pct == (expected,)
-    assert f"shown again in a fresh process ({expected:+.1f}%)" in c.note
+    assert c.confirmation == Confirmation(kind="shown", where=(FRESH,), changes=(expected,))
+    assert c.note.endswith(c.confirmation.text())  # the report's words come from it
     assert type(c).from_json(c.to_json()) == c
     # what is not latency keeps its verdict and gets no note
     memory = {x.metric: x for x in out}["peak_memory_bytes"]
@@ -200,7 +198,9 @@ def test_a_regression_the_fresh_process_does_not_show_becomes_inconclusive() -> 
     out = confirm_verdicts(first, [[result(T, "eager", 1.05, seed=3)]])
     c = _p50(out)
     assert c.verdict == "inconclusive"
-    assert "not shown again in a fresh process" in c.note and "bar 10.0%" in c.note
+    assert c.confirmation is not None
+    assert (c.confirmation.kind, c.confirmation.where) == ("not_shown", (FRESH,))
+    assert c.confirmation.bar_pct == 10.0
     assert not any(x.verdict == "regression" and x.metric.startswith("latency") for x in out)
     # every re-measure must show it: one of two falling short withdraws it
     two = confirm_verdicts(first, [[result(T, "eager", 1.5, seed=3)], [result(T, "eager", 1.0)]])
@@ -231,12 +231,19 @@ def test_an_improvement_must_show_again_in_its_own_direction() -> None:
 
 def test_a_re_measure_that_could_not_be_made_leaves_the_verdict_and_says_why() -> None:
     first = _flagged(1.5)
-    broken = VariantResult(T, "eager", "error", "the re-measure process ran past 60s")
+    broken = VariantResult(
+        test=T, variant="eager", status="error", error="the re-measure process ran past 60s"
+    )
     c = _p50(confirm_verdicts(first, [[broken]]))
     assert c.verdict == "regression"
-    assert "unconfirmed (re-measure error: the re-measure process ran past 60s)" in c.note
+    assert c.confirmation == Confirmation(
+        kind="unconfirmed",
+        changes=(None,),
+        reason="re-measure error: the re-measure process ran past 60s",
+    )
     assert c.confirm_change_pct == (None,)
-    assert "unconfirmed (not re-measured)" in _p50(confirm_verdicts(first, [[]])).note
+    lost = _p50(confirm_verdicts(first, [[]])).confirmation
+    assert lost is not None and (lost.kind, lost.reason) == ("unconfirmed", "not re-measured")
     assert confirm_verdicts(first, []) == first  # no re-measure asked for: nothing changes
 
 
@@ -248,7 +255,9 @@ def test_an_ab_round_confirms_by_the_paired_verdict_of_base_and_head_measured_to
     )
     c = _p50(spell)
     assert c.verdict == "inconclusive"
-    assert "not shown again beside the base commit (" in c.note and "A/B: unchanged" in c.note
+    assert c.confirmation is not None
+    assert (c.confirmation.kind, c.confirmation.where) == ("not_shown", (BESIDE,))
+    assert c.confirmation.paired == ("unchanged",) and c.confirmation.bar_pct is None
     assert c.confirm_change_pct[0] is not None and abs(c.confirm_change_pct[0]) < 5.0
     # the head is slower than the base beside it: the regression stands, with the A/B change
     shown = _p50(
@@ -258,16 +267,20 @@ def test_an_ab_round_confirms_by_the_paired_verdict_of_base_and_head_measured_to
     )
     assert shown.verdict == "regression"
     assert shown.confirm_change_pct[0] is not None and 45.0 < shown.confirm_change_pct[0] < 55.0
-    assert "shown again beside the base commit (+" in shown.note
+    assert shown.confirmation is not None
+    assert (shown.confirmation.kind, shown.confirmation.where) == ("shown", (BESIDE,))
 
 
 def test_an_ab_round_without_the_base_side_leaves_the_verdict_unconfirmed() -> None:
     first = _flagged(1.5)
-    failed = VariantResult(T, "eager", "error", "ImportError: no module named model")
+    failed = VariantResult(
+        test=T, variant="eager", status="error", error="ImportError: no module named model"
+    )
     c = _p50(confirm_verdicts(first, [[result(T, "eager", 1.5, seed=3)]], bases=[[failed]]))
     assert c.verdict == "regression" and c.confirm_change_pct == (None,)
-    assert "unconfirmed (re-measure error: the base commit's side: new (baseline was error))" in (
-        c.note
+    assert c.confirmation is not None and c.confirmation.kind == "unconfirmed"
+    assert c.confirmation.reason == (
+        "re-measure error: the base commit's side: new (baseline was error)"
     )
     # a fresh-process round beside an A/B round: each judged its own way, both must show it
     mixed = confirm_verdicts(
@@ -276,7 +289,8 @@ def test_an_ab_round_without_the_base_side_leaves_the_verdict_unconfirmed() -> N
         bases=[[], [result(T, "eager", 1.0, seed=4)]],
     )
     assert _p50(mixed).verdict == "regression"
-    assert "in a fresh process and beside the base commit" in _p50(mixed).note
+    both = _p50(mixed).confirmation
+    assert both is not None and both.kind == "shown" and set(both.where) == {FRESH, BESIDE}
 
 
 def _held() -> tuple[Comparison, ...]:
@@ -315,26 +329,35 @@ def test_an_undecided_item_takes_the_verdict_shown_beside_the_base_commit() -> N
     c = _p50(out)
     assert c.verdict == "regression"
     assert c.confirm_change_pct[0] is not None and 45.0 < c.confirm_change_pct[0] < 55.0
-    assert "noise floor 60.0%; shown beside the base commit (+" in c.note
+    assert c.confirmation is not None
+    assert (c.confirmation.kind, c.confirmation.where) == ("settled", (BESIDE,))
     assert {x.metric: x.verdict for x in out}["latency_p95_ms"] == "regression"
     assert {x.metric: x.verdict for x in out}["latency_p99_ms"] == "unchanged"  # not gating
     # the base commit beside it is as slow: the host is slow now, not the code
     same = _p50(confirm_verdicts(held, head, bases=[[result(T, "eager", 1.5, seed=4)]]))
     assert same.verdict == "unchanged"
-    assert "beside the base commit: unchanged (" in same.note
+    assert same.confirmation is not None
+    assert (same.confirmation.kind, same.confirmation.paired) == ("unsettled", ("unchanged",))
     # every round must show it, the way the stored comparison moved
     two = confirm_verdicts(held, head * 2, bases=[base[0], [result(T, "eager", 1.5, seed=5)]])
     assert _p50(two).verdict == "unchanged" and len(_p50(two).confirm_change_pct) == 2
     faster = confirm_verdicts(held, [[result(T, "eager", 0.5, seed=3)]], bases=base)
     assert _p50(faster).verdict == "inconclusive"  # A/B says improvement: not the stored way
-    assert "beside the base commit: improvement" in _p50(faster).note
+    opposite = _p50(faster).confirmation
+    assert opposite is not None and opposite.paired == ("improvement",)
 
 
 def test_only_a_round_beside_the_base_commit_settles_an_undecided_item() -> None:
     held = _held()
     fresh = confirm_verdicts(held, [[result(T, "eager", 1.5, seed=3)]])
     assert fresh == held  # a fresh process compares with the same baseline: it cannot
-    failed = VariantResult(T, "eager", "error", "ImportError: no module named model")
+    failed = VariantResult(
+        test=T, variant="eager", status="error", error="ImportError: no module named model"
+    )
     gone = _p50(confirm_verdicts(held, [[result(T, "eager", 1.5, seed=3)]], bases=[[failed]]))
     assert gone.verdict == "unchanged"
-    assert "not settled (the base commit's side: new (baseline was error))" in gone.note
+    assert gone.confirmation == Confirmation(
+        kind="not_settled",
+        changes=(gone.confirm_change_pct[0],),
+        reason="the base commit's side: new (baseline was error)",
+    )

@@ -133,7 +133,7 @@ def order_runs(runs: Iterable[Run], line: Sequence[str] | None, main_branch: str
 
 
 def _band(result: VariantResult, metric: str) -> tuple[float | None, float | None]:
-    from perfguard.stats.verdicts import block_percentiles
+    from perfguard.stats.latency import block_percentiles
 
     percentile = BAND_PERCENTILE.get(metric)
     per_block = block_percentiles(result, percentile) if percentile is not None else []

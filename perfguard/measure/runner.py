@@ -27,7 +27,14 @@ from perfguard.measure.isolation import (
 )
 from perfguard.measure.memory import probe_for
 from perfguard.measure.sampling import Progress, Sampler, SamplingSettings, sample
-from perfguard.records import Counters, DriftCheck, Metrics, VariantResult, trace_file_name
+from perfguard.records import (
+    Counters,
+    Details,
+    DriftCheck,
+    Metrics,
+    VariantResult,
+    trace_file_name,
+)
 from perfguard.stats.summary import summarize, tail_is_reliable
 from perfguard.variants.base import Built, VariantUnavailableError, first_line
 from perfguard.variants.registry import build_variant
@@ -179,11 +186,16 @@ def measure_model(
                 dict(kwargs or {}),
             )
     except VariantUnavailableError as exc:
-        return VariantResult(label, spec.name, "skipped", str(exc))
+        return VariantResult(test=label, variant=spec.name, status="skipped", error=str(exc))
     except torch.cuda.OutOfMemoryError as exc:
-        return VariantResult(label, spec.name, "error", f"out of memory: {_first_line(exc)}")
+        return VariantResult(
+            test=label,
+            variant=spec.name,
+            status="error",
+            error=f"out of memory: {_first_line(exc)}",
+        )
     except Exception as exc:  # a model's own failure becomes this variant's error result
-        return VariantResult(label, spec.name, "error", _first_line(exc))
+        return VariantResult(test=label, variant=spec.name, status="error", error=_first_line(exc))
     finally:
         if spec.is_compiled:
             reset_dynamo()
@@ -282,34 +294,31 @@ def _measure(
         model_size_bytes=built.model_size_bytes,
         sparsity=built.sparsity,
     )
-    details: dict[str, Any] = {
-        **built.details,
-        "device": str(device),
-        "clock": clock.name,
-        "memory_method": memory.method if seen else built.memory_unseen,
-        **({} if skips_before is None else {"cudagraph_skips": cudagraph_skips() - skips_before}),
-        "warmup_calls": outcome.warmup.calls,
-        "warmup_stable": outcome.warmup.stable,
-        "repeats": len(outcome.blocks_ms),
-        "tails_too_few": [
-            name for name, q in (("p95", 0.95), ("p99", 0.99)) if not tail_is_reliable(summary.n, q)
-        ],
-        "notes": list(built.notes),
-        "profile": profile,
-    }
-    if counting_failed:
-        details["notes"].append(counting_failed)
+    notes = [*built.notes, *([counting_failed] if counting_failed else [])]
     if reference.fp64_note:
-        details["notes"].append(reference.fp64_note)
+        notes.append(reference.fp64_note)
     if settings.flush_l2 and not clock.name.endswith("l2_flush"):
-        details["notes"].append(
+        notes.append(
             "--perfguard-flush-l2 applies to CUDA-event timing only: this variant was timed "
             "with a hot cache"
         )
     if not outcome.warmup.stable:
-        details["notes"].append(
-            f"timings did not settle within {outcome.warmup.calls} warm-up calls"
-        )
+        notes.append(f"timings did not settle within {outcome.warmup.calls} warm-up calls")
+    details = Details(
+        device=str(device),
+        clock=clock.name,
+        memory_method=memory.method if seen else built.memory_unseen,
+        cudagraph_skips=None if skips_before is None else cudagraph_skips() - skips_before,
+        warmup_calls=outcome.warmup.calls,
+        warmup_stable=outcome.warmup.stable,
+        repeats=len(outcome.blocks_ms),
+        tails_too_few=tuple(
+            name for name, q in (("p95", 0.95), ("p99", 0.99)) if not tail_is_reliable(summary.n, q)
+        ),
+        notes=tuple(notes),
+        profile=profile,
+        build=built.details,
+    )
     return VariantResult(
         test=label,
         variant=spec.name,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from perfguard.records import Metrics, VariantResult
+from perfguard.records import Details, Metrics, VariantResult
 from perfguard.stats.summary import summarize
 from perfguard.variants.spec import RECORD_ONLY
 
@@ -55,9 +55,9 @@ def result_from_benchmark(test: str, fixture: Any) -> VariantResult | None:
         samples_ms=samples,
         repeats_ms=medians,
         block_sizes=sizes,
-        details={
-            "source": "pytest-benchmark",
-            "clock": "pytest-benchmark timer",
-            "notes": ["rounds timed by pytest-benchmark; blocks are contiguous rounds"],
-        },
+        details=Details(
+            source="pytest-benchmark",
+            clock="pytest-benchmark timer",
+            notes=("rounds timed by pytest-benchmark; blocks are contiguous rounds",),
+        ),
     )

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
+from perfguard.confirm import ConfirmRound, Remeasure
 from perfguard.git import GitError, resolve
-from perfguard.pipeline import ConfirmRound, Remeasure
 from perfguard.pytest_plugin.options import Options
 from perfguard.records import RecordError, Run, VariantResult
 
@@ -176,7 +176,7 @@ def _failed(items: Mapping[tuple[str, str], str], why: str) -> ConfirmRound:
 
 
 def _error(key: tuple[str, str], why: str) -> VariantResult:
-    return VariantResult(key[0], key[1], "error", why)
+    return VariantResult(test=key[0], variant=key[1], status="error", error=why)
 
 
 def _release_device_memory() -> None:

@@ -34,8 +34,7 @@ def regions_for(variant: str, modes: Sequence[str]) -> tuple[str, ...]:
 
 
 def _note(result: VariantResult, text: str) -> VariantResult:
-    notes = [*(result.details.get("notes") or ()), text]
-    return replace(result, details={**result.details, "notes": notes})
+    return replace(result, details=result.details.with_note(text))
 
 
 def with_counts(result: VariantResult, counted: Counted) -> VariantResult:

@@ -125,8 +125,8 @@ def _base_result(outcome: SideOutcome, test: str, variant: str) -> VariantResult
         return None  # the test is new: every verdict is `new`
     message = outcome.message or outcome.outcome
     if outcome.outcome == "skipped":
-        return VariantResult(test, variant, "skipped", message)
-    return VariantResult(test, variant, "error", message)
+        return VariantResult(test=test, variant=variant, status="skipped", error=message)
+    return VariantResult(test=test, variant=variant, status="error", error=message)
 
 
 def run_item(ab: AbSession, state: SessionState, nodeid: str, test: str, variant: str) -> None:
@@ -151,7 +151,7 @@ def run_item(ab: AbSession, state: SessionState, nodeid: str, test: str, variant
     if state.environment is None and head.environment:
         state.environment = head.environment
     if head.result is not None:
-        details = {**head.result.details, "ab": pairing.to_json()}
+        details = replace(head.result.details, ab=pairing.to_json())
         state.record(replace(head.result, details=details), nodeid)
     if head.outcome == "passed":
         return

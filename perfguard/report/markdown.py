@@ -175,7 +175,7 @@ def _trace_files(run: Run) -> dict[tuple[str, str], list[str]]:
     found: dict[tuple[str, str], list[str]] = {}
     for results in (run.results, run.baseline_results):
         for r in results:
-            profile = r.details.get("profile")
+            profile = r.details.profile
             name = profile.get("trace") if isinstance(profile, dict) else None
             if isinstance(name, str) and name:
                 found.setdefault(r.key, []).append(f"traces/{name}")

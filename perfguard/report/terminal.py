@@ -38,7 +38,7 @@ def summary_lines(run: Run, width: int = WIDTH) -> list[str]:
             lines.append(_short(r.test, width))
         label = _short("  " + r.variant, name_w)
         m = r.metrics
-        tail = "*" if r.details.get("tails_too_few") and "p99" in r.details["tails_too_few"] else ""
+        tail = "*" if "p99" in r.details.tails_too_few else ""
         if r.status == "ok":
             values: Sequence[str] = (
                 ms(m.latency_p50_ms),
@@ -58,6 +58,6 @@ def summary_lines(run: Run, width: int = WIDTH) -> list[str]:
             lines.append(f"{label:<{name_w}} {r.status:>8}: {reason}")
     if run.comparisons:
         lines.append("verdicts: " + verdict_counts(run.comparisons))
-    if any(r.details.get("tails_too_few") for r in run.results):
+    if any(r.details.tails_too_few for r in run.results):
         lines.append("* p99 from fewer than 1000 samples: a rough tail, not a measured one")
     return lines

@@ -36,15 +36,15 @@ def _comparison(
     test: str, variant: str, metric: str, base: float, head: float, gating: bool, note: str
 ) -> Comparison:
     return Comparison(
-        test,
-        variant,
-        metric,
-        base,
-        head,
-        _pct(base, head),
-        None,
-        None,
-        _verdict(base, head),
+        test=test,
+        variant=variant,
+        metric=metric,
+        baseline=base,
+        current=head,
+        change_pct=_pct(base, head),
+        p_value=None,
+        cohens_d=None,
+        verdict=_verdict(base, head),
         gating=gating,
         note=note,
     )

@@ -19,7 +19,7 @@ TOP = 5  # operators shown under a regression
 
 
 def self_times(result: VariantResult | None) -> dict[str, float] | None:
-    profile = None if result is None else result.details.get("profile")
+    profile = None if result is None else result.details.profile
     times = profile.get("self_us") if isinstance(profile, Mapping) else None
     if not isinstance(times, Mapping):
         return None

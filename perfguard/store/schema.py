@@ -16,6 +16,14 @@ History:
   `forward_instructions` (one warm call), counted under valgrind's callgrind when a session
   asks (`--perfguard-instructions`); comparisons may have the metrics of the same names.
   Migration from 2: every counters object gets both, null (nothing was counted).
+- 4: a comparison may have `confirmation`, what measuring its item again showed (stored
+  baselines): `kind` (shown, not_shown, unconfirmed, settled, unsettled, not_settled),
+  `where` (beside the base commit, in a fresh process), `changes` (one per round, as
+  `confirm_change_pct`), `paired` (the verdicts of the rounds beside the base commit that
+  did not show it, or that it was left with), `bar_pct` and `reason`. In same-job A/B,
+  `details.ab.sequential` says for each look which statistic decided (`statistic`: mean or
+  trimmed). Migration from 3: nothing to convert (a version-3 comparison has no
+  confirmation; its note still says what the re-measure showed).
 
 A newer version than this perfguard knows is refused (upgrade perfguard). An older one is
 migrated in memory by the steps below, one version at a time; the file on disk is left as it
@@ -60,7 +68,16 @@ def _2_to_3(doc: dict[str, Any]) -> dict[str, Any]:
     return {**doc, "schema_version": 3, "results": results}
 
 
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _1_to_2, 2: _2_to_3}
+def _3_to_4(doc: dict[str, Any]) -> dict[str, Any]:
+    """Version 3 kept what a re-measure showed in the note only: no confirmation record."""
+    return {**doc, "schema_version": 4}
+
+
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    1: _1_to_2,
+    2: _2_to_3,
+    3: _3_to_4,
+}
 """version N -> a function turning a version-N document into a version-(N+1) one."""
 
 

@@ -1,0 +1,49 @@
+"""Plain data that flows through the pipeline: results, runs, comparisons.
+
+Everything here is immutable, validated on construction, and free of torch and
+pytest, so that the report, compare and merge commands run anywhere.
+The JSON layout is the public results format (docs/reference.md, "Results JSON");
+`to_json`/`from_json` are its only writers and readers.
+"""
+
+from perfguard.records.base import (
+    SCHEMA_VERSION,
+    SHA,
+    STATUSES,
+    VERDICTS,
+    RecordError,
+    Status,
+    Verdict,
+)
+from perfguard.records.comparisons import BESIDE, FRESH, Comparison, Confirmation
+from perfguard.records.results import (
+    Counters,
+    Details,
+    DriftCheck,
+    Metrics,
+    VariantResult,
+    trace_file_name,
+)
+from perfguard.records.runs import BaselineRef, Run
+
+__all__ = [
+    "BESIDE",
+    "FRESH",
+    "SCHEMA_VERSION",
+    "SHA",
+    "STATUSES",
+    "VERDICTS",
+    "BaselineRef",
+    "Comparison",
+    "Confirmation",
+    "Counters",
+    "Details",
+    "DriftCheck",
+    "Metrics",
+    "RecordError",
+    "Run",
+    "Status",
+    "VariantResult",
+    "Verdict",
+    "trace_file_name",
+]

@@ -1,0 +1,41 @@
+"""What every record shares: the schema version, verdict names, validation."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Literal
+
+SCHEMA_VERSION = 4  # the history is in perfguard/store/schema.py
+SHA = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
+"""A full git commit id (SHA-1, or SHA-256 in a repository that uses it)."""
+
+Status = Literal["ok", "error", "skipped"]
+STATUSES: tuple[Status, ...] = ("ok", "error", "skipped")
+
+Verdict = Literal[
+    "regression", "improvement", "unchanged", "inconclusive", "new", "missing", "error"
+]
+VERDICTS: tuple[Verdict, ...] = (
+    "regression",
+    "improvement",
+    "unchanged",
+    "inconclusive",
+    "new",
+    "missing",
+    "error",
+)
+
+
+class RecordError(ValueError):
+    """A results or baseline document does not have the shape of the results format."""
+
+
+def finite_or_none(name: str, value: float | None) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise RecordError(f"{name} must be a number or null, got {value!r}")
+    if not math.isfinite(value):
+        raise RecordError(f"{name} must be finite, got {value!r}")
+    return float(value)

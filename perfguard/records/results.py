@@ -1,0 +1,309 @@
+"""What measuring produced: one variant of one test, with its raw samples."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from perfguard.records.base import STATUSES, RecordError, Status, finite_or_none
+
+
+@dataclass(frozen=True, kw_only=True)
+class Metrics:
+    """The headline figures of one variant of one test; `None` where a metric does not apply."""
+
+    latency_p50_ms: float | None = None
+    latency_p95_ms: float | None = None
+    latency_p99_ms: float | None = None
+    latency_mean_ms: float | None = None
+    peak_memory_bytes: float | None = None
+    compile_time_s: float | None = None
+    drift_max_abs: float | None = None
+    drift_max_rel: float | None = None
+    drift_cosine: float | None = None
+    # Beyond the headline metrics: more detail that the report and the verdicts use.
+    latency_iqr_ms: float | None = None
+    latency_samples: int | None = None
+    latency_p95_tail: int | None = None
+    latency_p99_tail: int | None = None
+    peak_memory_reserved_bytes: float | None = None
+    peak_memory_increase_bytes: float | None = None  # peak minus what was held before the calls
+    compile_time_warm_s: float | None = None
+    graph_breaks: int | None = None
+    recompiles: int | None = None
+    model_size_bytes: float | None = None
+    sparsity: float | None = None
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            checked = finite_or_none(f.name, value)
+            if f.type == "int | None" and checked is not None:
+                object.__setattr__(self, f.name, int(checked))
+            else:
+                object.__setattr__(self, f.name, checked)
+        p50, p95, p99 = self.latency_p50_ms, self.latency_p95_ms, self.latency_p99_ms
+        if p50 is not None and p95 is not None and p99 is not None and not p50 <= p95 <= p99:
+            raise RecordError(f"percentiles out of order: p50={p50} p95={p95} p99={p99}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Metrics:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass(frozen=True, kw_only=True)
+class DriftCheck:
+    """Pass or fail of a variant's numerics against the fp64 reference, by tolerance class."""
+
+    tolerance_class: str
+    passed: bool
+    error: float  # RMS error of the variant against the high-precision reference
+    eager_error: float  # RMS error of fp32 eager against the same reference
+    allowed: float  # the largest error this class allows here
+    reference: str  # "fp64" or "fp32" when the model could not run in fp64
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "tolerance_class": self.tolerance_class,
+            "passed": self.passed,
+            "error": self.error,
+            "eager_error": self.eager_error,
+            "allowed": self.allowed,
+            "reference": self.reference,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> DriftCheck:
+        try:
+            return cls(
+                tolerance_class=str(data["tolerance_class"]),
+                passed=bool(data["passed"]),
+                error=float(data["error"]),
+                eager_error=float(data["eager_error"]),
+                allowed=float(data["allowed"]),
+                reference=str(data["reference"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise RecordError(f"bad drift check {dict(data)!r}: {exc}") from exc
+
+
+def trace_file_name(test: str, variant: str, side: str) -> str:
+    """The Chrome trace of a test, variant and side ("head" or "base"): a name of its own."""
+    stem = re.sub(r"[^A-Za-z0-9_.\[\]-]+", "-", f"{test}[{variant}]").strip("-")
+    return f"{stem}.{side}.trace.json"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Counters:
+    """Exact figures of one variant: they do not vary between runs, so a change is certain.
+
+    Counted in calls of their own, after the timed samples. `None`: not counted here (not a
+    compiled variant, not on CUDA, or the counter was not available).
+    """
+
+    graphs: int | None = None  # graphs dynamo compiled
+    graph_breaks: int | None = None
+    break_reasons: tuple[tuple[str, int], ...] = ()  # (dynamo's reason, how often)
+    recompiles: int | None = None  # frames compiled again while sampling
+    ops: tuple[tuple[str, int], ...] = ()  # ATen operators one call dispatches, by name
+    flops: int | None = None  # of one call, torch.utils.flop_counter
+    param_bytes: int | None = None
+    buffer_bytes: int | None = None
+    kernel_launches: int | None = None  # CUDA kernels one call launches
+    cudagraph_launches: int | None = None  # CUDA graphs one call replays
+    # instructions under callgrind (--perfguard-instructions), each in a process of its own
+    compile_instructions: int | None = None  # the cold compile of a compiled variant
+    forward_instructions: int | None = None  # one warm call
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in ("break_reasons", "ops"):
+                pairs = tuple((str(k), int(n)) for k, n in value)
+                if any(n < 0 for _, n in pairs):
+                    raise RecordError(f"counters.{f.name} must count from 0")
+                object.__setattr__(self, f.name, tuple(sorted(pairs)))
+            elif value is not None:
+                if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                    raise RecordError(f"counters.{f.name} must be a count, got {value!r}")
+                object.__setattr__(self, f.name, int(value))
+
+    @property
+    def op_total(self) -> int | None:
+        return sum(n for _, n in self.ops) if self.ops else None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["break_reasons"] = dict(self.break_reasons)
+        out["ops"] = dict(self.ops)
+        return out
+
+    @classmethod
+    def from_json(cls, data: Any) -> Counters:
+        if not isinstance(data, Mapping):
+            raise RecordError(f"counters must be an object, got {data!r}")
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        for name in ("break_reasons", "ops"):
+            found = values.get(name) or {}
+            if not isinstance(found, Mapping):
+                raise RecordError(f"counters.{name} must be an object of counts")
+            values[name] = tuple(found.items())
+        return cls(**values)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Details:
+    """How a result was measured, beyond its figures. In the JSON a flat object: these keys,
+    and those of `build` beside them."""
+
+    device: str | None = None  # where it ran, e.g. "cpu", "cuda:0"
+    clock: str | None = None  # how calls were timed, e.g. "perf_counter_ns", "cuda_event"
+    memory_method: str | None = None  # how the peak was read; "cuda..." gates
+    warmup_calls: int | None = None
+    warmup_stable: bool | None = None  # timings settled within the warm-up
+    repeats: int | None = None
+    tails_too_few: tuple[str, ...] = ()  # "p95", "p99": too few samples for that tail
+    notes: tuple[str, ...] = ()  # said to the reader, one sentence each
+    # operators' self time of one profiled call: {"calls": n, "self_us": {op: us}}
+    profile: Mapping[str, Any] | None = None
+    # same-job A/B: {"pairs": n, "order": "AB BA ...", "sequential": {...}}
+    ab: Mapping[str, Any] | None = None
+    cudagraph_skips: int | None = None  # CUDA graphs inductor declined (reduce-overhead)
+    source: str | None = None  # who measured, when not perfguard ("pytest-benchmark")
+    # what building the variant recorded (ONNX export and session times, provider, ...),
+    # and keys of other versions: kept as they are
+    build: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tails_too_few", tuple(str(t) for t in self.tails_too_few))
+        object.__setattr__(self, "notes", tuple(str(n) for n in self.notes))
+        object.__setattr__(self, "build", dict(self.build))
+        for name in ("profile", "ab"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, Mapping):
+                raise RecordError(f"details.{name} must be an object, got {value!r}")
+
+    def with_note(self, text: str) -> Details:
+        return replace(self, notes=(*self.notes, text))
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = dict(self.build)
+        for f in fields(self):
+            if f.name == "build":
+                continue
+            value = getattr(self, f.name)
+            if f.name in ("tails_too_few", "notes"):
+                out[f.name] = list(value)
+            else:
+                out[f.name] = dict(value) if isinstance(value, Mapping) else value
+        return out
+
+    @classmethod
+    def from_json(cls, data: Any) -> Details:
+        if data is None:
+            return cls()
+        if isinstance(data, Details):
+            return data
+        if not isinstance(data, Mapping):
+            raise RecordError(f"details must be an object, got {data!r}")
+        known = {f.name for f in fields(cls)} - {"build"}
+        return cls(
+            **{k: v for k, v in data.items() if k in known},
+            build={k: v for k, v in data.items() if k not in known},
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class VariantResult:
+    """What measuring one model under one variant produced. Keeps the raw samples."""
+
+    test: str
+    variant: str
+    status: Status
+    error: str | None = None
+    metrics: Metrics = field(default_factory=Metrics)
+    samples_ms: tuple[float, ...] = ()
+    repeats_ms: tuple[float, ...] = ()  # per-repeat medians: the independent units
+    block_sizes: tuple[int, ...] = ()  # how `samples_ms` splits into its repeats
+    drift_check: DriftCheck | None = None
+    details: Details = field(default_factory=Details)
+    counters: Counters | None = None
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise RecordError(f"status must be one of {STATUSES}, got {self.status!r}")
+        if self.status != "ok" and not self.error:
+            raise RecordError(f"a result with status {self.status!r} needs an error message")
+        for name in ("samples_ms", "repeats_ms"):
+            values = tuple(float(v) for v in getattr(self, name))
+            if any(not math.isfinite(v) or v < 0 for v in values):
+                raise RecordError(f"{name} must hold finite, non-negative times")
+            object.__setattr__(self, name, values)
+        sizes = tuple(int(n) for n in self.block_sizes)
+        if sizes and (sum(sizes) != len(self.samples_ms) or min(sizes) < 1):
+            raise RecordError("block_sizes must be positive and add up to the number of samples")
+        object.__setattr__(self, "block_sizes", sizes)
+        if not isinstance(self.details, Details):
+            raise RecordError(f"details must be a Details record, got {self.details!r}")
+
+    def blocks(self) -> tuple[tuple[float, ...], ...]:
+        """The samples split into their repeats (one block when sizes were not kept)."""
+        if not self.block_sizes:
+            return (self.samples_ms,) if self.samples_ms else ()
+        out: list[tuple[float, ...]] = []
+        start = 0
+        for size in self.block_sizes:
+            out.append(self.samples_ms[start : start + size])
+            start += size
+        return tuple(out)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.test, self.variant)
+
+    def with_test(self, test: str) -> VariantResult:
+        return replace(self, test=test)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "test": self.test,
+            "variant": self.variant,
+            "status": self.status,
+            "error": self.error,
+            "metrics": self.metrics.to_json(),
+            "samples_ms": list(self.samples_ms),
+            "repeats_ms": list(self.repeats_ms),
+            "block_sizes": list(self.block_sizes),
+            "drift_check": None if self.drift_check is None else self.drift_check.to_json(),
+            "details": self.details.to_json(),
+            "counters": None if self.counters is None else self.counters.to_json(),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> VariantResult:
+        try:
+            drift = data.get("drift_check")
+            counters = data.get("counters")
+            return cls(
+                test=str(data["test"]),
+                variant=str(data["variant"]),
+                status=data["status"],
+                error=data.get("error"),
+                metrics=Metrics.from_json(data.get("metrics") or {}),
+                samples_ms=tuple(data.get("samples_ms") or ()),
+                repeats_ms=tuple(data.get("repeats_ms") or ()),
+                block_sizes=tuple(data.get("block_sizes") or ()),
+                drift_check=None if drift is None else DriftCheck.from_json(drift),
+                details=Details.from_json(data.get("details")),
+                counters=None if counters is None else Counters.from_json(counters),
+            )
+        except KeyError as exc:
+            raise RecordError(f"a result lacks the key {exc.args[0]!r}") from exc

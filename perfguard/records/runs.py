@@ -1,0 +1,174 @@
+"""One session's results: the body of a results file and of a baseline file."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from perfguard.records.base import SCHEMA_VERSION, SHA, RecordError
+from perfguard.records.comparisons import Comparison
+from perfguard.records.results import VariantResult
+
+
+@dataclass(frozen=True, kw_only=True)
+class BaselineRef:
+    """Which baseline a run was compared with, and why that one."""
+
+    commit: str | None
+    reason: str
+    environment: Mapping[str, Any] | None = None  # the baseline's, to show both sides
+    mode: str = "stored"  # "stored": a baseline file; "ab": measured in this job (same-job A/B)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "commit": self.commit,
+            "reason": self.reason,
+            "environment": None if self.environment is None else dict(self.environment),
+            "mode": self.mode,
+        }
+
+
+def _check_commit(name: str, value: object) -> None:
+    if value is not None and not (isinstance(value, str) and SHA.match(value)):
+        raise RecordError(f"{name} must be a full commit sha or null, got {value!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Run:
+    """One session's results: the body of a results file and of a baseline file."""
+
+    commit: str | None
+    machine: str
+    environment: Mapping[str, Any]
+    results: tuple[VariantResult, ...]
+    baseline: BaselineRef = field(
+        default_factory=lambda: BaselineRef(commit=None, reason="not compared")
+    )
+    comparisons: tuple[Comparison, ...] = ()
+    created: str | None = None
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    health: Mapping[str, Any] = field(default_factory=dict)  # {"warnings": [...], "facts": {...}}
+    baseline_results: tuple[VariantResult, ...] = ()  # same-job A/B: the base side's results
+    # confirmation re-measures of flagged items, one tuple per round ...
+    confirm_results: tuple[tuple[VariantResult, ...], ...] = ()
+    # ... and, for a round measured beside the base commit (A/B), that commit's side
+    confirm_base_results: tuple[tuple[VariantResult, ...], ...] = ()
+
+    def __post_init__(self) -> None:
+        _check_commit("commit", self.commit)
+        _check_commit("baseline commit", self.baseline.commit)
+        if not isinstance(self.machine, str):
+            raise RecordError(f"machine must be a string, got {self.machine!r}")
+        if self.created is not None and not isinstance(self.created, str):
+            raise RecordError(f"created must be a date string or null, got {self.created!r}")
+        for name in ("environment", "settings", "health"):
+            if not isinstance(getattr(self, name), Mapping):
+                raise RecordError(f"{name} must be an object, got {getattr(self, name)!r}")
+        object.__setattr__(self, "health", dict(self.health))
+        object.__setattr__(self, "results", tuple(self.results))
+        object.__setattr__(self, "baseline_results", tuple(self.baseline_results))
+        object.__setattr__(self, "confirm_results", tuple(map(tuple, self.confirm_results)))
+        object.__setattr__(
+            self, "confirm_base_results", tuple(map(tuple, self.confirm_base_results))
+        )
+        object.__setattr__(self, "comparisons", tuple(self.comparisons))
+        object.__setattr__(self, "environment", dict(self.environment))
+        object.__setattr__(self, "settings", dict(self.settings))
+        seen: set[tuple[str, str]] = set()
+        for result in self.results:
+            if result.key in seen:
+                raise RecordError(f"duplicate result for {result.test} [{result.variant}]")
+            seen.add(result.key)
+
+    def result(self, test: str, variant: str) -> VariantResult | None:
+        for r in self.results:
+            if r.key == (test, variant):
+                return r
+        return None
+
+    @property
+    def health_warnings(self) -> tuple[str, ...]:
+        return tuple(str(w) for w in self.health.get("warnings") or ())
+
+    @property
+    def has_regression(self) -> bool:
+        return any(c.verdict == "regression" and c.gating for c in self.comparisons)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "commit": self.commit,
+            "machine": self.machine,
+            "created": self.created,
+            "environment": dict(self.environment),
+            "settings": dict(self.settings),
+            "health": dict(self.health),
+            "baseline": self.baseline.to_json(),
+            "results": [r.to_json() for r in self.results],
+            "comparisons": [c.to_json() for c in self.comparisons],
+            **(
+                {"baseline_results": [r.to_json() for r in self.baseline_results]}
+                if self.baseline_results
+                else {}
+            ),
+            **(
+                {"confirm_results": [[r.to_json() for r in rs] for rs in self.confirm_results]}
+                if self.confirm_results
+                else {}
+            ),
+            **(
+                {
+                    "confirm_base_results": [
+                        [r.to_json() for r in rs] for rs in self.confirm_base_results
+                    ]
+                }
+                if any(self.confirm_base_results)
+                else {}
+            ),
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> Run:
+        """Read a current-version document. Older versions go through `store.schema` first."""
+        if not isinstance(data, Mapping):
+            raise RecordError("the document is not a JSON object")
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise RecordError(f"schema_version {version!r} is not {SCHEMA_VERSION}")
+        try:
+            baseline = data.get("baseline") or {}
+            results: Sequence[Any] = data["results"]
+            return cls(
+                commit=data.get("commit"),
+                machine=data["machine"],
+                environment=data.get("environment") or {},
+                results=tuple(VariantResult.from_json(r) for r in results),
+                baseline=BaselineRef(
+                    commit=baseline.get("commit"),
+                    reason=str(baseline.get("reason", "")),
+                    environment=baseline.get("environment"),
+                    mode=str(baseline.get("mode") or "stored"),
+                ),
+                comparisons=tuple(Comparison.from_json(c) for c in data.get("comparisons") or ()),
+                created=data.get("created"),
+                settings=data.get("settings") or {},
+                health=data.get("health") or {},
+                baseline_results=tuple(
+                    VariantResult.from_json(r) for r in data.get("baseline_results") or ()
+                ),
+                confirm_results=tuple(
+                    tuple(VariantResult.from_json(r) for r in rs)
+                    for rs in data.get("confirm_results") or ()
+                ),
+                confirm_base_results=tuple(
+                    tuple(VariantResult.from_json(r) for r in rs)
+                    for rs in data.get("confirm_base_results") or ()
+                ),
+            )
+        except KeyError as exc:
+            raise RecordError(f"the document lacks the key {exc.args[0]!r}") from exc
+        except (TypeError, AttributeError, ValueError) as exc:
+            if isinstance(exc, RecordError):
+                raise
+            raise RecordError(f"the document has the wrong shape: {exc}") from exc

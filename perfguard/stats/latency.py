@@ -1,0 +1,186 @@
+"""Latency comparisons: per-repeat percentiles, Welch or paired tests, one correction per run.
+
+Latency is judged on independent repeats (per-repeat percentiles), never on raw per-call
+samples, which are autocorrelated within a process. A regression needs significance after
+the run-wide Benjamini-Hochberg correction and a practical change (`practical_bar`; in
+same-job A/B, `ab_min_change_pct`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from perfguard.records import Comparison, VariantResult, Verdict
+from perfguard.stats.sequential import look_alpha
+from perfguard.stats.tests import (
+    benjamini_hochberg,
+    bootstrap_ci,
+    cohens_d,
+    min_detectable_pct,
+    paired_cohens_d,
+    paired_min_detectable_pct,
+    paired_test,
+    welch_t_test,
+)
+from perfguard.stats.thresholds import (
+    LATENCY_METRICS,
+    NoiseFloor,
+    Thresholds,
+    add_note,
+    change_pct,
+    practical_bar,
+)
+
+
+def block_percentiles(result: VariantResult, q: float) -> list[float]:
+    return [float(np.percentile(block, q)) for block in result.blocks() if block]
+
+
+def _sequential_level(head: VariantResult, pairs: int, alpha: float) -> float:
+    """The level of the look a sequential A/B item stopped at; `alpha` for a fixed design
+    (results written before sampling until decided, or a run without it)."""
+    ab = head.details.ab
+    if ab is None or "sequential" not in ab:
+        return alpha
+    return look_alpha(pairs, alpha) or alpha
+
+
+@dataclass
+class Pending:
+    """A latency comparison waiting for the run-wide correction of its p-value."""
+
+    comparison: Comparison
+    practical_pct: float
+    raw_p: float
+
+
+@dataclass(frozen=True)
+class _Test:
+    """What the test of one latency metric found, before the run-wide correction."""
+
+    p: float
+    d: float
+    practical_pct: float  # the smallest change the verdict may act on
+    detectable_pct: float  # the smallest change this test could have flagged
+    note: str
+
+
+def _paired(a: list[float], b: list[float], head: VariantResult, th: Thresholds) -> _Test:
+    """Same-job A/B: block i of each side ran back to back, so their ratios are tested;
+    the history's noise floor (movement between runs) does not apply here."""
+    p = paired_test(a, b)  # mean and trimmed mean of the log ratios
+    level = _sequential_level(head, len(a), th.alpha)
+    # sampled until decided: the look it stopped at spends alpha_k of alpha, so p is scaled
+    # to be held to alpha like the others (BH over the run included)
+    p = min(1.0, p * th.alpha / level)
+    note = f"paired tests (mean, trimmed mean) over {len(a)} A/B block pairs"
+    if level != th.alpha:
+        note += f", sequential (level {level:.3g} at that look)"
+    return _Test(
+        p=p,
+        d=paired_cohens_d(a, b),
+        practical_pct=th.ab_min_change_pct,
+        detectable_pct=paired_min_detectable_pct(a, b, alpha=level),
+        note=note,
+    )
+
+
+def _unpaired(
+    a: list[float], b: list[float], key: tuple[str, str, str], th: Thresholds, noise: NoiseFloor
+) -> _Test:
+    """Against a stored baseline: Welch's t-test, and the history's noise floor."""
+    floor = noise.get(key, 0.0)
+    return _Test(
+        p=welch_t_test(a, b)[1],
+        d=cohens_d(a, b),
+        practical_pct=practical_bar(*key, th, noise),
+        detectable_pct=min_detectable_pct(a, b, alpha=th.alpha),
+        note=f"noise floor {floor:.1f}%" if floor else "",
+    )
+
+
+def latency_comparisons(
+    base: VariantResult,
+    head: VariantResult,
+    th: Thresholds,
+    noise: NoiseFloor,
+    *,
+    paired: bool = False,
+) -> list[Pending | Comparison]:
+    """p50, p95 and p99 of one item; the tested ones wait for the run's correction."""
+    out: list[Pending | Comparison] = []
+    for metric, q in LATENCY_METRICS.items():
+        b_val, h_val = getattr(base.metrics, metric), getattr(head.metrics, metric)
+        a, b = block_percentiles(base, q), block_percentiles(head, q)
+        row = Comparison(
+            test=head.test,
+            variant=head.variant,
+            metric=metric,
+            baseline=b_val,
+            current=h_val,
+            change_pct=change_pct(b_val, h_val),
+            p_value=None,
+            cohens_d=None,
+            verdict="inconclusive",
+            gating=metric != "latency_p99_ms" or th.gate_p99,
+        )
+        if len(a) < th.min_repeats or len(b) < th.min_repeats:
+            note = f"too few repeats ({len(a)} vs {len(b)}; need {th.min_repeats})"
+            out.append(replace(row, note=note))
+            continue
+        if paired and len(a) == len(b):
+            found = _paired(a, b, head, th)
+        else:
+            found = _unpaired(a, b, (head.test, head.variant, metric), th, noise)
+        # what could have been flagged: the test's power limit, and never below the
+        # practical minimum the rules demand
+        mde = max(found.detectable_pct, found.practical_pct)
+        tested = replace(
+            row,
+            p_value=found.p,
+            cohens_d=None if math.isinf(found.d) else found.d,
+            verdict="unchanged",
+            min_detectable_pct=None if math.isinf(mde) else mde,
+            note=found.note,
+            baseline_ci=bootstrap_ci(a),
+            current_ci=bootstrap_ci(b),
+        )
+        out.append(Pending(tested, found.practical_pct, found.p))
+    return out
+
+
+def decide_latency(
+    items: Sequence[Pending | Comparison], th_all: Thresholds
+) -> tuple[Comparison, ...]:
+    """The run's comparisons, the pending ones decided after one Benjamini-Hochberg
+    correction over all of them."""
+    pending = [i for i in items if isinstance(i, Pending)]
+    adjusted = benjamini_hochberg([p.raw_p for p in pending])
+    decided = {
+        id(p): _decide(p, q, th_all.for_test(p.comparison.test).alpha)
+        for p, q in zip(pending, adjusted, strict=True)
+    }
+    return tuple(decided[id(i)] if isinstance(i, Pending) else i for i in items)
+
+
+def _decide(pending: Pending, adjusted_p: float, alpha: float) -> Comparison:
+    c = pending.comparison
+    change = c.change_pct or 0.0
+    significant = adjusted_p < alpha
+    practical = abs(change) >= pending.practical_pct
+    verdict: Verdict
+    note = c.note
+    if significant and practical:
+        verdict = "regression" if change > 0 else "improvement"
+    elif practical:
+        verdict = "inconclusive"
+        note = add_note(note, "change is large but within the noise")
+    else:
+        verdict = "unchanged"
+    if adjusted_p != pending.raw_p:
+        note = add_note(note, f"p adjusted (BH) {adjusted_p:.3g}")
+    return replace(c, verdict=verdict, note=note)

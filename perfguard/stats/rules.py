@@ -1,0 +1,108 @@
+"""The verdicts that need no statistics of repeats: peak memory, compile time and drift."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from perfguard.records import Comparison, VariantResult, Verdict
+from perfguard.stats.thresholds import Thresholds, change_pct
+
+
+def _ratio_verdict(
+    head: VariantResult,
+    metric: str,
+    b_val: float | None,
+    h_val: float | None,
+    worse: Callable[[float, float], bool],
+    better: Callable[[float, float], bool],
+    note: str,
+) -> Comparison | None:
+    if b_val is None or h_val is None:
+        return None
+    verdict: Verdict = "unchanged"
+    if worse(b_val, h_val):
+        verdict = "regression"
+    elif better(b_val, h_val):
+        verdict = "improvement"
+    return Comparison(
+        test=head.test,
+        variant=head.variant,
+        metric=metric,
+        baseline=b_val,
+        current=h_val,
+        change_pct=change_pct(b_val, h_val),
+        p_value=None,
+        cohens_d=None,
+        verdict=verdict,
+        note=note,
+    )
+
+
+def memory(base: VariantResult, head: VariantResult, th: Thresholds) -> Comparison | None:
+    """CUDA allocator peaks gate; a CPU process's peak RSS depends on everything the process
+    loaded before this test, so there it is reported only."""
+    tol = th.memory_tolerance_pct / 100.0
+    exact = all((r.details.memory_method or "").startswith("cuda") for r in (base, head))
+    c = _ratio_verdict(
+        head,
+        "peak_memory_bytes",
+        base.metrics.peak_memory_bytes,
+        head.metrics.peak_memory_bytes,
+        lambda b, h: h > b * (1 + tol),
+        lambda b, h: h < b * (1 - tol),
+        f"tolerance {th.memory_tolerance_pct:g}%"
+        if exact
+        else "process peak RSS: reported, not gating",
+    )
+    return c if c is None or exact else replace(c, gating=False)
+
+
+def compile_time(base: VariantResult, head: VariantResult, th: Thresholds) -> Comparison | None:
+    r = th.compile_ratio
+    return _ratio_verdict(
+        head,
+        "compile_time_s",
+        base.metrics.compile_time_s,
+        head.metrics.compile_time_s,
+        lambda b, h: h > b * r,
+        lambda b, h: h < b / r,
+        f"ratio {r:g}x",
+    )
+
+
+def drift(base: VariantResult | None, head: VariantResult, th: Thresholds) -> Comparison | None:
+    """Each variant against its tolerance class, and against the baseline's drift."""
+    check = head.drift_check
+    if check is None:
+        return None
+    b_val = None if base is None else base.metrics.drift_max_rel
+    h_val = head.metrics.drift_max_rel
+    verdict: Verdict
+    if not check.passed:
+        verdict = "regression"
+        note = (
+            f"outside its tolerance class {check.tolerance_class}: error {check.error:.3g} "
+            f"> allowed {check.allowed:.3g} against {check.reference}"
+        )
+    elif b_val is None:
+        verdict = "new" if base is None else "unchanged"
+        note = f"within tolerance class {check.tolerance_class}"
+    elif h_val is not None and h_val > max(b_val * th.drift_growth, th.drift_floor_rel):
+        verdict = "regression"
+        note = f"drift grew more than {th.drift_growth:g}x over the baseline's"
+    else:
+        verdict = "unchanged"
+        note = f"within tolerance class {check.tolerance_class}"
+    return Comparison(
+        test=head.test,
+        variant=head.variant,
+        metric="drift_max_rel",
+        baseline=b_val,
+        current=h_val,
+        change_pct=change_pct(b_val, h_val),
+        p_value=None,
+        cohens_d=None,
+        verdict=verdict,
+        note=note,
+    )

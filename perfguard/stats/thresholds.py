@@ -1,0 +1,87 @@
+"""The rules in force: thresholds, the history's noise floor, and small helpers of the verdicts."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from perfguard.settings import THRESHOLD_KEYS, threshold_default
+
+LATENCY_METRICS: dict[str, float] = {
+    "latency_p50_ms": 50.0,
+    "latency_p95_ms": 95.0,
+    "latency_p99_ms": 99.0,
+}
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """The rules in force; all of them appear in the report's methodology note."""
+
+    # the defaults a user can change are those of the settings table (perfguard.settings)
+    alpha: float = threshold_default("alpha")
+    min_change_pct: float = threshold_default("min_change_pct")
+    # same-job A/B cancels between-run noise: a lower bar
+    ab_min_change_pct: float = threshold_default("ab_min_change_pct")
+    min_repeats: int = 3
+    gate_p99: bool = threshold_default("gate_p99")
+    gate_ops: bool = threshold_default("gate_ops")  # operator-count and FLOP changes gate
+    # callgrind counts: a change past this is a verdict
+    instructions_pct: float = threshold_default("instructions_pct")
+    memory_tolerance_pct: float = threshold_default("memory_tolerance_pct")
+    compile_ratio: float = threshold_default("compile_ratio")
+    drift_growth: float = 2.0  # drift may grow by this factor over the baseline's ...
+    drift_floor_rel: float = 1e-4  # ... or stay below this relative size, without a verdict
+    per_test: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+
+    def for_test(self, test: str) -> Thresholds:
+        """These thresholds with one test's overrides (from its marker) applied."""
+        overrides = self.per_test.get(test)
+        if not overrides:
+            return self
+        known = {*THRESHOLD_KEYS, "min_repeats"}
+        changes: dict[str, Any] = {k: v for k, v in overrides.items() if k in known}
+        return replace(self, **changes)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any] | None) -> Thresholds:
+        """The thresholds a run recorded in its settings (unknown keys are ignored)."""
+        known = {k: v for k, v in (data or {}).items() if k in cls.__dataclass_fields__}
+        return cls(**known)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "alpha": self.alpha,
+            "min_change_pct": self.min_change_pct,
+            "ab_min_change_pct": self.ab_min_change_pct,
+            "min_repeats": self.min_repeats,
+            "gate_p99": self.gate_p99,
+            "gate_ops": self.gate_ops,
+            "instructions_pct": self.instructions_pct,
+            "memory_tolerance_pct": self.memory_tolerance_pct,
+            "compile_ratio": self.compile_ratio,
+            "drift_growth": self.drift_growth,
+            "drift_floor_rel": self.drift_floor_rel,
+            "per_test": {k: dict(v) for k, v in self.per_test.items()},
+        }
+
+
+NoiseFloor = Mapping[tuple[str, str, str], float]
+"""(test, variant, metric) -> typical % change between successive baselines on main."""
+
+
+def add_note(note: str, text: str) -> str:
+    """`text` after what `note` already says ("; " between)."""
+    return f"{note}; {text}" if note else text
+
+
+def change_pct(base: float | None, cur: float | None) -> float | None:
+    if base is None or cur is None or base == 0:
+        return None
+    return 100.0 * (cur - base) / base
+
+
+def practical_bar(test: str, variant: str, metric: str, th: Thresholds, noise: NoiseFloor) -> float:
+    """The smallest |% change| a stored-baseline latency verdict may act on."""
+    return max(th.min_change_pct, noise.get((test, variant, metric), 0.0))
