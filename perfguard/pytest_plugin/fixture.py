@@ -3,67 +3,24 @@
 from __future__ import annotations
 
 import os
-import time
-from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from perfguard.ab.channel import ENV_SIDE, ENV_TRACES
+from perfguard.ab.channel import ENV_SIDE
 from perfguard.pytest_plugin.marker import MarkerSettings
-from perfguard.pytest_plugin.options import Options
-from perfguard.pytest_plugin.progress import ProgressWriter
+from perfguard.pytest_plugin.options import trace_dir
+from perfguard.pytest_plugin.state import SessionState
 from perfguard.records import VariantResult
 from perfguard.settings import MARKER_KEYS, THRESHOLD_KEYS
 
 if TYPE_CHECKING:
-    from perfguard.ab.worker import WorkerLink
-    from perfguard.health import Monitor
-    from perfguard.measure.callgrind import Regions
-    from perfguard.measure.drift import Reference
-    from perfguard.pytest_plugin.same_job import AbSession
+    pass
 
 # the marker keys that `perfguard.run(...)` takes too: how to measure, not how to judge
 RUN_OPTIONS = tuple(k for k in MARKER_KEYS if k != "variants" and k not in THRESHOLD_KEYS)
 REFERENCE_CACHE = 8
-
-
-def trace_dir(options: Options) -> Path:
-    """Where this session's Chrome traces go: beside the report, or where the session that
-    started this process (A/B driver, confirmation) asked."""
-    given = os.environ.get(ENV_TRACES)
-    return Path(given) if given else options.report.parent / "traces"
-
-
-@dataclass
-class SessionState:
-    """Everything the plugin keeps for a session, stored in `config.stash`."""
-
-    options: Options
-    progress: ProgressWriter
-    results: list[VariantResult] = field(default_factory=list)
-    references: OrderedDict[str, Reference] = field(default_factory=OrderedDict)
-    per_test_thresholds: dict[str, dict[str, Any]] = field(default_factory=dict)
-    environment: dict[str, Any] | None = None
-    used_fixture: set[str] = field(default_factory=set)
-    monitor: Monitor | None = None
-    ab: AbSession | None = None  # driving same-job A/B
-    worker: WorkerLink | None = None  # this session is an A/B worker
-    nodeids: dict[tuple[str, str], str] = field(default_factory=dict)  # result key -> item
-    measured_at: dict[str, float] = field(default_factory=dict)  # item -> time.monotonic()
-    collection_errors: int = 0  # a session with any must not be saved as a baseline
-    exclusive_gpu: bool = False  # EXCLUSIVE_PROCESS compute mode: no second process on the GPU
-    # this process runs under callgrind to count these regions (--perfguard-instructions)
-    counting: tuple[tuple[str, ...], Regions] | None = None
-
-    def record(self, result: VariantResult, nodeid: str) -> None:
-        self.results = [r for r in self.results if r.key != result.key]
-        self.results.append(result)
-        self.nodeids[result.key] = nodeid
-        self.measured_at[nodeid] = time.monotonic()
 
 
 class PerfguardFixture:

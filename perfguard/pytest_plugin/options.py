@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from perfguard.ab.channel import ENV_ADDRESS
+from perfguard.ab.channel import ENV_ADDRESS, ENV_TRACES
 from perfguard.settings import ENABLE_HELP, Setting
 from perfguard.settings import OPTIONS as SETTINGS_OPTIONS
 from perfguard.variants.spec import UnknownVariantError, parse_variant_list
@@ -238,3 +238,10 @@ def resolve(config: pytest.Config) -> Options:
         flush_l2=bool(_raw(config, by_name["flush_l2"])[0]),
         instructions=_instructions(config, by_name["instructions"]),
     )
+
+
+def trace_dir(options: Options) -> Path:
+    """Where this session's Chrome traces go: beside the report, or where the session that
+    started this process (A/B driver, confirmation) asked."""
+    given = os.environ.get(ENV_TRACES)
+    return Path(given) if given else options.report.parent / "traces"

@@ -1,0 +1,195 @@
+"""The end of a measuring session: instruction counts, then the pipeline (compare, write,
+save) with this session's settings."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from perfguard.pytest_plugin.options import trace_dir
+from perfguard.pytest_plugin.state import SessionState
+from perfguard.records import VariantResult
+
+outcome_key = pytest.StashKey[Any]()
+"""The pipeline's `Outcome`, for the terminal summary."""
+
+
+def finish_session(session: pytest.Session, state: SessionState, exitstatus: int) -> None:
+    """Compare, write and save what this session measured; set the exit status."""
+    from perfguard.pipeline import finish_run
+
+    config = session.config
+    interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
+    counting = bool(state.options.instructions) and not interrupted
+    same = _close_ab(config, state, interrupted=interrupted, counting=counting)
+    if counting:
+        state.results = count_instructions(config, state, Path(config.rootpath), state.results)
+    o = state.options
+    environment = state.environment or _fallback_environment(o.device)
+    outcome = finish_run(
+        state.results,
+        environment,
+        _settings(config, state, exitstatus, environment),
+        extra_settings={
+            "budget_s": o.budget_s,
+            "repeats": o.repeats,
+            "seed": o.seed,
+            "unhealthy": o.unhealthy,
+            **({"shard": f"{o.shard[0]}/{o.shard[1]}"} if o.shard else {}),
+            **({"ab": o.ab} if o.ab else {}),
+        },
+        health=None if state.monitor is None else state.monitor.stop(),
+        same_job=same,
+        remeasure=_remeasure(config, state, exitstatus) if same is None else None,
+    )
+    config.stash[outcome_key] = outcome
+    if outcome.error is not None:
+        session.exitstatus = pytest.ExitCode.INTERRUPTED
+    elif (
+        o.fail_on == "regression"
+        and outcome.run.has_regression
+        and session.exitstatus == pytest.ExitCode.OK
+    ):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _close_ab(
+    config: pytest.Config, state: SessionState, *, interrupted: bool, counting: bool
+) -> Any:
+    """Same-job A/B: stop the workers, remove the base's worktree (after counting its
+    instructions there), and hand over the base's side. None when not driving A/B."""
+    from perfguard.pipeline import SameJobBase
+
+    ab = state.ab
+    if ab is None:
+        return None
+
+    def count_base() -> None:  # in the base's worktree, before it is removed
+        ab.base_results = count_instructions(
+            config, state, ab.worktree.rootdir, ab.base_results, " (base side)"
+        )
+
+    # before the monitor stops: the workers' CPU time is then ours
+    ab.close(interrupted=interrupted, before_removal=count_base if counting else None)
+    return SameJobBase(ab.commit, ab.reason, tuple(ab.base_results), ab.base_environment or {})
+
+
+def _settings(
+    config: pytest.Config, state: SessionState, exitstatus: int, environment: dict[str, Any]
+) -> Any:
+    from perfguard.environment import machine_key
+    from perfguard.pipeline import FinishSettings
+    from perfguard.stats.verdicts import Thresholds
+
+    o = state.options
+    return FinishSettings(
+        root=Path(config.rootpath),
+        baseline_dir=o.baseline_dir,
+        machine=o.machine or machine_key(environment),
+        # A/B with nothing measured (no perf items) has nothing to compare
+        compare="none" if o.ab and state.ab is None else o.compare,
+        main_branch=o.main_branch,
+        baseline_depth=o.baseline_depth,
+        save=o.save,
+        save_replace=o.save_replace,
+        unsaved_reason=why_not_saved(state, exitstatus),
+        allow_dirty=o.allow_dirty,
+        report=o.report,
+        json=o.json,
+        unhealthy=o.unhealthy,
+        confirm=o.confirm,
+        traces=trace_dir(o),
+        thresholds=Thresholds(
+            min_change_pct=o.min_change_pct,
+            ab_min_change_pct=o.ab_min_change_pct,
+            gate_p99=o.gate_p99,
+            per_test=state.per_test_thresholds,
+        ),
+    )
+
+
+def _remeasure(config: pytest.Config, state: SessionState, exitstatus: int) -> Any:
+    """How flagged items are measured again (`--perfguard-confirm`), or None."""
+    o = state.options
+    # (in EXCLUSIVE_PROCESS compute mode a second process cannot use the GPU: not attempted,
+    # and the runner-health warning says why the verdicts stand unconfirmed)
+    if o.compare == "none" or o.confirm <= 0 or state.exclusive_gpu:
+        return None
+    if exitstatus == pytest.ExitCode.INTERRUPTED:
+        return None
+    from perfguard.pytest_plugin.confirm import remeasurer
+
+    return remeasurer(config, o, state.nodeids, state.measured_at, state.progress.note)
+
+
+def count_instructions(
+    config: pytest.Config,
+    state: SessionState,
+    root: Path,
+    results: list[VariantResult],
+    side: str = "",
+) -> list[VariantResult]:
+    """`results` with callgrind's instruction counts (`--perfguard-instructions`)."""
+    from perfguard.pytest_plugin.confirm import plugin_args
+    from perfguard.pytest_plugin.instructions import count_instructions as count
+
+    extra: list[str] = []
+    if config.inipath is not None:  # the same ini file, at its place in `root`'s tree
+        ini = Path(config.inipath)
+        with contextlib.suppress(ValueError):
+            ini = root / ini.relative_to(Path(config.rootpath))
+        extra += ["-c", str(ini)]
+    extra += plugin_args(config.invocation_params.args)
+    # (a base-side result has its head's key, and the same node id in the base's tree)
+    return count(root, state.options, extra, results, state.nodeids, state.progress.note, side=side)
+
+
+def why_not_saved(state: SessionState, exitstatus: int) -> str | None:
+    """A session that did not run its whole suite must not become a baseline."""
+    if state.collection_errors:
+        return f"{state.collection_errors} collection error(s): fix them and save again"
+    if exitstatus == pytest.ExitCode.INTERRUPTED:
+        return "the session was interrupted"
+    if exitstatus in (pytest.ExitCode.INTERNAL_ERROR, pytest.ExitCode.USAGE_ERROR):
+        return "the session ended with an internal or usage error"
+    return None
+
+
+def _fallback_environment(device: str) -> dict[str, Any]:
+    from perfguard.environment import collect_environment
+    from perfguard.measure.runner import resolve_device
+
+    try:
+        return collect_environment(resolve_device(device))
+    except Exception:  # no device at all: describe the CPU
+        import torch
+
+        return collect_environment(torch.device("cpu"))
+
+
+def terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """The perfguard section of pytest's terminal summary."""
+    outcome = config.stash.get(outcome_key, None)
+    if outcome is None:
+        return
+    from perfguard.report.terminal import summary_lines
+
+    tr = terminalreporter
+    tr.section("perfguard")
+    writer = getattr(tr, "_tw", None)
+    width = min(int(getattr(writer, "fullwidth", 100)), 100)
+    for line in summary_lines(outcome.run, width=max(width, 80)):
+        tr.write_line(line)
+    for message in outcome.messages:
+        tr.write_line(message)
+    if outcome.report_path:
+        tr.write_line(f"report: {outcome.report_path}")
+    if outcome.json_path:
+        tr.write_line(f"results: {outcome.json_path}")
+    if outcome.error:
+        tr.write_line(f"perfguard error: {outcome.error}", red=True, bold=True)
+    elif outcome.run.has_regression:
+        tr.write_line("perfguard: regression found", red=True, bold=True)

@@ -1,0 +1,267 @@
+"""One plugin object per kind of session, each registering only the hooks of its role.
+
+`pytest_configure` registers exactly one:
+- `Skipping`: without `--perfguard`, perf items are skipped with the reason;
+- `Measuring`: the session the user started measures each perf item here;
+- `AbDriving`: `--perfguard-ab`: the same, but two worker sessions (the base's worktree and
+  this tree) run the perf tests, interleaved, and this session drives them;
+- `AbWorker`: a worker of an A/B driver: it runs the items the driver asks for, when asked;
+- `Counting`: a session under callgrind counting instructions for a measuring session.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from collections.abc import Generator
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from perfguard import PerfguardWarning
+from perfguard.pytest_plugin import same_job
+from perfguard.pytest_plugin.benchmark_bridge import result_from_benchmark
+from perfguard.pytest_plugin.collection import SKIP_REASON, shard_items, test_id, variant_of
+from perfguard.pytest_plugin.finish import finish_session, terminal_summary
+from perfguard.pytest_plugin.fixture import PerfguardFixture
+from perfguard.pytest_plugin.state import SessionState
+
+if TYPE_CHECKING:
+    from perfguard.pytest_plugin.same_job import AbSession
+
+
+def role_for(state: SessionState) -> object:
+    """The plugin object of this session's role."""
+    if not state.options.enabled:
+        return Skipping()
+    if state.worker is not None:
+        return AbWorker(state)
+    if state.counting is not None:
+        return Counting(state)
+    if state.options.ab is not None:
+        return AbDriving(state)
+    return Measuring(state)
+
+
+class Skipping:
+    """Without `--perfguard`: perf items are collected, and skipped with the reason."""
+
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        skip = pytest.mark.skip(reason=SKIP_REASON)
+        for item in items:
+            if variant_of(item) is not None:
+                item.add_marker(skip)
+
+
+class Counting:
+    """Under callgrind, for a measuring session: its shard's items, counted; nothing else
+    (no runner health, no comparison: the measuring session keeps the figures)."""
+
+    def __init__(self, state: SessionState) -> None:
+        self.state = state
+
+    def pytest_collection_modifyitems(
+        self, config: pytest.Config, items: list[pytest.Item]
+    ) -> None:
+        _keep_shard(self.state, config, items)
+
+
+class Measuring:
+    """The session the user started, measuring each perf item in this process."""
+
+    def __init__(self, state: SessionState) -> None:
+        self.state = state
+
+    def pytest_collection_modifyitems(
+        self, config: pytest.Config, items: list[pytest.Item]
+    ) -> None:
+        _keep_shard(self.state, config, items)
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """Start the runner health monitor once there is something to measure."""
+        if session.items:
+            self.start(session)
+
+    def start(self, session: pytest.Session) -> None:
+        from perfguard.health import Monitor, compute_mode
+
+        state = self.state
+        device = state.options.device
+        if device == "auto":
+            import torch
+
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        gpu = None
+        if device.startswith("cuda"):
+            from perfguard.environment import cuda_gpu_id
+            from perfguard.health import EXCLUSIVE_PROCESS
+
+            gpu = cuda_gpu_id(int(device.partition(":")[2] or 0))
+            state.exclusive_gpu = compute_mode(gpu) == EXCLUSIVE_PROCESS
+        self.check_device()
+        state.monitor = Monitor(device.partition(":")[0], gpu=gpu)
+        state.monitor.start()
+
+    def check_device(self) -> None:
+        """What this role needs of the device, before the monitor starts."""
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, Any, None]:
+        outcome = yield
+        fixture = getattr(item, "funcargs", {}).get("perfguard")
+        unused = isinstance(fixture, PerfguardFixture) and fixture.result is None
+        if unused and outcome.excinfo is None:
+            warnings.warn(
+                PerfguardWarning(
+                    f"{item.nodeid} uses the perfguard fixture but never called "
+                    "perfguard.run(model, inputs): nothing was measured. Call it, or drop the "
+                    "fixture"
+                ),
+                stacklevel=1,
+            )
+        bench = getattr(item, "funcargs", {}).get("benchmark")
+        if bench is not None and outcome.excinfo is None:
+            result = result_from_benchmark(item.nodeid, bench)
+            if result is not None:
+                self.state.record(result, item.nodeid)
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        finish_session(session, self.state, exitstatus)
+
+    def pytest_terminal_summary(self, terminalreporter: Any, config: pytest.Config) -> None:
+        terminal_summary(terminalreporter, config)
+
+
+class AbDriving(Measuring):
+    """`--perfguard-ab`: the workers run each perf item, the base's and this tree's,
+    interleaved; this session drives them and compares the pairs."""
+
+    def start(self, session: pytest.Session) -> None:
+        perf_items = [i.nodeid for i in session.items if variant_of(i) is not None]
+        if perf_items:
+            # first: its workers start (import torch, collect) while this session does
+            root = Path(session.config.rootpath)
+            self.state.ab = same_job.start(root, self.state.options, perf_items)
+        super().start(session)
+
+    def check_device(self) -> None:
+        from perfguard.health import EXCLUSIVE_ADVICE
+
+        if self.state.ab is not None and self.state.exclusive_gpu:
+            self.state.ab.close(interrupted=True)
+            self.state.ab = None
+            raise pytest.UsageError(f"--perfguard-ab: {EXCLUSIVE_ADVICE}")
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> bool | None:
+        """The workers run the perf test; this session does not."""
+        variant = variant_of(pyfuncitem)
+        if self.state.ab is None or variant is None:
+            return None
+        self.run_item(self.state.ab, pyfuncitem.nodeid, test_id(pyfuncitem, variant), variant)
+        return True
+
+    def run_item(self, ab: AbSession, nodeid: str, test: str, variant: str) -> None:
+        """Measure one perf item in both trees; this item passes or fails as the head's does."""
+        from perfguard.ab.driver import Design
+        from perfguard.stats.verdicts import LATENCY_METRICS, Thresholds
+
+        state = self.state
+        state.progress.start(nodeid)
+        position = ab.items.index(nodeid) if nodeid in ab.items else 0
+        th = Thresholds(
+            ab_min_change_pct=state.options.ab_min_change_pct, per_test=state.per_test_thresholds
+        ).for_test(test)
+        # the run's correction shares each p-value with every latency comparison of the run
+        tests = max(len(ab.items), 1) * len(LATENCY_METRICS)
+        design = Design(alpha=th.alpha, bar_pct=th.ab_min_change_pct, tests=tests)
+        base, head, pairing = ab.driver.measure(nodeid, ab.items[position:], state.progress, design)
+        base_result = same_job.base_result(base, test, variant)
+        if base_result is not None:
+            ab.base_results = [r for r in ab.base_results if r.key != base_result.key]
+            ab.base_results.append(base_result)
+        ab.base_environment = ab.base_environment or base.environment
+        if state.environment is None and head.environment:
+            state.environment = head.environment
+        if head.result is not None:
+            details = replace(head.result.details, ab=pairing.to_json())
+            state.record(replace(head.result, details=details), nodeid)
+        if head.outcome == "passed":
+            return
+        if head.outcome == "skipped":
+            pytest.skip(head.message)
+        pytest.fail(f"{head.message or head.outcome} (this tree's A/B worker)", pytrace=False)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, Any, None]:
+        if self.state.ab is not None:
+            yield  # the workers called the test: nothing of it is here to look at
+            return
+        yield from super().pytest_runtest_call(item)
+
+
+class AbWorker:
+    """A worker of an A/B driver: only the driver's items, in its order, each when asked;
+    it tells the driver how each ended."""
+
+    def __init__(self, state: SessionState) -> None:
+        assert state.worker is not None
+        self.link = state.worker
+
+    def pytest_collection_modifyitems(
+        self, config: pytest.Config, items: list[pytest.Item]
+    ) -> None:
+        rank = {nodeid: i for i, nodeid in enumerate(self.link.items)}
+        kept = sorted((i for i in items if i.nodeid in rank), key=lambda i: rank[i.nodeid])
+        dropped = [i for i in items if i.nodeid not in rank]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+        self.link.send("collected", items=[i.nodeid for i in kept])
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        """Block until the driver lets this item run; skip it when the driver does not."""
+        from perfguard.ab.worker import DriverGoneError
+
+        if variant_of(item) is None:
+            return
+        try:
+            go = self.link.may_start(item.nodeid)
+        except DriverGoneError as exc:
+            pytest.exit(str(exc), returncode=0)
+        if not go:
+            pytest.skip("not run in this A/B session")
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item) -> Generator[None, Any, None]:
+        outcome = yield
+        if variant_of(item) is not None:
+            self.report_end(outcome.get_result())
+
+    def report_end(self, report: pytest.TestReport) -> None:
+        """Tell the driver how the item ended (after its call, or a setup that did not pass)."""
+        if report.when != "call" and not (report.when == "setup" and report.outcome != "passed"):
+            return
+        if report.skipped and isinstance(report.longrepr, tuple):
+            message = str(report.longrepr[2]).removeprefix("Skipped: ")
+        else:
+            lines = report.longreprtext.strip().splitlines()
+            errors = [line[1:].strip() for line in lines if line.startswith("E ")]
+            message = " ".join(errors[:2]) if errors else (lines[-1] if lines else "")
+        # when the driver is gone, the next item's setup ends the session
+        with contextlib.suppress(OSError):
+            self.link.send("ended", item=report.nodeid, outcome=report.outcome, message=message)
+
+    def pytest_sessionfinish(self) -> None:
+        self.link.close()
+
+
+def _keep_shard(state: SessionState, config: pytest.Config, items: list[pytest.Item]) -> None:
+    if state.options.shard is not None:
+        kept, dropped = shard_items(items, *state.options.shard)
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = kept

@@ -1,0 +1,47 @@
+"""What the plugin keeps for a session (in `config.stash`), whatever its role."""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from perfguard.pytest_plugin.options import Options
+from perfguard.pytest_plugin.progress import ProgressWriter
+from perfguard.records import VariantResult
+
+if TYPE_CHECKING:
+    from perfguard.ab.worker import WorkerLink
+    from perfguard.health import Monitor
+    from perfguard.measure.callgrind import Regions
+    from perfguard.measure.drift import Reference
+    from perfguard.pytest_plugin.same_job import AbSession
+
+
+@dataclass
+class SessionState:
+    """Everything the plugin keeps for a session, stored in `config.stash`."""
+
+    options: Options
+    progress: ProgressWriter
+    results: list[VariantResult] = field(default_factory=list)
+    references: OrderedDict[str, Reference] = field(default_factory=OrderedDict)
+    per_test_thresholds: dict[str, dict[str, Any]] = field(default_factory=dict)
+    environment: dict[str, Any] | None = None
+    used_fixture: set[str] = field(default_factory=set)
+    monitor: Monitor | None = None
+    ab: AbSession | None = None  # driving same-job A/B
+    worker: WorkerLink | None = None  # this session is an A/B worker
+    nodeids: dict[tuple[str, str], str] = field(default_factory=dict)  # result key -> item
+    measured_at: dict[str, float] = field(default_factory=dict)  # item -> time.monotonic()
+    collection_errors: int = 0  # a session with any must not be saved as a baseline
+    exclusive_gpu: bool = False  # EXCLUSIVE_PROCESS compute mode: no second process on the GPU
+    # this process runs under callgrind to count these regions (--perfguard-instructions)
+    counting: tuple[tuple[str, ...], Regions] | None = None
+
+    def record(self, result: VariantResult, nodeid: str) -> None:
+        self.results = [r for r in self.results if r.key != result.key]
+        self.results.append(result)
+        self.nodeids[result.key] = nodeid
+        self.measured_at[nodeid] = time.monotonic()
