@@ -7,6 +7,8 @@ made from `SETTINGS`; `tools/settings_table.py` writes the table, and a test fai
 page and this module disagree. Plain data: no pytest here.
 """
 
+# long module: the one table of every setting, on purpose: one place to read and change them
+
 from __future__ import annotations
 
 from collections.abc import Mapping

@@ -25,8 +25,8 @@ from perfguard.measure.isolation import (
     reset_dynamo,
     torch_state,
 )
-from perfguard.measure.memory import probe_for
-from perfguard.measure.sampling import Progress, Sampler, SamplingSettings, sample
+from perfguard.measure.memory import MemoryReading, probe_for
+from perfguard.measure.sampling import Progress, Sampler, SamplingOutcome, SamplingSettings, sample
 from perfguard.records import (
     Counters,
     Details,
@@ -204,6 +204,22 @@ def measure_model(
             torch.cuda.empty_cache()
 
 
+@dataclass
+class _Taken:
+    """What the timed phase of one variant gave: timings, memory, outputs, counts."""
+
+    outcome: SamplingOutcome
+    compiled: _Compiled
+    clock: Clock
+    recompiles: int | None
+    memory: MemoryReading
+    out: Any  # the outputs, flattened
+    counted: Counters | None
+    profile: dict[str, Any] | None
+    counting_failed: str | None
+    cudagraph_skips: int | None
+
+
 def _measure(
     model: nn.Module,
     inputs: Sequence[Any],
@@ -231,6 +247,42 @@ def _measure(
             if device.type == "cuda" and built.timing == "device"
             else HostClock()
         )
+    taken = _take(built, clock, device, label, spec, settings, progress, sampler)
+    if not np.all(np.isfinite(taken.out)):
+        raise drift.NonFiniteOutputError(f"{spec.name} returned NaN or Inf")
+    own_precision = None
+    if built.autocast_dtype is not None:
+        own_precision = drift.precision_error(
+            model, inputs, device, built.autocast_dtype, reference, kwargs
+        )
+    check: DriftCheck = drift.judge(
+        taken.out, reference, built.tolerance_class, settings.drift_tolerance, own_precision
+    )
+    return VariantResult(
+        test=label,
+        variant=spec.name,
+        status="ok",
+        metrics=_metrics(built, taken, drift.figures(taken.out, reference.fp32)),
+        samples_ms=taken.outcome.samples_ms,
+        repeats_ms=taken.outcome.repeat_medians_ms,
+        block_sizes=tuple(len(b) for b in taken.outcome.blocks_ms),
+        drift_check=check,
+        details=_details(built, taken, device, settings, reference),
+        counters=taken.counted,
+    )
+
+
+def _take(
+    built: Built,
+    clock: Clock,
+    device: torch.device,
+    label: str,
+    spec: VariantSpec,
+    settings: MeasureSettings,
+    progress: Progress,
+    sampler: Sampler,
+) -> _Taken:
+    """Compile, sample, then (untimed) peak memory, outputs for drift and exact counts."""
     # CUDA graphs (reduce-overhead) that inductor declined, counted for this variant
     skips_before = cudagraph_skips() if built.compiled and device.type == "cuda" else None
     cache = fresh_compile_cache() if built.compiled else contextlib.nullcontext()
@@ -249,36 +301,32 @@ def _measure(
         progress("drift")
         out = drift.flatten_outputs(built.outputs(call))
         progress("exact counters")
-        counted, profile, counting_failed = _count(
-            built,
-            call,
-            device,
-            label,
-            spec,
-            settings,
-            {
-                "graphs": compiled.graphs,
-                "graph_breaks": compiled.graph_breaks,
-                "break_reasons": compiled.break_reasons,
-                "recompiles": recompiles,
-            },
-        )
-    if not np.all(np.isfinite(out)):
-        raise drift.NonFiniteOutputError(f"{spec.name} returned NaN or Inf")
-    figures = drift.figures(out, reference.fp32)
-    own_precision = None
-    if built.autocast_dtype is not None:
-        own_precision = drift.precision_error(
-            model, inputs, device, built.autocast_dtype, reference, kwargs
-        )
-    check: DriftCheck = drift.judge(
-        out, reference, built.tolerance_class, settings.drift_tolerance, own_precision
+        dynamo = {
+            "graphs": compiled.graphs,
+            "graph_breaks": compiled.graph_breaks,
+            "break_reasons": compiled.break_reasons,
+            "recompiles": recompiles,
+        }
+        counted, profile, failed = _count(built, call, device, label, spec, settings, dynamo)
+    return _Taken(
+        outcome=outcome,
+        compiled=compiled,
+        clock=clock,
+        recompiles=recompiles,
+        memory=memory,
+        out=out,
+        counted=counted,
+        profile=profile,
+        counting_failed=failed,
+        cudagraph_skips=None if skips_before is None else cudagraph_skips() - skips_before,
     )
-    samples = outcome.samples_ms
-    summary = summarize(samples)
+
+
+def _metrics(built: Built, taken: _Taken, figures: drift.DriftFigures) -> Metrics:
+    memory, compiled = taken.memory, taken.compiled
     seen = built.memory_unseen is None
-    metrics = Metrics(
-        **summary.metric_fields(),
+    return Metrics(
+        **summarize(taken.outcome.samples_ms).metric_fields(),
         peak_memory_bytes=memory.peak_bytes if seen else None,
         peak_memory_reserved_bytes=memory.reserved_bytes if seen else None,
         peak_memory_increase_bytes=None
@@ -287,14 +335,24 @@ def _measure(
         compile_time_s=compiled.cold_s,
         compile_time_warm_s=compiled.warm_s,
         graph_breaks=compiled.graph_breaks,
-        recompiles=recompiles,
+        recompiles=taken.recompiles,
         drift_max_abs=figures.max_abs,
         drift_max_rel=figures.max_rel,
         drift_cosine=figures.cosine,
         model_size_bytes=built.model_size_bytes,
         sparsity=built.sparsity,
     )
-    notes = [*built.notes, *([counting_failed] if counting_failed else [])]
+
+
+def _details(
+    built: Built,
+    taken: _Taken,
+    device: torch.device,
+    settings: MeasureSettings,
+    reference: drift.Reference,
+) -> Details:
+    outcome, clock = taken.outcome, taken.clock
+    notes = [*built.notes, *([taken.counting_failed] if taken.counting_failed else [])]
     if reference.fp64_note:
         notes.append(reference.fp64_note)
     if settings.flush_l2 and not clock.name.endswith("l2_flush"):
@@ -304,30 +362,19 @@ def _measure(
         )
     if not outcome.warmup.stable:
         notes.append(f"timings did not settle within {outcome.warmup.calls} warm-up calls")
-    details = Details(
+    n = len(outcome.samples_ms)
+    return Details(
         device=str(device),
         clock=clock.name,
-        memory_method=memory.method if seen else built.memory_unseen,
-        cudagraph_skips=None if skips_before is None else cudagraph_skips() - skips_before,
+        memory_method=taken.memory.method if built.memory_unseen is None else built.memory_unseen,
+        cudagraph_skips=taken.cudagraph_skips,
         warmup_calls=outcome.warmup.calls,
         warmup_stable=outcome.warmup.stable,
         repeats=len(outcome.blocks_ms),
         tails_too_few=tuple(
-            name for name, q in (("p95", 0.95), ("p99", 0.99)) if not tail_is_reliable(summary.n, q)
+            name for name, q in (("p95", 0.95), ("p99", 0.99)) if not tail_is_reliable(n, q)
         ),
         notes=tuple(notes),
-        profile=profile,
+        profile=taken.profile,
         build=built.details,
-    )
-    return VariantResult(
-        test=label,
-        variant=spec.name,
-        status="ok",
-        metrics=metrics,
-        samples_ms=samples,
-        repeats_ms=outcome.repeat_medians_ms,
-        block_sizes=tuple(len(b) for b in outcome.blocks_ms),
-        drift_check=check,
-        details=details,
-        counters=counted,
     )

@@ -16,7 +16,8 @@ from perfguard.records import VariantResult
 from perfguard.settings import MARKER_KEYS, THRESHOLD_KEYS
 
 if TYPE_CHECKING:
-    pass
+    from perfguard.measure.drift import Reference
+    from perfguard.measure.runner import MeasureSettings
 
 # the marker keys that `perfguard.run(...)` takes too: how to measure, not how to judge
 RUN_OPTIONS = tuple(k for k in MARKER_KEYS if k != "variants" and k not in THRESHOLD_KEYS)
@@ -52,10 +53,40 @@ class PerfguardFixture:
         and the session's. A variant that cannot run here skips the item; a model that raises
         fails it with the model's message; drift beyond tolerance fails it.
         """
-        from perfguard.measure.drift import compute_reference, fingerprint
-        from perfguard.measure.runner import MeasureSettings, measure_model, resolve_device
-        from perfguard.measure.sampling import SamplingSettings, sample
+        from perfguard.measure.runner import measure_model
+        from perfguard.measure.sampling import sample
 
+        self._check_call(example_inputs, kwargs, options)
+        settings = self._settings(options)
+        if self._state.counting is not None:
+            self._count(model, example_inputs, settings, kwargs)
+        progress = self._state.progress
+        progress.start(self._nodeid)
+        worker = self._state.worker
+        result = measure_model(
+            model,
+            example_inputs,
+            self.variant,
+            settings,
+            test=self.test,
+            reference=self._reference(model, example_inputs, kwargs, settings.device),
+            progress=progress,
+            sampler=sample if worker is None else worker.sampler(),
+            kwargs=kwargs,
+        )
+        if worker is not None:
+            worker.send(
+                "result",
+                item=self._nodeid,
+                result=result.to_json(),
+                environment=self._state.environment,
+            )
+        self.result = result
+        self._state.record(result, self._nodeid)
+        _end_item(self.variant, result)
+        return result
+
+    def _check_call(self, example_inputs: Any, kwargs: Any, options: Mapping[str, Any]) -> None:
         unknown = set(options) - set(RUN_OPTIONS)
         if unknown:
             raise TypeError(
@@ -70,6 +101,12 @@ class PerfguardFixture:
             raise TypeError("example_inputs must be a tuple of positional arguments, e.g. (x,)")
         if kwargs is not None and not isinstance(kwargs, Mapping):
             raise TypeError("kwargs must be a dict of keyword inputs, e.g. {'attention_mask': m}")
+
+    def _settings(self, options: Mapping[str, Any]) -> MeasureSettings:
+        """The session's settings, then the marker's, then this call's."""
+        from perfguard.measure.runner import MeasureSettings
+        from perfguard.measure.sampling import SamplingSettings
+
         o = self._state.options
         merged: dict[str, Any] = {
             "budget_s": o.budget_s,
@@ -80,7 +117,7 @@ class PerfguardFixture:
         }
         merged.update({k: v for k, v in self._marker.options.items() if k in RUN_OPTIONS})
         merged.update(options)
-        settings = MeasureSettings(
+        return MeasureSettings(
             sampling=SamplingSettings(
                 budget_s=float(merged["budget_s"]), repeats=int(merged["repeats"])
             ),
@@ -91,64 +128,35 @@ class PerfguardFixture:
             trace_dir=trace_dir(o),
             trace_side="base" if os.environ.get(ENV_SIDE) == "A" else "head",
         )
-        if self._state.counting is not None:
-            self._count(model, example_inputs, settings, kwargs)
-        progress = self._state.progress
-        progress.start(self._nodeid)
-        reference = None
+
+    def _reference(
+        self, model: Any, example_inputs: Any, kwargs: Mapping[str, Any] | None, device: str
+    ) -> Reference | None:
+        """The eager reference outputs of this test's model, computed once for its variants
+        (None when the model fails: measuring it gives that error its result)."""
+        from perfguard.measure.drift import compute_reference, fingerprint
+        from perfguard.measure.runner import resolve_device
+
+        state = self._state
         try:
-            device = resolve_device(settings.device)
+            where = resolve_device(device)
             # the reference belongs to this test's model: same weights in another test, or
             # another setting of the same class, must not share it
-            key = f"{self.test}:{device}:{fingerprint(model, example_inputs, kwargs)}"
-            reference = self._state.references.get(key)
+            key = f"{self.test}:{where}:{fingerprint(model, example_inputs, kwargs)}"
+            reference = state.references.get(key)
             if reference is None:
-                progress("eager reference")
-                reference = compute_reference(model, example_inputs, device, kwargs)
-                self._state.references[key] = reference
-                while len(self._state.references) > REFERENCE_CACHE:
-                    self._state.references.popitem(last=False)
-            if self._state.environment is None:
+                state.progress("eager reference")
+                reference = compute_reference(model, example_inputs, where, kwargs)
+                state.references[key] = reference
+                while len(state.references) > REFERENCE_CACHE:
+                    state.references.popitem(last=False)
+            if state.environment is None:
                 from perfguard.environment import collect_environment
 
-                self._state.environment = collect_environment(device)
+                state.environment = collect_environment(where)
         except Exception:  # the model failed: measure_model turns that into an error result
-            reference = None
-        worker = self._state.worker
-        result = measure_model(
-            model,
-            example_inputs,
-            self.variant,
-            settings,
-            test=self.test,
-            reference=reference,
-            progress=progress,
-            sampler=sample if worker is None else worker.sampler(),
-            kwargs=kwargs,
-        )
-        if worker is not None:
-            worker.send(
-                "result",
-                item=self._nodeid,
-                result=result.to_json(),
-                environment=self._state.environment,
-            )
-        self.result = result
-        self._state.record(result, self._nodeid)
-        if result.status == "skipped":
-            pytest.skip(f"{self.variant}: {result.error}")
-        if result.status == "error":
-            pytest.fail(f"{self.variant}: {result.error}", pytrace=False)
-        check = result.drift_check
-        if check is not None and not check.passed:
-            pytest.fail(
-                f"{self.variant}: numerical drift beyond its tolerance class "
-                f"{check.tolerance_class}: error {check.error:.3g} against the {check.reference} "
-                f"reference, allowed {check.allowed:.3g} (set drift_tolerance in the marker to "
-                "accept it)",
-                pytrace=False,
-            )
-        return result
+            return None
+        return reference
 
     def _count(
         self,
@@ -167,3 +175,20 @@ class PerfguardFixture:
         except Exception as exc:  # the parent reads this line from pytest's summary
             pytest.fail(f"{self.variant}: {type(exc).__name__}: {exc}", pytrace=False)
         pytest.skip("instructions counted under callgrind")
+
+
+def _end_item(variant: str, result: VariantResult) -> None:
+    """The item skips or fails as its result says."""
+    if result.status == "skipped":
+        pytest.skip(f"{variant}: {result.error}")
+    if result.status == "error":
+        pytest.fail(f"{variant}: {result.error}", pytrace=False)
+    check = result.drift_check
+    if check is not None and not check.passed:
+        pytest.fail(
+            f"{variant}: numerical drift beyond its tolerance class "
+            f"{check.tolerance_class}: error {check.error:.3g} against the {check.reference} "
+            f"reference, allowed {check.allowed:.3g} (set drift_tolerance in the marker to "
+            "accept it)",
+            pytrace=False,
+        )

@@ -191,42 +191,8 @@ def render_markdown(
 ) -> str:
     """The report; within `limit` characters when one is given (None: everything)."""
     th = thresholds or Thresholds.from_json(run.settings.get("thresholds"))
-    comparisons = run.comparisons
-    # exact signals first, in a table of their own: certain, and read differently
-    exact = [c for c in comparisons if c.metric in EXACT_METRICS and c.verdict != "unchanged"]
-    exact.sort(key=lambda c: (c.verdict != "regression", not c.gating, c.test, c.variant))
-    measured = [c for c in comparisons if c.metric not in EXACT_METRICS]
-    regressions = sorted(
-        (c for c in measured if c.verdict == "regression" and c.gating), key=_severity
-    )
-    improvements = sorted(
-        (c for c in measured if c.verdict == "improvement" and c.gating), key=_severity
-    )
-    shown = {id(c) for c in (*regressions, *improvements, *exact)}
-    counts_line = verdict_counts(comparisons)
-    context: dict[str, Any] = {
-        "run": run,
-        "headline": headline(run),
-        "counts_line": f"Comparisons: {counts_line}." if counts_line else "No comparisons.",
-        "exact": exact,
-        "traces": _trace_files(run),
-        "all_regressions": regressions,
-        "all_improvements": improvements,
-        "all_failures": [r for r in run.results if r.status != "ok"],
-        "ok_results": [r for r in run.results if r.status == "ok"],
-        "unchanged": [c for c in comparisons if id(c) not in shown and c.verdict != "error"],
-        # a trend needs two baselines at least, besides this run
-        "charted": [c for c in regressions if len(c.trend) >= 2],
-        "speedups": _speedups(run.results),
-        "thresholds": th,
-        "verdicts": fmt.row_verdicts(run.results, comparisons),
-        "base_env": run.baseline.environment,
-        "env_differences": environment_differences(run.baseline.environment or {}, run.environment)
-        if run.baseline.environment
-        else [],
-        "full_report": full_report or default_full_report_hint(),
-        "marker": MARKER,
-    }
+    context = _context(run, th, full_report)
+    regressions, improvements = context["all_regressions"], context["all_improvements"]
     template = _environment().get_template("report.md.j2")
 
     def render(detail: Detail) -> str:
@@ -257,6 +223,46 @@ def render_markdown(
         else:
             high = mid - 1
     return best if len(best) <= limit else best[:limit]  # the cut only for absurd limits
+
+
+def _context(run: Run, th: Thresholds, full_report: str | None) -> dict[str, Any]:
+    """What the template reads, everything in it (the degrading picks the shares)."""
+    comparisons = run.comparisons
+    # exact signals first, in a table of their own: certain, and read differently
+    exact = [c for c in comparisons if c.metric in EXACT_METRICS and c.verdict != "unchanged"]
+    exact.sort(key=lambda c: (c.verdict != "regression", not c.gating, c.test, c.variant))
+    measured = [c for c in comparisons if c.metric not in EXACT_METRICS]
+    regressions = sorted(
+        (c for c in measured if c.verdict == "regression" and c.gating), key=_severity
+    )
+    improvements = sorted(
+        (c for c in measured if c.verdict == "improvement" and c.gating), key=_severity
+    )
+    shown = {id(c) for c in (*regressions, *improvements, *exact)}
+    counts_line = verdict_counts(comparisons)
+    return {
+        "run": run,
+        "headline": headline(run),
+        "counts_line": f"Comparisons: {counts_line}." if counts_line else "No comparisons.",
+        "exact": exact,
+        "traces": _trace_files(run),
+        "all_regressions": regressions,
+        "all_improvements": improvements,
+        "all_failures": [r for r in run.results if r.status != "ok"],
+        "ok_results": [r for r in run.results if r.status == "ok"],
+        "unchanged": [c for c in comparisons if id(c) not in shown and c.verdict != "error"],
+        # a trend needs two baselines at least, besides this run
+        "charted": [c for c in regressions if len(c.trend) >= 2],
+        "speedups": _speedups(run.results),
+        "thresholds": th,
+        "verdicts": fmt.row_verdicts(run.results, comparisons),
+        "base_env": run.baseline.environment,
+        "env_differences": environment_differences(run.baseline.environment or {}, run.environment)
+        if run.baseline.environment
+        else [],
+        "full_report": full_report or default_full_report_hint(),
+        "marker": MARKER,
+    }
 
 
 __all__ = ["headline", "render_markdown"]

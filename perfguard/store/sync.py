@@ -171,17 +171,7 @@ def push(
     local = _local_files(baseline_dir)
     if not local:
         return SyncResult((), ())
-    runs: dict[str, Run] = {}
-    problems = []
-    for path, f in local.items():
-        run, problem = baseline_content_problem(path, f.read_bytes())
-        if problem is None:
-            assert run is not None
-            runs[path] = run
-        else:
-            problems.append(f"{f}: {problem}")
-    if problems:
-        raise SyncError("nothing pushed; " + "; ".join(problems))
+    runs = _valid_local(local)
     why = ""
     for attempt in range(1, attempts + 1):
         parent = _fetch(root, remote, branch)
@@ -191,29 +181,8 @@ def push(
         if not changed:
             return SyncResult((), (), attempt)
         _refuse_shrinking(root, {p: remote_files[p] for p in changed if p in remote_files}, runs)
-        with tempfile.TemporaryDirectory() as tmp:
-            env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
-            if parent is not None:
-                _git(root, "read-tree", parent, env=env)
-            for path in changed:
-                _git(
-                    root,
-                    "update-index",
-                    "--add",
-                    "--cacheinfo",
-                    f"100644,{blobs[path]},{path}",
-                    env=env,
-                )
-            tree = _git(root, "write-tree", env=env).stdout.strip()
-        args: Sequence[str] = (
-            "commit-tree",
-            tree,
-            "-m",
-            message or f"perfguard: {len(changed)} baseline(s)",
-        )
-        if parent is not None:
-            args = (*args, "-p", parent)
-        commit = _git(root, *args, env=_identity(root)).stdout.strip()
+        text = message or f"perfguard: {len(changed)} baseline(s)"
+        commit = _commit(root, parent, {p: blobs[p] for p in changed}, text)
         done = _git(
             root,
             "push",
@@ -233,6 +202,38 @@ def push(
         f"git push {remote} {branch}: still behind after {attempts} attempts, each time "
         f"because another push landed first ({why}); run perfguard baselines push again"
     )
+
+
+def _valid_local(local: dict[str, Path]) -> dict[str, Run]:
+    """Every local file read as a baseline at its own path; any problem pushes nothing."""
+    runs: dict[str, Run] = {}
+    problems = []
+    for path, f in local.items():
+        run, problem = baseline_content_problem(path, f.read_bytes())
+        if problem is None:
+            assert run is not None
+            runs[path] = run
+        else:
+            problems.append(f"{f}: {problem}")
+    if problems:
+        raise SyncError("nothing pushed; " + "; ".join(problems))
+    return runs
+
+
+def _commit(root: Path, parent: str | None, blobs: dict[str, str], message: str) -> str:
+    """A commit of the branch's tree (`parent`'s) with `blobs` at their paths, made in an
+    index of its own (the user's index and working tree are not touched)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        if parent is not None:
+            _git(root, "read-tree", parent, env=env)
+        for path, blob in blobs.items():
+            _git(root, "update-index", "--add", "--cacheinfo", f"100644,{blob},{path}", env=env)
+        tree = _git(root, "write-tree", env=env).stdout.strip()
+    args: Sequence[str] = ("commit-tree", tree, "-m", message)
+    if parent is not None:
+        args = (*args, "-p", parent)
+    return _git(root, *args, env=_identity(root)).stdout.strip()
 
 
 # git's words when the branch moved between our fetch and our push (a concurrent pusher)

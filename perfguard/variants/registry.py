@@ -86,47 +86,72 @@ def build_variant(
     inputs = tuple(to_device(tuple(example_inputs), device))
     named: dict[str, Any] = to_device(dict(kwargs or {}), device)
     notes: list[str] = []
-    details: dict[str, Any] = {}
     for part in spec.parts:
         if part.family in TRANSFORMS:
             work = TRANSFORMS[part.family].apply(work, part, notes)
     pruned = spec.part("prune") is not None
     size = model_size_bytes(work)
     sparsity = weight_sparsity(work) if pruned else None
-    klass = tolerance_class(spec)
-
     if spec.part("onnxruntime") is not None:
-        ort_call, fetch = ORT.build(work, inputs, device, details, named)
-        return Built(
-            make_call=ort_call,
-            timing="host",
-            tolerance_class=klass,
-            model_size_bytes=details.get("onnx_model_bytes", size),
-            sparsity=sparsity,
-            notes=notes,
-            details=details,
-            fetch_outputs=fetch,
-            module=work,
-            eager_call=lambda: work(*inputs, **named),
-            memory_unseen=(
-                "not measured: ONNX Runtime allocates from its own CUDA arena, which torch's "
-                "allocator cannot see"
-                if device.type == "cuda"
-                else None
-            ),
-        )
+        return _onnxruntime(work, inputs, named, spec, device, notes, size, sparsity)
+    return _torch(work, inputs, named, spec, device, notes, size, sparsity)
 
+
+def _onnxruntime(
+    work: nn.Module,
+    inputs: tuple[Any, ...],
+    named: dict[str, Any],
+    spec: VariantSpec,
+    device: torch.device,
+    notes: list[str],
+    size: int,
+    sparsity: float | None,
+) -> Built:
+    """The model exported to ONNX and run by an ONNX Runtime session, timed on the host."""
+    details: dict[str, Any] = {}
+    ort_call, fetch = ORT.build(work, inputs, device, details, named)
+    return Built(
+        make_call=ort_call,
+        timing="host",
+        tolerance_class=tolerance_class(spec),
+        model_size_bytes=details.get("onnx_model_bytes", size),
+        sparsity=sparsity,
+        notes=notes,
+        details=details,
+        fetch_outputs=fetch,
+        module=work,
+        eager_call=lambda: work(*inputs, **named),
+        memory_unseen=(
+            "not measured: ONNX Runtime allocates from its own CUDA arena, which torch's "
+            "allocator cannot see"
+            if device.type == "cuda"
+            else None
+        ),
+    )
+
+
+def _torch(
+    work: nn.Module,
+    inputs: tuple[Any, ...],
+    named: dict[str, Any],
+    spec: VariantSpec,
+    device: torch.device,
+    notes: list[str],
+    size: int,
+    sparsity: float | None,
+) -> Built:
+    """The (transformed) module in inference mode, under autocast and torch.compile as the
+    variant says."""
     amp_part = spec.part("amp")
     autocast: Callable[[], contextlib.AbstractContextManager[object]] = (
         AMP.context(amp_part, device) if amp_part is not None else contextlib.nullcontext
     )
     compile_part = spec.part("compile")
     compiler = COMPILE.compiler(compile_part) if compile_part is not None else None
-    module = work
 
     def make_call(compiled: bool = True) -> Callable[[], Any]:
         use = compiled and compiler is not None
-        fn: Callable[..., Any] = compiler(module) if use and compiler else module
+        fn: Callable[..., Any] = compiler(work) if use and compiler else work
 
         def call() -> Any:
             with torch.inference_mode(), autocast():
@@ -137,13 +162,13 @@ def build_variant(
     return Built(
         make_call=make_call,
         timing="device",
-        tolerance_class=klass,
+        tolerance_class=tolerance_class(spec),
         compiled=compiler is not None,
         autocast_dtype=None if amp_part is None else AMP.dtype(amp_part),
         model_size_bytes=size,
         sparsity=sparsity,
         notes=notes,
-        details=details,
+        details={},
         module=work,
         eager_call=make_call(compiled=False),
     )

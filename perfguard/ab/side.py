@@ -1,0 +1,237 @@
+"""One side of same-job A/B: a tree and the pytest worker process that measures it there.
+
+The worker is started on demand (and again after a crash), talks to the driver over a
+local connection, and is stopped within 30 s, or killed, when the driver is done.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import perfguard
+from perfguard.ab.channel import ENV_ITEMS, ENV_SIDE, ENV_TRACES, Message, open_listener
+from perfguard.records import VariantResult
+
+CONNECT_TIMEOUT_S = 300.0  # importing torch and collecting on a cold runner can be slow
+POLL_S = 1.0
+LOG_TAIL = 1500
+
+# perfguard itself always comes from this installation, whatever the tree holds; the
+# user's code comes from the tree (cwd and PYTHONPATH)
+# (a worker ends with the driver, even when the driver is killed)
+BOOT = (
+    "import sys; sys.path.insert(0, {where!r}); from perfguard.ab.worker import follow_parent; "
+    "follow_parent({parent}); import perfguard.pytest_plugin; "
+    "del sys.path[0]; import pytest; sys.exit(pytest.main(sys.argv[1:]))"
+)
+
+
+def _spins_while_idle(name: str, value: str) -> bool:
+    """OpenMP told to spin while waiting: a worker waiting for its turn would then keep a
+    core busy beside the one measuring (100% of a core, benchmarks/idle_worker.py). OpenMP's
+    default spins briefly and sleeps (0% while waiting), so the setting is left out."""
+    return name == "OMP_WAIT_POLICY" and value.strip().upper() == "ACTIVE"
+
+
+class WorkerExitedError(RuntimeError):
+    """A worker process ended or hung up; the message holds the end of its output."""
+
+
+@dataclass
+class SideOutcome:
+    """What one tree gave for one item."""
+
+    result: VariantResult | None  # None: nothing was measured on this side
+    outcome: str  # passed, failed, skipped, absent (no such item) or crashed
+    message: str = ""
+    environment: dict[str, Any] | None = None
+
+
+@dataclass
+class Side:
+    """One tree and its worker process (started on demand, restarted after a crash)."""
+
+    name: str  # "A" (base) or "B" (this tree)
+    label: str
+    rootdir: Path
+    args: Sequence[str]
+    log: Path
+    proc: subprocess.Popen[bytes] | None = None
+    conn: Connection | None = None
+    collected: set[str] = field(default_factory=set)
+    repeats: int = 0  # blocks the worker's settings ask for, learnt from its `ready`
+    traces: Path | None = None  # where the worker writes its Chrome traces
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None and self.conn is not None
+
+    def start(self, items: Sequence[str]) -> None:
+        """A fresh worker over `items` (node ids, in the driver's order)."""
+        self.connect(self.launch(items))
+
+    def launch(self, items: Sequence[str]) -> tuple[Any, Path]:
+        """Start a fresh worker process over `items`; `connect` waits for it. (Two workers
+        launched before either is awaited import torch and collect at the same time.)"""
+        self.stop()
+        listing = self.log.with_suffix(".items")
+        listing.write_text("\n".join(items) + "\n", encoding="utf-8")
+        listener, channel_env, folder = open_listener()
+        top = self.rootdir
+        paths = [str(top), *([str(top / "src")] if (top / "src").is_dir() else [])]
+        if os.environ.get("PYTHONPATH"):
+            paths.append(os.environ["PYTHONPATH"])
+        env = {
+            **{k: v for k, v in os.environ.items() if not _spins_while_idle(k, v)},
+            **channel_env,
+            ENV_SIDE: self.name,
+            ENV_ITEMS: str(listing),
+            "PYTHONPATH": os.pathsep.join(paths),
+            **({ENV_TRACES: str(self.traces)} if self.traces is not None else {}),
+        }
+        files = sorted({i.split("::")[0] for i in items if (top / i.split("::")[0]).exists()})
+        where = str(Path(perfguard.__file__).resolve().parent.parent)
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    BOOT.format(where=where, parent=os.getpid()),
+                    *self.args,
+                    *files,
+                ],
+                cwd=top,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        return listener, folder
+
+    def connect(self, launched: tuple[Any, Path]) -> None:
+        """Wait for the launched worker to connect and say what it collected."""
+        listener, folder = launched
+        try:
+            self.conn = self._accept(listener)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        hello = self.recv()
+        self.collected = set(hello.get("items") or ())
+
+    def _accept(self, listener: Any) -> Connection:
+        got: list[Connection] = []
+        thread = threading.Thread(target=lambda: got.append(listener.accept()), daemon=True)
+        thread.start()
+        waited = 0.0
+        while not got and waited < CONNECT_TIMEOUT_S:
+            thread.join(POLL_S)
+            waited += POLL_S
+            if not got and self.proc is not None and self.proc.poll() is not None:
+                break
+        if not got:
+            listener.close()
+            raise WorkerExitedError(self._why("did not connect"))
+        listener.close()
+        return got[0]
+
+    def _why(self, what: str) -> str:
+        code = None
+        if self.proc is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                code = self.proc.wait(timeout=5)  # a hang-up is usually an exit under way
+        if code is not None and what == "hung up":
+            what = "exited"
+        tail = ""
+        with contextlib.suppress(OSError):
+            tail = self.log.read_text(encoding="utf-8", errors="replace")[-LOG_TAIL:].strip()
+        status = f"exit code {code}" if code is not None else "still running"
+        last = tail.splitlines()[-1] if tail else "no output"
+        return f"the {self.label} worker {what} ({status}): {last} (log: {self.log})"
+
+    def send(self, kind: str, **fields: Any) -> None:
+        if self.conn is None:
+            raise WorkerExitedError(self._why("is not running"))
+        try:
+            self.conn.send({"kind": kind, **fields})
+        except OSError:
+            raise WorkerExitedError(self._why("hung up")) from None
+
+    def recv(self) -> Message:
+        """The next message; waits as long as the worker lives (compiling can take minutes)."""
+        if self.conn is None:
+            raise WorkerExitedError(self._why("is not running"))
+        try:
+            while not self.conn.poll(POLL_S):
+                if self.proc is not None and self.proc.poll() is not None:
+                    raise WorkerExitedError(self._why("exited"))
+            message: Message = self.conn.recv()
+        except (EOFError, OSError):
+            raise WorkerExitedError(self._why("hung up")) from None
+        return message
+
+    def begin(self, nodeid: str, remaining: Sequence[str]) -> SideOutcome | None:
+        """Let the worker run `nodeid` up to its first block. None: it is ready to sample."""
+        if not self.alive:
+            self.start(remaining)
+        if nodeid not in self.collected:
+            return SideOutcome(None, "absent", f"not collected in {self.label}")
+        while True:
+            message = self.recv()
+            if message["kind"] == "next" and message["item"] == nodeid:
+                self.send("go")
+                break
+            if message["kind"] == "next":  # an item the driver did not run: skip it there
+                self.send("skip")
+        # a result before `ready`: it failed before sampling (build, compile)
+        return self._until_ended(ready_ends=True)
+
+    def _until_ended(self, *, ready_ends: bool) -> SideOutcome | None:
+        """Read the item's result, if any, until it ends; None on `ready` when `ready_ends`."""
+        result = None
+        environment = None
+        while True:
+            message = self.recv()
+            if message["kind"] == "ready" and ready_ends:
+                self.repeats = int(message["repeats"])
+                return None
+            if message["kind"] == "result":
+                result = VariantResult.from_json(message["result"])
+                environment = message.get("environment")
+            elif message["kind"] == "ended":
+                return SideOutcome(result, message["outcome"], message["message"], environment)
+
+    def block(self) -> tuple[float, ...]:
+        self.send("block")
+        message = self.recv()
+        return tuple(message["times"])
+
+    def finish(self) -> SideOutcome:
+        self.send("finish")
+        outcome = self._until_ended(ready_ends=False)
+        assert outcome is not None  # only `ready` gives None, and it does not end here
+        return outcome
+
+    def stop(self, *, at_once: bool = False) -> None:
+        """End the worker: it finishes its item and exits within 30 s, or is killed;
+        `at_once` (the session was interrupted) terminates it without waiting."""
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+        if self.proc is not None:
+            if at_once:
+                self.proc.terminate()
+            try:
+                self.proc.wait(timeout=5 if at_once else 30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.proc = None

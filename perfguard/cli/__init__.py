@@ -1,0 +1,70 @@
+"""The `perfguard` command: the steps that need no GPU and no torch.
+
+One module per command (`report`, `compare`, `comment`, `merge`, `init`, `baselines`; the
+history's in `perfguard.history.commands`), each registering its parser. Exit codes: 0 fine,
+1 regression found, 2 usage or input error (one line on stderr). Each command imports what it
+needs when it runs: `comment` needs only the standard library, and `baselines pull`/`push`
+only filelock, so the workflow's jobs that hold a write token can install perfguard without
+its dependencies (and without the pull request's code).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from perfguard import __version__
+from perfguard.cli.common import EXIT_INPUT, EXIT_OK, EXIT_REGRESSION
+from perfguard.errors import InputError
+from perfguard.records import RecordError
+from perfguard.store.baselines import BaselineError
+
+__all__ = ["EXIT_INPUT", "EXIT_OK", "EXIT_REGRESSION", "build_parser", "main", "parse_args"]
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise InputError(f"{self.prog}: {message}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from perfguard.cli import baselines, comment, compare, init, merge, report
+    from perfguard.history import commands as history_commands
+
+    parser = Parser(prog="perfguard", description="perfguard: the steps that need no GPU")
+    parser.add_argument("--version", action="version", version=f"perfguard {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    for command in (report, compare, comment, merge, init, baselines, history_commands):
+        command.register(sub)
+    return parser
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    """The parsed command line; what follows `--` goes to pytest (`perfguard bisect`)."""
+    argv = list(argv)
+    if "--" not in argv:
+        return build_parser().parse_args(argv)
+    cut = argv.index("--")
+    args = build_parser().parse_args(argv[:cut])
+    if not hasattr(args, "pytest_args"):
+        raise InputError(f"perfguard {args.command}: takes no arguments after --")
+    args.pytest_args = argv[cut + 1 :]
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = parse_args(sys.argv[1:] if argv is None else argv)
+        code: int = args.func(args)
+        return code
+    except (InputError, BaselineError, RecordError) as exc:
+        print(f"perfguard: error: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+    except OSError as exc:
+        print(f"perfguard: error: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

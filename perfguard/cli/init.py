@@ -1,0 +1,65 @@
+"""`perfguard init`: the workflow, an example perf test and the settings, written."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from perfguard.cli.common import EXIT_OK
+from perfguard.errors import InputError
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    from perfguard.git import git_state
+    from perfguard.init import InitError, InitOptions, init, next_steps
+
+    state = git_state(Path.cwd())
+    if state is None:
+        raise InputError("perfguard init writes into a git repository: run it inside one")
+    options = InitOptions(
+        tests=args.tests,
+        labels=tuple(x.strip() for x in args.runner_labels.split(",") if x.strip()),
+        shards=args.shards,
+        ab=args.pr == "ab",
+        main_branch=args.main_branch,
+        force=args.force,
+    )
+    try:
+        done = init(state.root, options)
+    except InitError as exc:
+        raise InputError(str(exc)) from None
+    for path in done.created:
+        print(f"created {path}")
+    for path in done.replaced:
+        print(f"replaced {path}")
+    for line in done.updated:
+        print(f"updated {line}")
+    for line in done.kept:
+        print(f"kept {line}")
+    print("\nNext:")
+    for step in next_steps(options):
+        print(f"  {step}")
+    return EXIT_OK
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("init", help="write the workflow, an example perf test and the settings")
+    p.add_argument("--tests", default="tests/perf", help="the perf tests' folder (tests/perf)")
+    p.add_argument(
+        "--runner-labels",
+        default="self-hosted,linux,x64,gpu",
+        help="labels of the GPU runners, comma-separated (self-hosted,linux,x64,gpu)",
+    )
+    p.add_argument("--shards", type=int, default=2, help="GPU runners that share the suite (2)")
+    p.add_argument(
+        "--pr",
+        choices=("ab", "stored"),
+        default="ab",
+        help="pull requests: measure every item beside the base commit (ab, default), or "
+        "compare with the stored baseline, confirming flags beside the base commit (stored: "
+        "half the GPU time, but a busy runner can fool it)",
+    )
+    p.add_argument("--main-branch", default="main", help="the main branch (main)")
+    p.add_argument("--force", action="store_true", help="replace files that exist")
+    p.set_defaults(func=cmd_init)

@@ -1,0 +1,201 @@
+"""`perfguard merge`: the results files of a run's shards, joined (and compared as one)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from perfguard.cli.common import EXIT_OK, EXIT_REGRESSION
+from perfguard.errors import InputError
+from perfguard.records import Run, VariantResult
+from perfguard.store.baselines import read_run_file, write_json_atomic
+
+
+def check_shards(runs: Sequence[tuple[Path, Run]]) -> None:
+    """Files of a sharded run must be every shard of it, once each (a missing shard would
+    make a partial run, and a partial baseline)."""
+    seen: dict[int, Path] = {}
+    total: int | None = None
+    for path, run in runs:
+        label = run.settings.get("shard")
+        if label is None:
+            if seen:
+                raise InputError(f"{path} is not a shard, the other files are: merge one run")
+            continue
+        k, _, n = str(label).partition("/")
+        if not (k.isdigit() and n.isdigit()):
+            raise InputError(f"{path}: its shard {label!r} is not K/N")
+        if total is not None and int(n) != total:
+            raise InputError(f"{path} is shard {label} of a run of {total} shards, not {n}")
+        if int(k) in seen:
+            raise InputError(f"shard {label} is in both {seen[int(k)]} and {path}")
+        total = int(n)
+        seen[int(k)] = path
+    if total is not None:
+        if len(seen) != len(runs):
+            raise InputError("some files are shards and some are not: merge one run")
+        missing = [f"{k}/{total}" for k in range(1, total + 1) if k not in seen]
+        if missing:
+            raise InputError(
+                f"shard {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} missing: "
+                "merge needs every shard's results file (did a shard job fail?)"
+            )
+
+
+def merge_runs(runs: Sequence[tuple[Path, Run]]) -> Run:
+    """Join shard results of one run: same commit and machine, no result measured twice."""
+    check_shards(runs)
+    (first_path, first), rest = runs[0], runs[1:]
+    seen = {r.key: first_path for r in first.results}
+    results = list(first.results)
+    comparisons = list(first.comparisons)
+    base_side = list(first.baseline_results)  # same-job A/B shards: each its base side
+    confirm = [list(rs) for rs in first.confirm_results]  # round k of every shard together
+    confirm_base = [list(rs) for rs in first.confirm_base_results]  # their A/B base sides
+    warnings = list(first.health_warnings)
+    for path, run in rest:
+        if run.commit != first.commit:
+            raise InputError(
+                f"{path} is of commit {run.commit}, {first_path} of {first.commit}: "
+                "only shards of one commit can be merged"
+            )
+        if run.machine != first.machine:
+            raise InputError(
+                f"{path} is of machine {run.machine!r}, {first_path} of "
+                f"{first.machine!r}: only shards of one machine can be merged"
+            )
+        for r in run.results:
+            if r.key in seen:
+                raise InputError(
+                    f"{r.test} [{r.variant}] is in both {seen[r.key]} and {path}: "
+                    "shards must not overlap"
+                )
+            seen[r.key] = path
+            results.append(r)
+        comparisons.extend(run.comparisons)
+        base_side.extend(run.baseline_results)
+        _extend_rounds(confirm, run.confirm_results)
+        _extend_rounds(confirm_base, run.confirm_base_results)
+        warnings += [w for w in run.health_warnings if w not in warnings]
+    health = {**first.health, "warnings": warnings} if warnings else dict(first.health)
+    return replace(
+        first,
+        results=tuple(results),
+        comparisons=tuple(comparisons),
+        health=health,
+        baseline_results=tuple(base_side),
+        confirm_results=tuple(map(tuple, confirm)),
+        confirm_base_results=tuple(map(tuple, confirm_base)),
+    )
+
+
+def _extend_rounds(
+    rounds: list[list[VariantResult]], more: Sequence[Sequence[VariantResult]]
+) -> None:
+    """Round k of `more` joins round k of `rounds` (a shard may have made fewer rounds)."""
+    for k, made in enumerate(more):
+        if k == len(rounds):
+            rounds.append([])
+        rounds[k].extend(made)
+
+
+def cmd_merge(args: argparse.Namespace) -> int:
+    runs = [(p, read_run_file(p)) for p in args.files]
+    merged = merge_runs(runs)
+    if args.save_replace and not args.save:
+        raise InputError("--save-replace goes with --save")
+    if args.compare is None:
+        if args.save or args.report:
+            raise InputError("--save and --report need --compare (auto, a git revision or none)")
+        write_json_atomic(args.output, merged.to_json())
+        print(
+            f"merged {len(runs)} file(s), {len(merged.results)} results: {args.output}",
+            file=sys.stderr,
+        )
+        return EXIT_OK
+    return _finish_merged(args, merged)
+
+
+def _finish_merged(args: argparse.Namespace, merged: Run) -> int:
+    """Compare the union against one baseline (one correction over the whole run), report,
+    and save it as the baseline of HEAD when asked: as one unsharded run would."""
+    from perfguard.confirm import replay
+    from perfguard.git import git_state
+    from perfguard.health import Health
+    from perfguard.pipeline import FinishSettings, finish_run
+    from perfguard.stats.verdicts import Thresholds
+
+    state = git_state(Path.cwd())
+    if state is None or state.head is None:
+        raise InputError("merge --compare needs to run inside the git checkout of the shards")
+    if merged.commit != state.head:
+        raise InputError(
+            f"the shards are of commit {merged.commit}, this checkout is at {state.head}: "
+            "run merge in a checkout of the commit that was measured"
+        )
+    settings = FinishSettings(
+        root=state.root,
+        baseline_dir=args.baseline_dir,
+        machine=merged.machine,
+        compare=args.compare,
+        main_branch=args.main_branch,
+        save=args.save,
+        save_replace=args.save_replace,
+        allow_dirty=True,  # the shards were measured at this commit; merge adds no code
+        report=args.report,
+        json=args.output,
+        thresholds=Thresholds.from_json(merged.settings.get("thresholds")),
+        unhealthy=str(merged.settings.get("unhealthy", "warn")),
+        confirm=len(merged.confirm_results),
+    )
+    outcome = finish_run(
+        merged.results,
+        merged.environment,
+        settings,
+        extra_settings={
+            k: v for k, v in merged.settings.items() if k not in ("thresholds", "shard")
+        },
+        health=Health.from_json(merged.health),
+        # the shards measured their flagged items again on the GPU; the verdicts of the
+        # whole run are confirmed with those re-measures
+        remeasure=(
+            replay(merged.confirm_results, merged.confirm_base_results)
+            if merged.confirm_results
+            else None
+        ),
+    )
+    for message in outcome.messages:
+        print(message, file=sys.stderr)
+    print(f"merged {len(merged.results)} results: {args.output}", file=sys.stderr)
+    if outcome.error:
+        raise InputError(outcome.error)
+    return EXIT_REGRESSION if outcome.run.has_regression else EXIT_OK
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("merge", help="merge the results files of shards of one run")
+    p.add_argument("files", type=Path, nargs="+")
+    p.add_argument("-o", "--output", type=Path, required=True)
+    p.add_argument(
+        "--compare",
+        metavar="REF",
+        help="compare the merged run as one: auto, a git revision, or none "
+        "(default: keep each shard's own comparisons)",
+    )
+    p.add_argument("--baseline-dir", type=Path, default=Path("baselines"))
+    p.add_argument("--main-branch", default="main")
+    p.add_argument("--report", type=Path, help="with --compare: write the Markdown report here")
+    p.add_argument(
+        "--save", action="store_true", help="with --compare: store it as the baseline of HEAD"
+    )
+    p.add_argument(
+        "--save-replace",
+        action="store_true",
+        help="with --save: replace HEAD's stored baseline whole (default: update it, keeping "
+        "the results of tests these files do not have)",
+    )
+    p.set_defaults(func=cmd_merge)

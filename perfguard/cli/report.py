@@ -1,0 +1,27 @@
+"""`perfguard report`: the Markdown report of a results file."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from perfguard.cli.common import EXIT_OK, EXIT_REGRESSION, output_options, render
+from perfguard.store.baselines import read_run_file
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    run = read_run_file(args.results)
+    render(args, run)
+    return EXIT_REGRESSION if args.exit_code and run.has_regression else EXIT_OK
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("report", help="render the Markdown report from a results file")
+    p.add_argument("results", type=Path)
+    p.add_argument("-o", "--output", type=Path, help="write here instead of standard output")
+    p.add_argument(
+        "--exit-code", action="store_true", help="exit 1 when the results hold a regression"
+    )
+    output_options(p)
+    p.set_defaults(func=cmd_report)

@@ -1,0 +1,126 @@
+"""The shape of the package: layers without cycles, pytest and torch where they belong,
+modules and functions of a readable size (or a reason in a comment).
+
+Sizes: a module's lines, at most 400 unless a `# long module: why` comment near its top says
+why; a function's code after its docstring, at most 60 unless a `# long: why` comment right
+above it says why."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "perfguard"
+MODULE_LINES = 400
+FUNCTION_LINES = 60
+# where torch may be imported: measuring code, and the plugin where it measures (seeding
+# before an item, the device a session runs on)
+TORCH_HOMES = ("measure/", "variants/", "examples/", "environment.py", "pytest_plugin/")
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _top_level_imports(path: Path) -> set[str]:
+    """The perfguard modules a module imports when it is imported (not inside functions,
+    not under TYPE_CHECKING)."""
+    found: set[str] = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            subs = [f"{node.module}.{a.name}" for a in node.names]
+            found.update(s for s in subs if s in MODULES)
+            if not all(s in MODULES for s in subs):
+                found.add(node.module)
+    return {m for m in found if m in MODULES}
+
+
+def _all_imports(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_no_import_cycle() -> None:
+    graph = {name: _top_level_imports(path) - {name} for name, path in MODULES.items()}
+    state: dict[str, int] = {}  # 1: on the path, 2: done
+
+    def visit(name: str, path: list[str]) -> None:
+        state[name] = 1
+        for nxt in sorted(graph[name]):
+            if state.get(nxt) == 1:
+                cycle = [*path[path.index(nxt) :], nxt] if nxt in path else [name, nxt]
+                pytest.fail("import cycle: " + " -> ".join(cycle))
+            if nxt not in state:
+                visit(nxt, [*path, nxt])
+        state[name] = 2
+
+    for name in graph:
+        if name not in state:
+            visit(name, [name])
+
+
+def test_only_the_plugin_imports_pytest_and_only_measuring_code_imports_torch() -> None:
+    for path in MODULES.values():
+        rel = path.relative_to(PACKAGE).as_posix()
+        imports = _all_imports(path)
+        if "pytest" in imports:
+            assert rel.startswith("pytest_plugin/"), f"{rel} imports pytest"
+        if "torch" in imports:
+            assert rel.startswith(TORCH_HOMES), f"{rel} imports torch"
+
+
+def _reason_above(lines: list[str], lineno: int, tag: str) -> bool:
+    """A `# long...: why` comment on the lines just above `lineno` (1-based), decorators
+    and blank lines between allowed."""
+    i = lineno - 2
+    while i >= 0 and (lines[i].strip().startswith("@") or not lines[i].strip()):
+        i -= 1
+    return i >= 0 and lines[i].strip().startswith(f"# {tag}:")
+
+
+def _code_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """A function's lines from its first statement after the docstring to its end."""
+    body = node.body
+    first = body[0]
+    is_doc = isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+    if is_doc and isinstance(first.value.value, str) and len(body) > 1:  # type: ignore[attr-defined]
+        first = body[1]
+    return (node.end_lineno or node.lineno) - first.lineno + 1
+
+
+def test_modules_and_functions_are_short_or_say_why() -> None:
+    long_modules, long_functions = [], []
+    for path in MODULES.values():
+        text = path.read_text(encoding="utf-8")
+        lines = text.splitlines()
+        rel = path.relative_to(PACKAGE).as_posix()
+        if len(lines) > MODULE_LINES and not any(
+            line.startswith("# long module:") for line in lines[:30]
+        ):
+            long_modules.append(f"{rel} ({len(lines)} lines)")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                size = _code_lines(node)
+                first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                if size > FUNCTION_LINES and not _reason_above(lines, first, "long"):
+                    long_functions.append(f"{rel}:{node.name} ({size} lines)")
+    assert not long_modules, long_modules
+    assert not long_functions, long_functions
