@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_git import commit, git
+from tests.gitrepo import commit, git
 
 
 @pytest.fixture

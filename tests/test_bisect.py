@@ -9,7 +9,8 @@ import pytest
 
 from perfguard.cli import main
 from perfguard.history.bisect import SAME, SLOWER, UNCLEAR, ItemChange, Step, classify, search
-from tests.test_same_job import FAST, MODELS, git
+from tests.gitrepo import git
+from tests.test_same_job import FAST, MODELS
 
 COMMITS = [f"{i:040x}" for i in range(17)]  # good, then 16 commits of main
 

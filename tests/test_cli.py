@@ -12,6 +12,7 @@ import pytest
 
 from perfguard.cli import main
 from perfguard.store.baselines import BaselineStore
+from tests import gitrepo
 from tests.factories import result, run
 
 T = "t.py::test_m"
@@ -129,13 +130,7 @@ def test_merge_confirms_the_whole_run_with_the_shards_re_measures(
     repo.mkdir()
 
     def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
-            cwd=repo,
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
+        return gitrepo.git(repo, *args)
 
     git("init", "-q", "-b", "main")
     git("commit", "-q", "--allow-empty", "-m", "A")

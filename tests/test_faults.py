@@ -25,7 +25,7 @@ from perfguard.store import BaselineStore
 from perfguard.store.baselines import BaselineError, read_run_file
 from perfguard.store.sync import SyncError, pull, push
 from tests.factories import result, run
-from tests.test_git import commit, git
+from tests.gitrepo import commit, git
 from tests.test_sync import clone
 
 FAST = (

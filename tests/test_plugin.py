@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -12,6 +10,7 @@ from typing import Any
 import pytest
 
 from perfguard.records import SCHEMA_VERSION, VariantResult
+from tests.gitrepo import git
 
 FAST = (
     "--perfguard-device=cpu",  # the expectations here are the CPU's, on a GPU box too
@@ -316,19 +315,6 @@ def test_model(perfguard):
                                 torch.nn.Linear(width, 8)).eval()
     perfguard.run(model, (torch.randn(64, 256),))
 """
-
-
-def git(cwd: Path, *args: str) -> str:
-    env = {
-        **os.environ,
-        "GIT_AUTHOR_NAME": "t",
-        "GIT_AUTHOR_EMAIL": "t@e",
-        "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@e",
-    }
-    return subprocess.run(
-        ["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True
-    ).stdout.strip()
 
 
 def commit_width(repo: Path, width: int) -> None:

@@ -117,3 +117,24 @@ def test_confirmation_rounds_round_trip_with_their_base_sides() -> None:
     assert Run.from_json(doc) == run
     alone = replace(run, confirm_base_results=((), ()))
     assert "confirm_base_results" not in alone.to_json()  # no A/B round: no key
+
+
+def test_a_comparison_is_of_a_known_metric() -> None:
+    from perfguard.records import METRICS
+    from perfguard.stats.exact import EXACT_METRICS
+    from perfguard.stats.verdicts import LATENCY_METRICS
+
+    made = {*LATENCY_METRICS, *EXACT_METRICS, "peak_memory_bytes", "compile_time_s"}
+    assert made | {"drift_max_rel"} == set(METRICS)
+    with pytest.raises(RecordError, match="metric must be one of"):
+        Comparison(
+            test="t",
+            variant="eager",
+            metric="latency_p42_ms",  # type: ignore[arg-type]
+            baseline=None,
+            current=None,
+            change_pct=None,
+            p_value=None,
+            cohens_d=None,
+            verdict="new",
+        )

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +18,7 @@ from perfguard.stats.sequential import LOOKS
 from perfguard.stats.tests import paired_cohens_d, paired_min_detectable_pct, paired_t_test
 from perfguard.stats.verdicts import Thresholds, compare_runs
 from tests.factories import from_blocks
+from tests.gitrepo import git
 
 # on the CPU, also on a GPU box: the "extra compute" sizes are CPU-sized (launch-bound on a GPU)
 FAST = (
@@ -55,24 +55,6 @@ def test_mlp(perfguard):
 def test_plain():
     assert True
 """
-
-
-def git(cwd: Path, *args: str) -> str:
-    done = subprocess.run(
-        ["git", *args],
-        cwd=cwd,
-        check=True,
-        capture_output=True,
-        text=True,
-        env={
-            "GIT_AUTHOR_NAME": "t",
-            "GIT_AUTHOR_EMAIL": "t@t",
-            "GIT_COMMITTER_NAME": "t",
-            "GIT_COMMITTER_EMAIL": "t@t",
-            "PATH": "/usr/bin:/bin",
-        },
-    )
-    return done.stdout.strip()
 
 
 def scratch_repo(pytester: pytest.Pytester, base_depth: int, head_depth: int, bar: float) -> str:

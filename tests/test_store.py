@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import threading
 from pathlib import Path
 
@@ -60,7 +61,28 @@ def test_a_good_baseline_can_be_refreshed(tmp_path: Path) -> None:
     assert loaded.results[0].metrics.latency_p50_ms > 1.5
 
 
-def test_two_writers_do_not_corrupt_each_other(tmp_path: Path) -> None:
+def _save_one(root: str, i: int) -> None:
+    """One writer process: the baseline of commit SHA, with a test of its own."""
+    BaselineStore(Path(root)).save(run([result(f"t.py::w{i}", "eager", 1.0 + i)], commit=SHA))
+
+
+def test_writers_of_one_baseline_take_turns_and_lose_nothing(tmp_path: Path) -> None:
+    # six processes save the same commit's baseline at once (shards finishing together):
+    # each save reads, merges and replaces the one file under the store's lock
+    ctx = multiprocessing.get_context("spawn")
+    writers = [ctx.Process(target=_save_one, args=(str(tmp_path), i)) for i in range(6)]
+    for w in writers:
+        w.start()
+    for w in writers:
+        w.join(timeout=120)
+    assert [w.exitcode for w in writers] == [0] * 6
+    stored = BaselineStore(tmp_path).load("cuda-test-gpu", SHA)
+    assert stored is not None
+    assert sorted(r.test for r in stored.results) == [f"t.py::w{i}" for i in range(6)]
+    assert not list(tmp_path.rglob("*.tmp*"))  # no temporary file left behind
+
+
+def test_threads_saving_different_commits_all_land(tmp_path: Path) -> None:
     store = BaselineStore(tmp_path)
     runs = [run([result(f"t.py::{i}", "eager", 1.0 + i)], commit=f"{i:040x}") for i in range(8)]
     threads = [threading.Thread(target=store.save, args=(r,)) for r in runs]

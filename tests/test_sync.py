@@ -12,7 +12,7 @@ from perfguard.store import BaselineStore
 from perfguard.store.history import load_history, noise_floor
 from perfguard.store.sync import pull, push
 from tests.factories import result, run
-from tests.test_git import commit, git
+from tests.gitrepo import commit, git
 
 
 def clone(remote: Path, where: Path) -> Path:

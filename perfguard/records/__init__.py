@@ -7,10 +7,12 @@ The JSON layout is the public results format (docs/reference.md, "Results JSON")
 """
 
 from perfguard.records.base import (
+    METRICS,
     SCHEMA_VERSION,
     SHA,
     STATUSES,
     VERDICTS,
+    Metric,
     RecordError,
     Status,
     Verdict,
@@ -29,6 +31,7 @@ from perfguard.records.runs import BaselineRef, Run
 __all__ = [
     "BESIDE",
     "FRESH",
+    "METRICS",
     "SCHEMA_VERSION",
     "SHA",
     "STATUSES",
@@ -39,6 +42,7 @@ __all__ = [
     "Counters",
     "Details",
     "DriftCheck",
+    "Metric",
     "Metrics",
     "RecordError",
     "Run",

@@ -39,3 +39,36 @@ def finite_or_none(name: str, value: float | None) -> float | None:
     if not math.isfinite(value):
         raise RecordError(f"{name} must be finite, got {value!r}")
     return float(value)
+
+
+Metric = Literal[
+    "latency_p50_ms",
+    "latency_p95_ms",
+    "latency_p99_ms",
+    "peak_memory_bytes",
+    "compile_time_s",
+    "drift_max_rel",
+    "graphs",
+    "graph_breaks",
+    "recompiles",
+    "aten_ops",
+    "flops",
+    "compile_instructions",
+    "forward_instructions",
+]
+METRICS: tuple[Metric, ...] = (
+    "latency_p50_ms",  # also the row of an item's state: new, missing, error
+    "latency_p95_ms",
+    "latency_p99_ms",
+    "peak_memory_bytes",
+    "compile_time_s",
+    "drift_max_rel",
+    "graphs",  # the exact signals (perfguard.stats.exact)
+    "graph_breaks",
+    "recompiles",
+    "aten_ops",
+    "flops",
+    "compile_instructions",
+    "forward_instructions",
+)
+"""What a comparison can be of: a closed set (every version of the format wrote only these)."""

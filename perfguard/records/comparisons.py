@@ -6,7 +6,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from perfguard.records.base import VERDICTS, RecordError, Verdict, finite_or_none
+from perfguard.records.base import (
+    METRICS,
+    VERDICTS,
+    Metric,
+    RecordError,
+    Verdict,
+    finite_or_none,
+)
 
 ConfirmKind = Literal["shown", "not_shown", "unconfirmed", "settled", "unsettled", "not_settled"]
 CONFIRM_KINDS: tuple[ConfirmKind, ...] = (
@@ -93,7 +100,7 @@ class Comparison:
 
     test: str
     variant: str
-    metric: str
+    metric: Metric
     baseline: float | None
     current: float | None
     change_pct: float | None
@@ -115,6 +122,8 @@ class Comparison:
     confirmation: Confirmation | None = None  # what measuring the item again showed
 
     def __post_init__(self) -> None:
+        if self.metric not in METRICS:
+            raise RecordError(f"metric must be one of {METRICS}, got {self.metric!r}")
         if self.verdict not in VERDICTS:
             raise RecordError(f"verdict must be one of {VERDICTS}, got {self.verdict!r}")
         for name in ("baseline", "current", "change_pct", "p_value", "cohens_d"):
@@ -180,7 +189,7 @@ class Comparison:
             return cls(
                 test=str(data["test"]),
                 variant=str(data["variant"]),
-                metric=str(data["metric"]),
+                metric=data["metric"],
                 baseline=data.get("baseline"),
                 current=data.get("current"),
                 change_pct=data.get("change_pct"),

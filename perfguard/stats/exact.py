@@ -16,11 +16,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import replace
 
-from perfguard.records import Comparison, Counters, Verdict
+from perfguard.records import Comparison, Counters, Metric, Verdict
 
-GRAPH_COUNTERS = ("graphs", "graph_breaks", "recompiles")
-INSTRUCTION_COUNTERS = ("compile_instructions", "forward_instructions")
-EXACT_METRICS = (*GRAPH_COUNTERS, "aten_ops", "flops", *INSTRUCTION_COUNTERS)
+GRAPH_COUNTERS: tuple[Metric, ...] = ("graphs", "graph_breaks", "recompiles")
+INSTRUCTION_COUNTERS: tuple[Metric, ...] = ("compile_instructions", "forward_instructions")
+EXACT_METRICS: tuple[Metric, ...] = (*GRAPH_COUNTERS, "aten_ops", "flops", *INSTRUCTION_COUNTERS)
 NAMED = 6  # operators named in a note, most changed first
 
 
@@ -33,7 +33,7 @@ def _verdict(base: float, head: float) -> Verdict:
 
 
 def _comparison(
-    test: str, variant: str, metric: str, base: float, head: float, gating: bool, note: str
+    test: str, variant: str, metric: Metric, base: float, head: float, gating: bool, note: str
 ) -> Comparison:
     return Comparison(
         test=test,
@@ -82,7 +82,7 @@ def _ops_note(base: Counters, changes: list[tuple[str, int]]) -> str:
 
 
 def _instructions(
-    test: str, variant: str, metric: str, base: int, head: int, tolerance_pct: float
+    test: str, variant: str, metric: Metric, base: int, head: int, tolerance_pct: float
 ) -> Comparison:
     change = _pct(base, head) or 0.0
     region = "the cold compile" if metric == "compile_instructions" else "one warm call"

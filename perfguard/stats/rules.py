@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from perfguard.records import Comparison, VariantResult, Verdict
+from perfguard.records import Comparison, Metric, VariantResult, Verdict
 from perfguard.stats.thresholds import Thresholds, change_pct
 
 
 def _ratio_verdict(
     head: VariantResult,
-    metric: str,
+    metric: Metric,
     b_val: float | None,
     h_val: float | None,
     worse: Callable[[float, float], bool],

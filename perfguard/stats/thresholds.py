@@ -6,9 +6,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from perfguard.records import Metric
 from perfguard.settings import THRESHOLD_KEYS, threshold_default
 
-LATENCY_METRICS: dict[str, float] = {
+LATENCY_METRICS: dict[Metric, float] = {
     "latency_p50_ms": 50.0,
     "latency_p95_ms": 95.0,
     "latency_p99_ms": 99.0,

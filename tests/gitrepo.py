@@ -1,0 +1,28 @@
+"""Scratch git repositories for tests: one `git` helper, with an identity of its own."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+ENV = {
+    **os.environ,
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@e",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@e",
+}
+
+
+def git(cwd: Path, *args: str) -> str:
+    """Run git in `cwd`; its standard output, stripped (a failure raises)."""
+    return subprocess.run(
+        ["git", *args], cwd=cwd, env=ENV, check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+def commit(cwd: Path, message: str) -> str:
+    """An empty commit on the current branch; its sha."""
+    git(cwd, "commit", "-q", "--allow-empty", "-m", message)
+    return git(cwd, "rev-parse", "HEAD")
