@@ -134,6 +134,27 @@ def test_a_round_that_stays_disturbed_withdraws_nothing(steady: tuple[Path, Path
     assert p50.confirmation.reason.startswith("re-measure disturbed: the base commit read")
 
 
+def test_a_base_side_faster_than_its_stored_figure_is_no_disturbance(
+    steady: tuple[Path, Path, str],
+) -> None:
+    # the baseline (1 ms) was stored in a slow spell; this session's head read 3 ms in one;
+    # the round, quiet, reads both sides at 0.3 ms: other work never makes code faster, so
+    # the round is believed at once, and the false alarm is withdrawn
+    asked: list[int] = []
+
+    def quiet(
+        keys: Sequence[tuple[str, str]], base: str | None, undecided: Sequence[tuple[str, str]]
+    ) -> ConfirmRound:
+        asked.append(1)
+        return ConfirmRound((result(T, "eager", 0.3, seed=3),), (result(T, "eager", 0.3, seed=4),))
+
+    verdict, p50, messages = _finish(steady, quiet, head_ms=3.0)
+    assert asked == [1]  # not measured once more
+    assert verdict == "inconclusive" and p50.confirmation is not None
+    assert (p50.confirmation.kind, p50.confirmation.paired) == ("not_shown", ("unchanged",))
+    assert not any("disturbed" in m for m in messages)
+
+
 def test_two_tries_that_agree_show_the_stored_figure_is_off(
     steady: tuple[Path, Path, str],
 ) -> None:

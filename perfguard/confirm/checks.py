@@ -3,11 +3,15 @@ not believed.
 
 A confirmation round measures the base commit beside this tree (same-job A/B), or this tree
 alone. The base commit runs the same code it ran when its baseline was stored. When the base
-side reads more than `FACTOR` times slower or faster than its stored baseline, the host
-changed, not the code (a burst of other work, a throttled core, a process that landed in a
-slow state), and the round says nothing about the change: the pipeline measures such items
-once more, and a round that stays disturbed can neither confirm nor withdraw a verdict (the
-verdict stays as the stored comparison gave it, with the reason).
+side reads more than `FACTOR` times slower than its stored baseline, the host changed, not
+the code (a burst of other work, a throttled core, a process that landed in a slow state),
+and the round says nothing about the change: the step measures such items once more, and a
+round that stays disturbed can neither confirm nor withdraw a verdict (the verdict stays as
+the stored comparison gave it, with the reason).
+
+Only slower: other work on a host slows a measurement and never speeds it up. A base side
+far faster than its stored figure says that the stored figure was taken in a slow spell;
+the round, both sides measured together, is then the better evidence, and it stands.
 """
 
 from __future__ import annotations
@@ -39,8 +43,8 @@ def disturbed(
     factor: float = FACTOR,
 ) -> dict[Key, str]:
     """{(test, variant): why} for the items whose round was disturbed: on a gating latency
-    metric, the round's base side reads more than `factor` times off the base commit's
-    stored baseline (`baseline` of the comparison).
+    metric, the round's base side reads more than `factor` times slower than the base
+    commit's stored baseline (`baseline` of the comparison).
 
     (This tree's side has no such check: what this session measured first may be the
     disturbed one, and withdrawing that false alarm is what a re-measure is for.)"""
@@ -53,10 +57,12 @@ def disturbed(
             continue
         value = getattr(got.metrics, c.metric)
         off = _off(value, c.baseline)
-        if off is not None and off > factor:
+        slower = value is not None and c.baseline is not None and value > c.baseline
+        if off is not None and off > factor and slower:
             found[key] = (
                 f"re-measure disturbed: the base commit read {value:.4g} ms ({c.metric}) "
-                f"beside this tree, {off:.1f}x off its stored baseline's {c.baseline:.4g} ms"
+                f"beside this tree, {off:.1f}x slower than its stored baseline's "
+                f"{c.baseline:.4g} ms"
             )
     return found
 
