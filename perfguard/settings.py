@@ -24,6 +24,7 @@ class Setting:
     `--perfguard-<name with dashes>` unless `option` is False (a marker key only)."""
 
     name: str
+    flag: str = ""  # the command-line option, written out: users and docs search for it
     help: str  # the help of the option and the ini key, without the default
     default: Any = None  # as the ini file or the command line spells it; None: none
     shown_default: str | None = None  # how the help shows a default that is not a value
@@ -34,10 +35,6 @@ class Setting:
     marker_what: str = ""  # what the marker's value must be, for its error message
     doc: str | None = None  # the docs table's longer text (else `help`)
     threshold: bool = False  # a verdict rule (perfguard.stats.verdicts.Thresholds)
-
-    @property
-    def flag(self) -> str:
-        return "--perfguard-" + self.name.replace("_", "-")
 
     @property
     def ini(self) -> str:
@@ -66,6 +63,7 @@ PCT = ((int, float), "a number of percent")
 SETTINGS: tuple[Setting, ...] = (
     Setting(
         name="variants",
+        flag="--perfguard-variants",
         help="comma-separated variant names for every perf test",
         shown_default=",".join(DEFAULT_VARIANTS),
         metavar="LIST",
@@ -75,18 +73,21 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         name="baseline_dir",
+        flag="--perfguard-baseline-dir",
         help="where baselines live",
         shown_default="baselines under the rootdir",
         metavar="DIR",
     ),
     Setting(
         name="machine",
+        flag="--perfguard-machine",
         help="machine key baselines are filed under",
         shown_default="from the GPU or CPU model",
         metavar="NAME",
     ),
     Setting(
         name="save",
+        flag="--perfguard-save",
         help="store the results as the baseline of the current commit (HEAD)",
         default=False,
         doc="store results as the baseline of HEAD (refuses a dirty tree); a baseline HEAD "
@@ -95,6 +96,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         name="save_replace",
+        flag="--perfguard-save-replace",
         help="with --perfguard-save: replace HEAD's stored baseline whole, instead of "
         "updating it with what this session measured (keeping the results of tests it did "
         "not run)",
@@ -102,11 +104,13 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         name="allow_dirty",
+        flag="--perfguard-allow-dirty",
         help="allow --perfguard-save on a working tree with uncommitted changes",
         default=False,
     ),
     Setting(
         name="compare",
+        flag="--perfguard-compare",
         help="compare against the baseline of git revision REF; 'auto' picks the base commit, "
         "'none' disables comparison",
         default="auto",
@@ -114,23 +118,27 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         name="report",
+        flag="--perfguard-report",
         help="Markdown report path",
         shown_default="reports/perfguard.md under the rootdir",
         metavar="PATH",
     ),
     Setting(
         name="json",
+        flag="--perfguard-json",
         help="write machine-readable results (the results JSON) to this path",
         metavar="PATH",
     ),
     Setting(
         name="fail_on",
+        flag="--perfguard-fail-on",
         help="'regression': exit non-zero when a verdict is regression; 'never'",
         default="regression",
         metavar="regression|never",
     ),
     Setting(
         name="budget",
+        flag="--perfguard-budget",
         help="seconds of sampling per test item",
         default="2.0",
         metavar="SECONDS",
@@ -140,6 +148,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         name="repeats",
+        flag="--perfguard-repeats",
         help="independent repeat blocks per item",
         default="5",
         metavar="N",
@@ -149,6 +158,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         name="device",
+        flag="--perfguard-device",
         help="'auto' (CUDA when present), 'cpu' or 'cuda[:N]'",
         default="auto",
         metavar="DEVICE",
@@ -158,6 +168,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         name="threads",
+        flag="--perfguard-threads",
         help="torch intra-op threads while measuring",
         shown_default="torch's own",
         metavar="N",
@@ -167,6 +178,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         name="flush_l2",
+        flag="--perfguard-flush-l2",
         help="CUDA: evict the L2 cache before each timed call, as triton's do_bench does "
         "(cold-cache latency)",
         default=False,
@@ -174,12 +186,14 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         name="seed",
+        flag="--perfguard-seed",
         help="torch, numpy and random seed set before each perf item, so random weights match",
         default="0",
         metavar="N",
     ),
     Setting(
         name="min_change",
+        flag="--perfguard-min-change",
         help="smallest latency change, in percent, that can be a regression",
         default="10",
         metavar="PCT",
@@ -190,6 +204,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         name="gate_p99",
+        flag="--perfguard-gate-p99",
         help="let p99 latency gate the verdict",
         default=False,
         shown_default="reported only",
@@ -200,30 +215,35 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         name="main_branch",
+        flag="--perfguard-main-branch",
         help="the main branch for the merge-base lookup",
         default="main",
         metavar="NAME",
     ),
     Setting(
         name="baseline_depth",
+        flag="--perfguard-baseline-depth",
         help="how many first-parent ancestors auto looks back",
         default="50",
         metavar="N",
     ),
     Setting(
         name="progress",
+        flag="--perfguard-progress",
         help="show measuring progress lines",
         default="auto",
         metavar="auto|yes|no",
     ),
     Setting(
         name="shard",
+        flag="--perfguard-shard",
         help="measure only the K-th of N shards of the perf tests (1-based; the variants of "
         "a test stay together); join the shards' --perfguard-json files with perfguard merge",
         metavar="K/N",
     ),
     Setting(
         name="confirm",
+        flag="--perfguard-confirm",
         help="stored-baseline comparisons: re-measure each item with a latency regression or "
         "improvement N times (0: off), beside the base commit (same-job A/B) when the "
         "checkout has it, else in a fresh process; the verdict stands only if every "
@@ -234,6 +254,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         name="confirm_gap",
+        flag="--perfguard-confirm-gap",
         help="seconds at least between measuring an item and re-measuring it in a fresh "
         "process: a passing slowdown of the host must not hit both",
         default="60",
@@ -241,6 +262,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         name="unhealthy",
+        flag="--perfguard-unhealthy",
         help="when runner health checks warn (busy GPU or CPU, clocks not locked, "
         "throttling): 'warn' notes it in the report; 'inconclusive' also withholds speed "
         "verdicts",
@@ -249,6 +271,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         name="ab",
+        flag="--perfguard-ab",
         help="same-job A/B: measure git revision REF (without a value: the commit 'auto' "
         "compares with) in a worktree beside this tree, blocks interleaved, and compare "
         "paired",
@@ -258,6 +281,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         name="ab_min_change",
+        flag="--perfguard-ab-min-change",
         help="same-job A/B: smallest latency change, in percent, that can be a regression",
         default="5",
         metavar="PCT",
@@ -268,6 +292,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         name="instructions",
+        flag="--perfguard-instructions",
         help="also count instructions under valgrind's callgrind, each item in a process of "
         "its own after all timing (slow: about a minute per item; needs valgrind with its "
         "headers and a C compiler): 'compile', the cold compile of each compiled variant, or "

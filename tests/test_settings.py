@@ -34,6 +34,8 @@ def test_every_setting_has_one_name_one_flag_and_a_help() -> None:
     assert len(flags) == len(set(flags)) and all(f.startswith("--perfguard-") for f in flags)
     assert all(s.help and not s.help.endswith(".") for s in SETTINGS)
     assert "--perfguard-seed" in flags  # the one a user's random weights depend on
+    for s in SETTINGS:  # written out, and the ini key's name with dashes
+        assert s.flag == ("--perfguard-" + s.name.replace("_", "-") if s.option else "")
 
 
 def test_the_marker_checks_the_keys_of_the_table() -> None:

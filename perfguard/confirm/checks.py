@@ -58,9 +58,10 @@ def disturbed(
         if key in found or got is None or not c.gating or c.metric != "latency_p50_ms":
             continue
         value = getattr(got.metrics, c.metric)
-        off = _off(value, c.baseline)
-        slower = value is not None and c.baseline is not None and value > c.baseline
-        if off is not None and off > factor and slower:
+        if not value or not c.baseline or c.baseline <= 0:
+            continue
+        off = value / c.baseline  # slower only: other work never makes code faster
+        if off > factor:
             found[key] = (
                 f"re-measure disturbed: the base commit read {value:.4g} ms ({c.metric}) "
                 f"beside this tree, {off:.1f}x slower than its stored baseline's "

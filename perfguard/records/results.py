@@ -210,8 +210,6 @@ class Details:
     def from_json(cls, data: Any) -> Details:
         if data is None:
             return cls()
-        if isinstance(data, Details):
-            return data
         if not isinstance(data, Mapping):
             raise RecordError(f"details must be an object, got {data!r}")
         known = {f.name for f in fields(cls)} - {"build"}

@@ -25,18 +25,7 @@ def _ratio_verdict(
         verdict = "regression"
     elif better(b_val, h_val):
         verdict = "improvement"
-    return Comparison(
-        test=head.test,
-        variant=head.variant,
-        metric=metric,
-        baseline=b_val,
-        current=h_val,
-        change_pct=change_pct(b_val, h_val),
-        p_value=None,
-        cohens_d=None,
-        verdict=verdict,
-        note=note,
-    )
+    return _row(head, metric, b_val, h_val, verdict, note)
 
 
 def memory(base: VariantResult, head: VariantResult, th: Thresholds) -> Comparison | None:
@@ -94,10 +83,22 @@ def drift(base: VariantResult | None, head: VariantResult, th: Thresholds) -> Co
     else:
         verdict = "unchanged"
         note = f"within tolerance class {check.tolerance_class}"
+    return _row(head, "drift_max_rel", b_val, h_val, verdict, note)
+
+
+def _row(
+    head: VariantResult,
+    metric: Metric,
+    b_val: float | None,
+    h_val: float | None,
+    verdict: Verdict,
+    note: str,
+) -> Comparison:
+    """A comparison decided by a rule, without a test of repeats (no p-value, no d)."""
     return Comparison(
         test=head.test,
         variant=head.variant,
-        metric="drift_max_rel",
+        metric=metric,
         baseline=b_val,
         current=h_val,
         change_pct=change_pct(b_val, h_val),

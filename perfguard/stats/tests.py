@@ -171,27 +171,29 @@ def log_ratio_interval(
     x = np.asarray(d, dtype=float)
     if x.size < 2:
         return (float(x.mean()) if x.size else 0.0), -math.inf, math.inf
+    est, se, df = _location(x, statistic)
+    if se < EXACT:  # a constant ratio: no spread to allow for
+        return est, est, est
+    half = float(sps.t.ppf(1.0 - level / 2.0, df)) * se
+    return est, est - half, est + half
+
+
+def _location(x: NDArray[Any], statistic: str) -> tuple[float, float, float]:
+    """(estimate, standard error, degrees of freedom) of the location of `x`: its mean, or
+    its 25%-trimmed mean (winsorized standard error, h - 1 degrees of freedom)."""
     if statistic == "mean":
-        est, se, df = float(x.mean()), float(x.std(ddof=1)) / math.sqrt(x.size), x.size - 1
-    elif statistic == "trimmed":
+        return float(x.mean()), float(x.std(ddof=1)) / math.sqrt(x.size), float(x.size - 1)
+    if statistic == "trimmed":
         limits = (TRIM, TRIM)
         est = float(mstats.trimmed_mean(x, limits=limits))
         se = float(mstats.trimmed_stde(x, limits=limits))
-        df = x.size - 2 * int(TRIM * x.size) - 1
-    else:
-        raise ValueError(f"unknown statistic {statistic!r}")
-    if se < EXACT:  # a constant ratio: no spread to allow for
-        return est, est, est
-    half = float(sps.t.ppf(1.0 - level / 2.0, max(df, 1))) * se
-    return est, est - half, est + half
+        return est, se, float(max(x.size - 2 * int(TRIM * x.size) - 1, 1))
+    raise ValueError(f"unknown statistic {statistic!r}")
 
 
 def paired_trimmed_test(a: Values, b: Values) -> tuple[float, float, float]:
     """(t, two-sided p, df) of the 25%-trimmed mean of log(b_i / a_i) against 0."""
-    d = _log_ratios(a, b)
-    est = float(mstats.trimmed_mean(d, limits=(TRIM, TRIM)))
-    se = float(mstats.trimmed_stde(d, limits=(TRIM, TRIM)))
-    df = float(max(d.size - 2 * int(TRIM * d.size) - 1, 1))
+    est, se, df = _location(_log_ratios(a, b), "trimmed")
     if se < EXACT:
         return (0.0, 1.0, df) if est == 0 else (math.copysign(math.inf, est), 0.0, df)
     t = est / se
