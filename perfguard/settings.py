@@ -282,7 +282,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         name="ab_min_change",
         flag="--perfguard-ab-min-change",
-        help="same-job A/B: smallest latency change, in percent, that can be a regression",
+        help="same-job A/B: smallest median latency change, in percent, that can be a regression "
+        "(p95 and p99: twice that)",
         default="5",
         metavar="PCT",
         marker="ab_min_change_pct",

@@ -23,6 +23,10 @@ from tests.gitrepo import git
 # on the CPU, also on a GPU box: the "extra compute" sizes are CPU-sized (launch-bound on a GPU)
 FAST = (
     "--perfguard-device=cpu",
+    # one thread: with other work on every core, torch's OpenMP team waits at each barrier
+    # for a thread the OS has put aside (a 512-wide MLP read 16 ms, and 0.7 ms alone), which
+    # no margin of a timing test can hold
+    "--perfguard-threads=1",
     "--perfguard-budget=0.3",
     "--perfguard-repeats=5",
     "-p",
@@ -233,6 +237,22 @@ def test_pairing_cancels_drift_that_welch_cannot() -> None:
     assert paired["latency_p50_ms"].p_value == 0.0  # exactly 6% in every pair
     assert welch["latency_p50_ms"].verdict == "unchanged"  # 6% < 10%, and drowned in drift
     assert (welch["latency_p50_ms"].p_value or 0.0) > 0.5
+
+
+@pytest.mark.parametrize(
+    ("ratio", "tails"), [(1.08, "unchanged"), (1.12, "regression"), (0.88, "improvement")]
+)
+def test_ab_tails_need_twice_the_bar(ratio: float, tails: str) -> None:
+    # every percentile of every pair moves by `ratio`: the median needs 5%, p95 and p99 10%
+    a = [[1.0 + 0.01 * i, 1.5, 2.0 + 0.01 * i] for i in range(6)]
+    b = [[t * ratio for t in block] for block in a]
+    base = Run(commit=None, machine="m", environment={}, results=(from_blocks(a),))
+    head = Run(commit=None, machine="m", environment={}, results=(from_blocks(b),))
+    found = {c.metric: c for c in compare_runs(base, head, Thresholds(), paired=True)}
+    assert found["latency_p50_ms"].verdict == ("improvement" if ratio < 1 else "regression")
+    assert found["latency_p95_ms"].verdict == tails
+    assert found["latency_p99_ms"].verdict == tails
+    assert found["latency_p95_ms"].min_detectable_pct == pytest.approx(10.0)
 
 
 def test_sample_on_demand_samples_one_block_per_command() -> None:
