@@ -4,6 +4,11 @@ Run:  .venv/bin/python -m benchmarks.summarize_load_study DIR... [--out FILE]
 
 Each DIR is a `benchmarks/detection.py run-ab --load PATTERN` folder (its name ends with the
 pattern); the raw results there hold every sample and are kept out of the repository.
+
+`--redecide`: judge each run's pairs again with this checkout's rules (`compare_runs`, as
+the plugin does in same-job A/B) instead of reading the verdicts the run wrote. The samples
+and where each item stopped are the run's own; only the decision is this code's, so a change
+to the rules can be weighed on the same measurements.
 """
 
 from __future__ import annotations
@@ -14,11 +19,28 @@ from pathlib import Path
 from typing import Any
 
 
-def rows(directory: Path) -> list[dict[str, Any]]:
+def redecided(doc: dict[str, Any]) -> dict[str, Any]:
+    """The run's comparisons as this checkout decides them from the same pairs."""
+    from perfguard.records import Run
+    from perfguard.stats.thresholds import Thresholds
+    from perfguard.stats.verdicts import compare_runs
+    from perfguard.store.schema import upgrade
+
+    doc = upgrade(doc)  # runs written by an older schema
+    run = Run.from_json(doc)
+    base = Run(commit=None, machine=run.machine, environment={}, results=run.baseline_results)
+    th = Thresholds.from_json((doc.get("settings") or {}).get("thresholds"))
+    comparisons = compare_runs(base, run, th, paired=True)
+    return {**doc, "comparisons": [c.to_json() for c in comparisons]}
+
+
+def rows(directory: Path, *, redecide: bool = False) -> list[dict[str, Any]]:
     walls = json.loads((directory / "wall_s.json").read_text())
     out = []
     for path in sorted(directory.glob("ab-plus*.json")):
         doc = json.loads(path.read_text())
+        if redecide:
+            doc = redecided(doc)
         pairs = {r["test"]: (r.get("details") or {}).get("ab", {}) for r in doc["results"]}
         for test in sorted({c["test"] for c in doc["comparisons"]}):
             mine = {c["metric"]: c for c in doc["comparisons"] if c["test"] == test}
@@ -42,8 +64,9 @@ def main() -> None:
     parser.add_argument(
         "--out", type=Path, default=Path(__file__).parent / "data" / "detection-load.json"
     )
+    parser.add_argument("--redecide", action="store_true", help="judge with this checkout's rules")
     args = parser.parse_args()
-    doc = {d.name.rsplit("-", 1)[-1]: rows(d) for d in args.dirs}
+    doc = {d.name.rsplit("-", 1)[-1]: rows(d, redecide=args.redecide) for d in args.dirs}
     args.out.write_text(json.dumps(doc, indent=0) + "\n")
     print({k: len(v) for k, v in doc.items()}, "->", args.out)
 
