@@ -51,6 +51,37 @@ def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
     return pytester.runpytest_subprocess(*FAST, *args)
 
 
+THREADS_SEEN = """
+import pytest, torch
+import perfguard.measure.drift as drift
+
+seen = []
+real = drift.compute_reference
+
+def spy(*args, **kwargs):
+    seen.append(torch.get_num_threads())
+    return real(*args, **kwargs)
+
+drift.compute_reference = spy
+
+@pytest.mark.perfguard(variants=["eager"], threads=1)
+def test_model(perfguard):
+    torch.set_num_threads(2)
+    result = perfguard.run(torch.nn.Linear(8, 8).eval(), (torch.randn(2, 8),))
+    assert seen == [1]  # the reference sums in the order the measured calls do
+    assert torch.get_num_threads() == 2
+    assert result.drift_check.passed
+"""
+
+
+def test_the_eager_reference_is_computed_with_the_measured_thread_count(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(test_threads=THREADS_SEEN)
+    result = run(pytester, "--perfguard", "--perfguard-compare=none")
+    assert result.ret == 0, result.stdout.str()
+
+
 def test_user_suite_measures_one_item_per_variant(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_user=USER_SUITE)
     result = run(pytester, "--perfguard", "--perfguard-json", "out.json", "-v")

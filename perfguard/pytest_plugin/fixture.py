@@ -69,7 +69,7 @@ class PerfguardFixture:
             self.variant,
             settings,
             test=self.test,
-            reference=self._reference(model, example_inputs, kwargs, settings.device),
+            reference=self._reference(model, example_inputs, kwargs, settings),
             progress=progress,
             sampler=sample if worker is None else worker.sampler(),
             kwargs=kwargs,
@@ -130,23 +130,34 @@ class PerfguardFixture:
         )
 
     def _reference(
-        self, model: Any, example_inputs: Any, kwargs: Mapping[str, Any] | None, device: str
+        self,
+        model: Any,
+        example_inputs: Any,
+        kwargs: Mapping[str, Any] | None,
+        settings: MeasureSettings,
     ) -> Reference | None:
         """The eager reference outputs of this test's model, computed once for its variants
-        (None when the model fails: measuring it gives that error its result)."""
+        (None when the model fails: measuring it gives that error its result). It is computed
+        with the threads the variants are measured with: another thread count sums in another
+        order, and eager would then fail its own "exact" drift check by the last bits."""
         from perfguard.measure.drift import compute_reference, fingerprint
+        from perfguard.measure.isolation import torch_state
         from perfguard.measure.runner import resolve_device
 
         state = self._state
         try:
-            where = resolve_device(device)
+            where = resolve_device(settings.device)
             # the reference belongs to this test's model: same weights in another test, or
             # another setting of the same class, must not share it
-            key = f"{self.test}:{where}:{fingerprint(model, example_inputs, kwargs)}"
+            key = (
+                f"{self.test}:{where}:{settings.threads}:"
+                f"{fingerprint(model, example_inputs, kwargs)}"
+            )
             reference = state.references.get(key)
             if reference is None:
                 state.progress("eager reference")
-                reference = compute_reference(model, example_inputs, where, kwargs)
+                with torch_state(settings.threads):
+                    reference = compute_reference(model, example_inputs, where, kwargs)
                 state.references[key] = reference
                 while len(state.references) > REFERENCE_CACHE:
                     state.references.popitem(last=False)
