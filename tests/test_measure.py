@@ -165,6 +165,35 @@ def test_a_model_that_raises_is_an_error_result_and_the_next_variant_is_fine() -
     assert ok.status == "ok"
 
 
+def test_the_turn_comes_after_the_build_and_before_anything_timed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Same-job A/B builds both sides at once and waits at `turn` to time one at a time."""
+    from perfguard.measure import runner
+
+    log: list[str] = []
+    build, compile_ = runner.build_variant, runner._compile  # type: ignore[attr-defined]
+
+    def logged(name: str, f: Callable[..., object]) -> Callable[..., object]:
+        def wrapper(*args: object, **kwargs: object) -> object:
+            log.append(name)
+            return f(*args, **kwargs)
+
+        return wrapper
+
+    monkeypatch.setattr(runner, "build_variant", logged("build", build))
+    monkeypatch.setattr(runner, "_compile", logged("compile", compile_))
+    model = SmallMLP().eval()
+    r = measure(model, example_inputs(model), "eager", FAST, turn=lambda: log.append("turn"))
+    assert r.status == "ok"
+    assert log == ["build", "turn", "compile"]
+    # a model that fails before it is built never takes a turn
+    log.clear()
+    failed = measure(Raises(), (torch.ones(2),), "eager", FAST, turn=lambda: log.append("turn"))
+    assert failed.status == "error"
+    assert "turn" not in log
+
+
 class Breaks(nn.Module):
     """A graph break in forward: a Python branch on a tensor's value."""
 

@@ -122,20 +122,33 @@ def test_the_stop_waits_for_a_look_and_for_the_median() -> None:
 
 
 class FakeSide:
-    """A worker that hands over blocks of a given center and noise, deterministically."""
+    """A worker that hands over blocks of a given center and noise, deterministically, and
+    writes each step the driver asks of it in `log` (shared by both sides)."""
 
-    def __init__(self, name: str, center: float, spread: float, seed: int) -> None:
+    def __init__(
+        self, name: str, center: float, spread: float, seed: int, log: list[str] | None = None
+    ) -> None:
         self.name, self.label = name, f"side {name}"
         self.repeats = 10
         self.center, self.spread = center, spread
         self.rng = random.Random(seed)
         self.blocks = 0
         self.alive = True  # started: the driver need not start it
+        self.log = [] if log is None else log
+        self.fails_to_build: SideOutcome | None = None
 
     def begin(self, nodeid: str, remaining: Any) -> None:
-        return None
+        self.log.append(f"{self.name} begin")
+
+    def built(self) -> SideOutcome | None:
+        self.log.append(f"{self.name} built")
+        return self.fails_to_build
+
+    def take_turn(self) -> None:
+        self.log.append(f"{self.name} turn")
 
     def block(self) -> tuple[float, ...]:
+        self.log.append(f"{self.name} block")
         self.blocks += 1
         # the whole block shares the host's state of the moment: noise per block
         level = self.center * math.exp(self.rng.gauss(0, self.spread))
@@ -148,11 +161,35 @@ class FakeSide:
         pass
 
 
-def _driver(tmp_path: Path, head_center: float, spread: float, seed: int = 0) -> Driver:
+def _driver(
+    tmp_path: Path, head_center: float, spread: float, seed: int = 0, log: list[str] | None = None
+) -> Driver:
     driver = Driver(tmp_path, "base", tmp_path, lambda _root: [], seed=seed)
-    driver.a = FakeSide("A", 1.0, spread, seed)  # type: ignore[assignment]
-    driver.b = FakeSide("B", head_center, spread, seed + 1)  # type: ignore[assignment]
+    driver.a = FakeSide("A", 1.0, spread, seed, log)  # type: ignore[assignment]
+    driver.b = FakeSide("B", head_center, spread, seed + 1, log)  # type: ignore[assignment]
     return driver
+
+
+def test_both_sides_build_at_once_and_time_one_after_the_other(tmp_path: Path) -> None:
+    log: list[str] = []
+    driver = _driver(tmp_path, 1.5, 0.01, log=log)
+    driver.measure("t::x", ["t::x"], lambda _: None, Design())
+    # both start the item before either is waited for; the turns come one by one, after
+    # both are built, and before the first block
+    assert log[:6] == ["A begin", "B begin", "A built", "B built", "A turn", "B turn"]
+    assert set(log[6:]) == {"A block", "B block"}
+
+
+def test_a_side_that_fails_to_build_leaves_the_other_measured_alone(tmp_path: Path) -> None:
+    log: list[str] = []
+    driver = _driver(tmp_path, 1.0, 0.01, log=log)
+    failed = SideOutcome(None, "failed", "RuntimeError: boom")
+    driver.a.fails_to_build = failed  # type: ignore[attr-defined]
+    base, head, pairing = driver.measure("t::x", ["t::x"], lambda _: None, Design())
+    assert base is failed and head.outcome == "passed"
+    assert "A turn" not in log and "A block" not in log
+    assert pairing.sequential is None  # nothing to pair: B takes its own repeats
+    assert len(pairing.orders) == driver.b.repeats == log.count("B block")
 
 
 @pytest.mark.parametrize(

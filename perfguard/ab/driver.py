@@ -1,13 +1,17 @@
 """The driver of same-job A/B, in the pytest session the user started.
 
 One worker process per tree (A: the base revision's worktree, B: this tree), each a pytest
-session over the same perf items. For each item the driver lets A build, compile and warm
-up, then B, then asks for blocks in pairs, the order inside each pair drawn at random, so
-slow drift and heat hit both sides alike. Only one process works at any moment.
+session over the same perf items. For each item the driver lets both sides build it at once
+(the test's own set-up, the eager reference, the variant: nothing timed), then A compile and
+warm up, then B, then asks for blocks in pairs, the order inside each pair drawn at random,
+so slow drift and heat hit both sides alike. From the first compile on, only one process
+works at any moment: nothing either side times (compile time, warm-up, blocks, the
+profile) shares the machine with the other.
 """
 
 from __future__ import annotations
 
+import functools
 import random
 import shutil
 import tempfile
@@ -88,18 +92,21 @@ class Driver:
         (`perfguard.stats.sequential`) decides, at most its last look; one side alone takes
         the blocks its settings ask for."""
         outcomes: dict[str, SideOutcome] = {}
-        active: list[Side] = []
         self._start_both(remaining, progress)
-        for side in (self.a, self.b):
-            progress(f"A/B: {side.label} builds and warms up")
-            try:
-                early = side.begin(nodeid, remaining)
-            except WorkerExitedError as exc:
-                early = self._crash(side, exc)
-            if early is None:
+        going = [
+            side
+            for side in (self.a, self.b)
+            if self._step(side, functools.partial(side.begin, nodeid, remaining), outcomes)
+        ]
+        if going:
+            who = "both sides" if len(going) == 2 else going[0].label
+            progress(f"A/B: {who} build")
+        built = [side for side in going if self._step(side, side.built, outcomes)]
+        active: list[Side] = []
+        for side in built:
+            progress(f"A/B: {side.label} compiles and warms up")
+            if self._step(side, side.take_turn, outcomes):
                 active.append(side)
-            else:
-                outcomes[side.name] = early
         rng = random.Random(f"{self.seed}:{nodeid}")
         paired = len(active) == 2
         pairs = LOOKS[-1] if paired else max((s.repeats for s in active), default=0)
@@ -167,6 +174,20 @@ class Driver:
                 side.connect(handle)
             except WorkerExitedError:
                 side.stop()
+
+    def _step(
+        self, side: Side, step: Callable[[], SideOutcome | None], outcomes: dict[str, SideOutcome]
+    ) -> bool:
+        """Run one step of an item on one side. True: the item goes on there; False: it
+        ended (its outcome is in `outcomes`), or the worker crashed."""
+        try:
+            early = step()
+        except WorkerExitedError as exc:
+            early = self._crash(side, exc)
+        if early is None:
+            return True
+        outcomes[side.name] = early
+        return False
 
     def _crash(self, side: Side, exc: WorkerExitedError) -> SideOutcome:
         side.stop()

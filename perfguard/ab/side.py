@@ -179,7 +179,8 @@ class Side:
         return message
 
     def begin(self, nodeid: str, remaining: Sequence[str]) -> SideOutcome | None:
-        """Let the worker run `nodeid` up to its first block. None: it is ready to sample."""
+        """Let the worker start `nodeid` (it builds it, then waits; see `built`). None: it
+        is running the item."""
         if not self.alive:
             self.start(remaining)
         if nodeid not in self.collected:
@@ -188,20 +189,30 @@ class Side:
             message = self.recv()
             if message["kind"] == "next" and message["item"] == nodeid:
                 self.send("go")
-                break
+                return None
             if message["kind"] == "next":  # an item the driver did not run: skip it there
                 self.send("skip")
-        # a result before `ready`: it failed before sampling (build, compile)
-        return self._until_ended(ready_ends=True)
 
-    def _until_ended(self, *, ready_ends: bool) -> SideOutcome | None:
-        """Read the item's result, if any, until it ends; None on `ready` when `ready_ends`."""
+    def built(self) -> SideOutcome | None:
+        """Wait until the item's variant is built. None: it waits for its turn to time; an
+        outcome: the item ended first (it failed to build, skipped, or measured nothing)."""
+        return self._until_ended(until="built")
+
+    def take_turn(self) -> SideOutcome | None:
+        """Let the worker compile and warm up its built variant. None: it is ready to sample;
+        an outcome: it failed before sampling (compile)."""
+        self.send("time")
+        return self._until_ended(until="ready")
+
+    def _until_ended(self, *, until: str | None) -> SideOutcome | None:
+        """Read the item's result, if any, until it ends; None on an `until` message."""
         result = None
         environment = None
         while True:
             message = self.recv()
-            if message["kind"] == "ready" and ready_ends:
-                self.repeats = int(message["repeats"])
+            if until is not None and message["kind"] == until:
+                if until == "ready":
+                    self.repeats = int(message["repeats"])
                 return None
             if message["kind"] == "result":
                 result = VariantResult.from_json(message["result"])
@@ -216,8 +227,8 @@ class Side:
 
     def finish(self) -> SideOutcome:
         self.send("finish")
-        outcome = self._until_ended(ready_ends=False)
-        assert outcome is not None  # only `ready` gives None, and it does not end here
+        outcome = self._until_ended(until=None)
+        assert outcome is not None  # only an `until` message gives None
         return outcome
 
     def stop(self, *, at_once: bool = False) -> None:

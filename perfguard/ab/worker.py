@@ -1,8 +1,10 @@
 """The worker's end of same-job A/B: inside a pytest session run in one tree.
 
-The driver decides when each item may start, when each block is sampled and when sampling
-ends, so the two workers never measure at the same time. The worker runs the user's test
-as usual; only the timing loop waits for the driver (`sample_on_demand`).
+The driver decides when each item may start, when its variant may be compiled and timed,
+when each block is sampled and when sampling ends, so the two workers never time anything
+at the same time. The worker runs the user's test as usual; only the measurement waits for
+the driver: before its first timed step (`wait_turn`) and between blocks
+(`sample_on_demand`).
 """
 
 from __future__ import annotations
@@ -80,6 +82,14 @@ class WorkerLink:
         """Ask the driver whether to run this item now (it waits its turn); False: skip it."""
         self.send("next", item=nodeid)
         return bool(self.recv()["kind"] == "go")
+
+    def wait_turn(self) -> None:
+        """Say the item's variant is built, then wait until the driver gives this side its
+        turn to compile and time it (both sides build at once, one times at a time)."""
+        self.send("built")
+        command = str(self.recv()["kind"])
+        if command != "time":
+            raise ValueError(f"unknown A/B command {command!r} while waiting for the turn")
 
     def sampler(self) -> Sampler:
         """Sampling that announces `ready` after warm-up and then samples on command."""

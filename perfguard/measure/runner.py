@@ -21,6 +21,7 @@ from perfguard.measure.isolation import (
     cudagraph_skips,
     dynamo_counts,
     fresh_compile_cache,
+    load_compiler,
     prime_compiler,
     reset_dynamo,
     torch_state,
@@ -150,6 +151,7 @@ def measure_model(
     progress: Progress | None = None,
     sampler: Sampler = sample,
     kwargs: Mapping[str, Any] | None = None,
+    turn: Callable[[], None] | None = None,
 ) -> VariantResult:
     """Measure `model(*example_inputs, **kwargs)` under `variant`; never raises for a model's
     failure. Keyword inputs (`attention_mask=...`) reach every variant, the ONNX export and
@@ -159,7 +161,9 @@ def measure_model(
     out of memory or returns NaN is an `error` result carrying the message. `reference`
     (eager outputs, see `drift.compute_reference`) may be passed to share it across variants.
     `sampler` takes the timings once the variant is built and compiled (same-job A/B passes
-    one that samples a block whenever the driver asks).
+    one that samples a block whenever the driver asks). `turn`, when given, is called once
+    the variant is built, before anything is timed (compile, warm-up, samples): same-job A/B
+    waits there for this side's turn, so the two sides build at once but time one at a time.
     """
     settings = settings or MeasureSettings()
     spec = parse_variant(variant) if isinstance(variant, str) else variant
@@ -184,6 +188,7 @@ def measure_model(
                 report,
                 sampler,
                 dict(kwargs or {}),
+                turn,
             )
     except VariantUnavailableError as exc:
         return VariantResult(test=label, variant=spec.name, status="skipped", error=str(exc))
@@ -232,6 +237,7 @@ def _measure(
     progress: Progress,
     sampler: Sampler = sample,
     kwargs: Mapping[str, Any] | None = None,
+    turn: Callable[[], None] | None = None,
 ) -> VariantResult:
     if reference is None:
         progress("eager reference")
@@ -241,6 +247,10 @@ def _measure(
     if built.compiled:
         progress("preparing the compiler")
         prime_compiler(device)
+    if turn is not None:
+        load_compiler()  # its first import takes a second: paid here, beside the other side
+        progress("waiting for its turn")
+        turn()
     if clock is None:
         clock = (
             CudaEventClock(device, flush_l2=settings.flush_l2)

@@ -73,6 +73,7 @@ class PerfguardFixture:
             progress=progress,
             sampler=sample if worker is None else worker.sampler(),
             kwargs=kwargs,
+            turn=None if worker is None else worker.wait_turn,
         )
         if worker is not None:
             worker.send(
