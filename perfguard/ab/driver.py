@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from perfguard.ab.side import Side, SideOutcome, WorkerExitedError
+from perfguard.ab.side import Launch, Side, SideOutcome, WorkerExitedError
 from perfguard.stats.sequential import LOOKS, should_stop
 
 __all__ = ["Design", "Driver", "Pairing", "Side", "SideOutcome", "WorkerExitedError"]
@@ -76,7 +76,7 @@ class Driver:
         )
         self.seed = seed
         self.crashed = False
-        self._pending: list[tuple[Side, tuple[Any, Path]]] = []  # launched, not yet connected
+        self._pending: list[tuple[Side, Launch]] = []  # launched, not yet connected
         self.a.traces = self.b.traces = traces
 
     def measure(
@@ -197,9 +197,8 @@ class Driver:
     def close(self, *, at_once: bool = False) -> None:
         """Stop both workers; their logs are kept only when one of them crashed."""
         pending, self._pending = self._pending, []
-        for side, (listener, folder) in pending:  # launched, never used: no need to wait
-            listener.close()
-            shutil.rmtree(folder, ignore_errors=True)
+        for side, launch in pending:  # launched, never used: no need to wait
+            launch.close()
             side.stop(at_once=True)
         for side in (self.a, self.b):
             side.stop(at_once=at_once)

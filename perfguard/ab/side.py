@@ -14,7 +14,8 @@ import sys
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection
+from multiprocessing import AuthenticationError
+from multiprocessing.connection import Connection, Listener
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,34 @@ def _spins_while_idle(name: str, value: str) -> bool:
     core busy beside the one measuring (100% of a core, benchmarks/idle_worker.py). OpenMP's
     default spins briefly and sleeps (0% while waiting), so the setting is left out."""
     return name == "OMP_WAIT_POLICY" and value.strip().upper() == "ACTIVE"
+
+
+class Launch:
+    """A launched worker's connection, accepted in a thread from the start: a worker's first
+    step, in its `pytest_configure`, is to connect, and it waits there until it is accepted,
+    so accepting at once lets it collect while the driver gets ready."""
+
+    def __init__(self, listener: Listener, folder: Path) -> None:
+        self.listener, self.folder = listener, folder
+        self.conn: Connection | None = None
+        self._thread = threading.Thread(
+            target=self._accept, name="perfguard-ab-accept", daemon=True
+        )
+        self._thread.start()
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError, EOFError, AuthenticationError):
+            self.conn = self.listener.accept()
+
+    def wait(self, seconds: float) -> Connection | None:
+        """The connection once the worker made it, or None after `seconds`."""
+        self._thread.join(seconds)
+        return self.conn
+
+    def close(self) -> None:
+        """Stop listening (the connection, if made, is the caller's) and remove the socket."""
+        self.listener.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 class WorkerExitedError(RuntimeError):
@@ -80,7 +109,7 @@ class Side:
         """A fresh worker over `items` (node ids, in the driver's order)."""
         self.connect(self.launch(items))
 
-    def launch(self, items: Sequence[str]) -> tuple[Any, Path]:
+    def launch(self, items: Sequence[str]) -> Launch:
         """Start a fresh worker process over `items`; `connect` waits for it. (Two workers
         launched before either is awaited import torch and collect at the same time.)"""
         self.stop()
@@ -101,6 +130,7 @@ class Side:
         }
         files = sorted({i.split("::")[0] for i in items if (top / i.split("::")[0]).exists()})
         where = str(Path(perfguard.__file__).resolve().parent.parent)
+        launch = Launch(listener, folder)
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
                 [
@@ -115,33 +145,23 @@ class Side:
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
-        return listener, folder
+        return launch
 
-    def connect(self, launched: tuple[Any, Path]) -> None:
+    def connect(self, launch: Launch) -> None:
         """Wait for the launched worker to connect and say what it collected."""
-        listener, folder = launched
         try:
-            self.conn = self._accept(listener)
+            waited = 0.0
+            while (conn := launch.wait(POLL_S)) is None and waited < CONNECT_TIMEOUT_S:
+                waited += POLL_S
+                if self.proc is not None and self.proc.poll() is not None:
+                    break
         finally:
-            shutil.rmtree(folder, ignore_errors=True)
+            launch.close()
+        if conn is None:
+            raise WorkerExitedError(self._why("did not connect"))
+        self.conn = conn
         hello = self.recv()
         self.collected = set(hello.get("items") or ())
-
-    def _accept(self, listener: Any) -> Connection:
-        got: list[Connection] = []
-        thread = threading.Thread(target=lambda: got.append(listener.accept()), daemon=True)
-        thread.start()
-        waited = 0.0
-        while not got and waited < CONNECT_TIMEOUT_S:
-            thread.join(POLL_S)
-            waited += POLL_S
-            if not got and self.proc is not None and self.proc.poll() is not None:
-                break
-        if not got:
-            listener.close()
-            raise WorkerExitedError(self._why("did not connect"))
-        listener.close()
-        return got[0]
 
     def _why(self, what: str) -> str:
         code = None
