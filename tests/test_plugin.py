@@ -11,13 +11,11 @@ import pytest
 
 from perfguard.records import SCHEMA_VERSION, VariantResult
 from tests.gitrepo import git
+from tests.timing import ONE_THREAD
 
 FAST = (
     "--perfguard-device=cpu",  # the expectations here are the CPU's, on a GPU box too
-    # one thread: with other work on every core, torch's OpenMP team waits at each barrier
-    # for a thread the OS has put aside (a 512-wide MLP read 16 ms, and 0.7 ms alone), which
-    # no margin of a timing test can hold
-    "--perfguard-threads=1",
+    ONE_THREAD,
     "--perfguard-budget=0.02",
     "--perfguard-repeats=3",
     "--perfguard-confirm-gap=0",  # a re-measure need not wait in tests

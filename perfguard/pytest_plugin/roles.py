@@ -166,6 +166,7 @@ class AbDriving(Measuring):
     def run_item(self, ab: AbSession, nodeid: str, test: str, variant: str) -> None:
         """Measure one perf item in both trees; this item passes or fails as the head's does."""
         from perfguard.ab.driver import Design
+        from perfguard.stats.latency import ab_bar
         from perfguard.stats.verdicts import LATENCY_METRICS, Thresholds
 
         state = self.state
@@ -176,7 +177,8 @@ class AbDriving(Measuring):
         ).for_test(test)
         # the run's correction shares each p-value with every latency comparison of the run
         tests = max(len(ab.items), 1) * len(LATENCY_METRICS)
-        design = Design(alpha=th.alpha, bar_pct=th.ab_min_change_pct, tests=tests)
+        # the stop waits for the median alone (`perfguard.stats.sequential.METRICS`)
+        design = Design(alpha=th.alpha, bar_pct=ab_bar("latency_p50_ms", th), tests=tests)
         base, head, pairing = ab.driver.measure(nodeid, ab.items[position:], state.progress, design)
         base_result = same_job.base_result(base, test, variant)
         if base_result is not None:
