@@ -53,7 +53,7 @@ class FinishSettings:
     thresholds: Thresholds = field(default_factory=Thresholds)
     history_length: int = 20  # baselines the noise floor is learned from
     unhealthy: str = "warn"  # "inconclusive": health warnings withhold speed verdicts
-    confirm: int = 1  # re-measures a latency verdict must survive (stored mode)
+    confirm: int = 1  # re-measures a latency verdict must survive
     traces: Path | None = None  # the Chrome traces' folder: only the regressions' are kept
 
 
@@ -131,8 +131,10 @@ def finish_run(
     """Compare, write and save. Results are always written, even when comparing fails.
 
     `same_job`: compare with the base measured in this job (paired), not a stored baseline.
-    `remeasure`: how to measure flagged items again in a fresh process, `settings.confirm`
-    times, before their latency verdicts stand (stored baselines only; None: no confirming).
+    `remeasure`: how to measure flagged items again, `settings.confirm` times, before their
+    latency verdicts stand (None: no confirming). Against a stored baseline, beside the base
+    commit when the checkout has it, else in a fresh process; in same-job A/B, beside the
+    base commit again, in a fresh pair of processes.
     """
     state = git_state(settings.root)
     store = BaselineStore(settings.baseline_dir)
@@ -149,7 +151,7 @@ def finish_run(
             "thresholds": settings.thresholds.to_json(),
             **(extra_settings or {}),
             # how many re-measures a flagged latency verdict had to survive (0: none)
-            "confirm": settings.confirm if remeasure and same_job is None else 0,
+            "confirm": settings.confirm if remeasure else 0,
         },
         health={} if health is None else health.to_json(),
     )
@@ -159,6 +161,8 @@ def finish_run(
         if same_job is not None:
             run = _compare_same_job(run, same_job, settings)
             messages.append(f"baseline: {same_job.commit[:10]} ({same_job.reason})")
+            if remeasure is not None and settings.confirm > 0:
+                run = _confirm_same_job(run, same_job, settings, remeasure, messages)
             run = _with_stored_context(run, same_job.commit, settings, store, messages)
         else:
             run = _compare_stored(run, settings, state, store, messages, remeasure)
@@ -369,6 +373,40 @@ def _with_stored_context(
         "the verdicts are the paired ones"
     )
     return replace(run, comparisons=tuple(out))
+
+
+def _confirm_same_job(
+    run: Run,
+    base: SameJobBase,
+    settings: FinishSettings,
+    remeasure: Remeasure,
+    messages: list[str],
+) -> Run:
+    """Same-job A/B: each latency regression or improvement measured again beside the base
+    commit, by a fresh pair of worker processes, and kept only when that round decides it
+    too. Pairs cancel what changes between blocks, not what differs between the two
+    processes: each process runs at a speed of its own, and now and then two of them differ
+    by more than the bar on identical code. A second pair of processes rarely does so again
+    the same way. (Items the first round left undecided are not measured again: more pairs
+    already had their chance there.)"""
+    comparisons, rounds = confirm(
+        run.comparisons,
+        remeasure,
+        base.commit,
+        settings.confirm,
+        settings.thresholds,
+        {},
+        messages,
+        settle=False,
+    )
+    if not rounds:
+        return run
+    return replace(
+        run,
+        comparisons=comparisons,
+        confirm_results=tuple(r.results for r in rounds),
+        confirm_base_results=tuple(r.base_results for r in rounds),
+    )
 
 
 def _compare_same_job(run: Run, base: SameJobBase, settings: FinishSettings) -> Run:

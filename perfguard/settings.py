@@ -244,11 +244,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         name="confirm",
         flag="--perfguard-confirm",
-        help="stored-baseline comparisons: re-measure each item with a latency regression or "
-        "improvement N times (0: off), beside the base commit (same-job A/B) when the "
-        "checkout has it, else in a fresh process; the verdict stands only if every "
-        "re-measure shows it again. Beside the base commit, items whose median moved by the "
-        "minimum change without a verdict are measured too, and take the paired verdict",
+        help="re-measure each item with a latency regression or improvement N times (0: "
+        "off); the verdict stands only if every re-measure shows it again. Against a stored "
+        "baseline: beside the base commit (same-job A/B) when the checkout has it, else in a "
+        "fresh process, and beside the base commit, items whose median moved by the minimum "
+        "change without a verdict are measured too, and take the paired verdict. In same-job "
+        "A/B (--perfguard-ab): beside the base commit again, by a fresh pair of processes",
         default="1",
         metavar="N",
     ),

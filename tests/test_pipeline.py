@@ -183,3 +183,39 @@ def test_same_job_notes_the_stored_baseline_as_context(steady: tuple[Path, Path,
     assert f"stored baseline {base[:10]}: +" in p50.note and "context" in p50.note
     p95 = next(c for c in outcome.run.comparisons if c.metric == "latency_p95_ms")
     assert "stored baseline" not in (p95.note or "")
+
+
+@pytest.mark.parametrize(("again_ms", "verdict"), [(1.5, "regression"), (1.0, "inconclusive")])
+def test_same_job_flags_stand_only_when_a_fresh_pair_of_processes_shows_them_again(
+    steady: tuple[Path, Path, str], again_ms: float, verdict: str
+) -> None:
+    """Two processes of identical code now and then differ by more than the bar: a second
+    round, other processes, decides whether the first round's verdict stands."""
+    from perfguard.pipeline import SameJobBase
+
+    repo, store_dir, _ = steady
+    base = git(repo, "rev-parse", "HEAD~1")
+    asked: list[tuple[object, ...]] = []
+
+    def remeasure(
+        keys: Sequence[tuple[str, str]], commit: str | None, undecided: Sequence[tuple[str, str]]
+    ) -> ConfirmRound:
+        asked.append((tuple(keys), commit, tuple(undecided)))
+        return ConfirmRound(
+            (result(T, "eager", again_ms, seed=21),), (result(T, "eager", 1.0, seed=22),)
+        )
+
+    outcome = finish_run(
+        [result(T, "eager", 1.5, seed=9)],
+        run([]).environment,
+        FinishSettings(root=repo, baseline_dir=store_dir, machine=MACHINE),
+        same_job=SameJobBase(base, "same-job A/B", (result(T, "eager", 1.0, seed=5),), {}),
+        remeasure=remeasure,
+    )
+    assert asked == [(((T, "eager"),), base, ())]  # beside the same base commit, once
+    p50 = next(c for c in outcome.run.comparisons if c.metric == "latency_p50_ms")
+    assert outcome.run.baseline.mode == "ab" and p50.verdict == verdict
+    assert p50.confirmation is not None and p50.confirmation.where == (BESIDE,)
+    assert outcome.run.settings["confirm"] == 1 and len(outcome.run.confirm_results) == 1
+    said = "confirmation: 1 flagged item(s) re-measured"
+    assert any(m.startswith(said) for m in outcome.messages)

@@ -19,14 +19,12 @@ from perfguard.stats.tests import paired_cohens_d, paired_min_detectable_pct, pa
 from perfguard.stats.verdicts import Thresholds, compare_runs
 from tests.factories import from_blocks
 from tests.gitrepo import git
+from tests.timing import ONE_THREAD
 
 # on the CPU, also on a GPU box: the "extra compute" sizes are CPU-sized (launch-bound on a GPU)
 FAST = (
     "--perfguard-device=cpu",
-    # one thread: with other work on every core, torch's OpenMP team waits at each barrier
-    # for a thread the OS has put aside (a 512-wide MLP read 16 ms, and 0.7 ms alone), which
-    # no margin of a timing test can hold
-    "--perfguard-threads=1",
+    ONE_THREAD,
     "--perfguard-budget=0.3",
     "--perfguard-repeats=5",
     "-p",
@@ -106,8 +104,12 @@ def test_real_extra_compute_is_a_regression_found_in_the_same_job(
     assert p50["change_pct"] > 50  # three times the layers
     assert p50["p_value"] < 0.05 and p50["cohens_d"] > 0
     assert f"over {ab['pairs']} A/B block pairs, sequential" in p50["note"]
+    # then measured again by a fresh pair of processes beside the base commit, and shown again
+    assert doc["settings"]["confirm"] == 1 and len(doc["confirm_results"]) == 1
+    assert p50["confirmation"]["kind"] == "shown"
     report = (pytester.path / "reports" / "perfguard.md").read_text()
     assert "**Same-job A/B:**" in report and "two paired tests" in report
+    assert "twice that for p95 and p99" in report  # the tails' bar (stats.latency.ab_bar)
     assert len(worktrees(pytester.path)) == 1  # the base worktree was removed
 
 

@@ -36,11 +36,13 @@ def confirm(
     thresholds: Thresholds,
     noise: NoiseFloor,
     messages: list[str],
+    *,
+    settle: bool = True,
 ) -> tuple[tuple[Comparison, ...], list[ConfirmRound]]:
     """The comparisons after `times` rounds of re-measuring, and the rounds (empty when
-    nothing was measured again)."""
+    nothing was measured again). `settle`: measure the undecided items too (stored mode)."""
     targets = confirm_targets(comparisons)
-    undecided = settle_targets(comparisons, thresholds)
+    undecided = settle_targets(comparisons, thresholds) if settle else []
     if not targets and not undecided:
         return comparisons, []
     rounds = [remeasure(targets, commit, undecided) for _ in range(times)]

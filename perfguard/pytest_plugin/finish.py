@@ -43,7 +43,7 @@ def finish_session(session: pytest.Session, state: SessionState, exitstatus: int
         },
         health=None if state.monitor is None else state.monitor.stop(),
         same_job=same,
-        remeasure=_remeasure(config, state, exitstatus) if same is None else None,
+        remeasure=_remeasure(config, state, exitstatus),
     )
     config.stash[outcome_key] = outcome
     if outcome.error is not None:
