@@ -65,6 +65,8 @@ LOADS = ("none", "steady", "bursty")
 
 LOAD_PROCESS = """
 import random, sys, time
+from perfguard.ab.worker import follow_parent
+follow_parent(int(sys.argv[3]))  # it ends with the study, even one that was killed
 pattern, seed = sys.argv[1], int(sys.argv[2])
 rng = random.Random(seed)
 while True:
@@ -88,7 +90,9 @@ def load(pattern: str, seed: int = 0) -> Iterator[None]:
         raise ValueError(f"load must be one of {LOADS}, got {pattern!r}")
     count = {"none": 0, "steady": 1, "bursty": os.cpu_count() or 1}[pattern]
     procs = [
-        subprocess.Popen([sys.executable, "-c", LOAD_PROCESS, pattern, str(seed * 100 + i)])
+        subprocess.Popen(
+            [sys.executable, "-c", LOAD_PROCESS, pattern, str(seed * 100 + i), str(os.getpid())]
+        )
         for i in range(count)
     ]
     try:

@@ -104,9 +104,10 @@ def test_real_extra_compute_is_a_regression_found_in_the_same_job(
     assert p50["change_pct"] > 50  # three times the layers
     assert p50["p_value"] < 0.05 and p50["cohens_d"] > 0
     assert f"over {ab['pairs']} A/B block pairs, sequential" in p50["note"]
-    # then measured again by a fresh pair of processes beside the base commit, and shown again
+    # then measured again by a fresh pair of processes beside the base commit (shown again;
+    # on a busy host the round may be too disturbed to say, and the verdict then stays)
     assert doc["settings"]["confirm"] == 1 and len(doc["confirm_results"]) == 1
-    assert p50["confirmation"]["kind"] == "shown"
+    assert p50["confirmation"]["kind"] in ("shown", "unconfirmed")
     report = (pytester.path / "reports" / "perfguard.md").read_text()
     assert "**Same-job A/B:**" in report and "two paired tests" in report
     assert "twice that for p95 and p99" in report  # the tails' bar (stats.latency.ab_bar)
