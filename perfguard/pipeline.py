@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from perfguard.confirm import Remeasure, confirm
+from perfguard.confirm import Remeasure, confirm, confirm_same_job
 from perfguard.environment_diff import environment_differences
 from perfguard.git import (
     BaselineChoice,
@@ -162,7 +162,9 @@ def finish_run(
             run = _compare_same_job(run, same_job, settings)
             messages.append(f"baseline: {same_job.commit[:10]} ({same_job.reason})")
             if remeasure is not None and settings.confirm > 0:
-                run = _confirm_same_job(run, same_job, settings, remeasure, messages)
+                run = confirm_same_job(
+                    run, same_job.commit, remeasure, settings.confirm, settings.thresholds, messages
+                )
             run = _with_stored_context(run, same_job.commit, settings, store, messages)
         else:
             run = _compare_stored(run, settings, state, store, messages, remeasure)
@@ -373,40 +375,6 @@ def _with_stored_context(
         "the verdicts are the paired ones"
     )
     return replace(run, comparisons=tuple(out))
-
-
-def _confirm_same_job(
-    run: Run,
-    base: SameJobBase,
-    settings: FinishSettings,
-    remeasure: Remeasure,
-    messages: list[str],
-) -> Run:
-    """Same-job A/B: each latency regression or improvement measured again beside the base
-    commit, by a fresh pair of worker processes, and kept only when that round decides it
-    too. Pairs cancel what changes between blocks, not what differs between the two
-    processes: each process runs at a speed of its own, and now and then two of them differ
-    by more than the bar on identical code. A second pair of processes rarely does so again
-    the same way. (Items the first round left undecided are not measured again: more pairs
-    already had their chance there.)"""
-    comparisons, rounds = confirm(
-        run.comparisons,
-        remeasure,
-        base.commit,
-        settings.confirm,
-        settings.thresholds,
-        {},
-        messages,
-        settle=False,
-    )
-    if not rounds:
-        return run
-    return replace(
-        run,
-        comparisons=comparisons,
-        confirm_results=tuple(r.results for r in rounds),
-        confirm_base_results=tuple(r.base_results for r in rounds),
-    )
 
 
 def _compare_same_job(run: Run, base: SameJobBase, settings: FinishSettings) -> Run:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import NamedTuple
 
 from perfguard.confirm.checks import agreeing, disturbed, merge_retry
 from perfguard.confirm.judge import confirm_verdicts
 from perfguard.confirm.targets import Key, confirm_targets, is_flagged_latency, settle_targets
-from perfguard.records import Comparison, VariantResult
+from perfguard.records import Comparison, Run, VariantResult
 from perfguard.stats.verdicts import NoiseFloor, Thresholds
 
 
@@ -61,6 +62,33 @@ def confirm(
     )
     messages.append(summary(comparisons, confirmed, len(targets), len(undecided), rounds))
     return confirmed, rounds
+
+
+def confirm_same_job(
+    run: Run,
+    commit: str,
+    remeasure: Remeasure,
+    times: int,
+    thresholds: Thresholds,
+    messages: list[str],
+) -> Run:
+    """Same-job A/B: each latency regression or improvement measured again beside the base
+    commit `commit`, by a fresh pair of worker processes, and kept only when that round
+    decides it too. Pairs cancel what changes between blocks, not what differs between the
+    two processes: each runs at a speed of its own, and now and then two of them differ by
+    more than the bar on identical code; a second pair rarely does so the same way. (Items
+    the first round left undecided are not measured again: they had their extra pairs.)"""
+    comparisons, rounds = confirm(
+        run.comparisons, remeasure, commit, times, thresholds, {}, messages, settle=False
+    )
+    if not rounds:
+        return run
+    return replace(
+        run,
+        comparisons=comparisons,
+        confirm_results=tuple(r.results for r in rounds),
+        confirm_base_results=tuple(r.base_results for r in rounds),
+    )
 
 
 def retry_disturbed(
