@@ -16,15 +16,17 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import math
 import multiprocessing as mp
 import random
 import statistics
-import time
 from multiprocessing.connection import Connection
 from typing import Any
 
 from benchmarks.detection import MODELS, _study_models
+from perfguard.measure.clock import HostClock
+from perfguard.measure.sampling import sample_block
 
 PAIRS = 6
 
@@ -52,14 +54,16 @@ def _child(conn: Connection, source: str) -> None:
         else:
             _, kind, seconds = command
             model, inputs = models[kind]
-            times: list[float] = []
             with torch.no_grad():
                 for _ in range(2):  # re-warm, as a block does
                     model(*inputs)
-                while len(times) < 10 or sum(times) < seconds:
-                    began = time.perf_counter()
-                    model(*inputs)
-                    times.append(time.perf_counter() - began)
+                times = sample_block(
+                    functools.partial(model, *inputs),
+                    HostClock(),
+                    min_samples=10,
+                    max_samples=5000,
+                    budget_ms=seconds * 1000.0,
+                )
             conn.send(statistics.median(times))
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from perfguard.confirm import Remeasure, confirm, confirm_same_job
+from perfguard.confirm import Remeasure, confirm, confirm_same_job, with_rounds
 from perfguard.environment_diff import environment_differences
 from perfguard.git import (
     BaselineChoice,
@@ -331,12 +331,7 @@ def _compare_stored(
                 noise,
                 messages,
             )
-            if rounds:
-                run = replace(
-                    run,
-                    confirm_results=tuple(r.results for r in rounds),
-                    confirm_base_results=tuple(r.base_results for r in rounds),
-                )
+            run = with_rounds(run, rounds)
         if history is not None:
             comparisons = with_trends(comparisons, history)
         if base is not None:

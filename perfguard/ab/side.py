@@ -131,7 +131,8 @@ class Side:
         files = sorted({i.split("::")[0] for i in items if (top / i.split("::")[0]).exists()})
         where = str(Path(perfguard.__file__).resolve().parent.parent)
         launch = Launch(listener, folder)
-        with self.log.open("ab") as out:
+        with contextlib.ExitStack() as failed, self.log.open("ab") as out:
+            failed.callback(launch.close)  # no worker: stop listening for it
             self.proc = subprocess.Popen(
                 [
                     sys.executable,
@@ -145,6 +146,7 @@ class Side:
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
+            failed.pop_all()
         return launch
 
     def connect(self, launch: Launch) -> None:

@@ -18,7 +18,14 @@ The measuring is not here: the pytest plugin runs a child session (`Remeasure`),
 """
 
 from perfguard.confirm.judge import confirm_verdicts
-from perfguard.confirm.step import ConfirmRound, Remeasure, confirm, confirm_same_job, replay
+from perfguard.confirm.step import (
+    ConfirmRound,
+    Remeasure,
+    confirm,
+    confirm_same_job,
+    replay,
+    with_rounds,
+)
 from perfguard.confirm.targets import confirm_targets, is_flagged_latency, settle_targets
 
 __all__ = [
@@ -31,4 +38,5 @@ __all__ = [
     "is_flagged_latency",
     "replay",
     "settle_targets",
+    "with_rounds",
 ]

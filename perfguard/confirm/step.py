@@ -81,11 +81,15 @@ def confirm_same_job(
     comparisons, rounds = confirm(
         run.comparisons, remeasure, commit, times, thresholds, {}, messages, settle=False
     )
+    return with_rounds(replace(run, comparisons=comparisons), rounds)
+
+
+def with_rounds(run: Run, rounds: Sequence[ConfirmRound]) -> Run:
+    """`run` holding what its confirmation rounds measured (unchanged when none was made)."""
     if not rounds:
         return run
     return replace(
         run,
-        comparisons=comparisons,
         confirm_results=tuple(r.results for r in rounds),
         confirm_base_results=tuple(r.base_results for r in rounds),
     )
