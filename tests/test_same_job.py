@@ -3,8 +3,10 @@ differ by real extra compute; plus the paired statistics and on-demand sampling 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -271,16 +273,28 @@ def test_sample_on_demand_samples_one_block_per_command() -> None:
     commands = iter(["block", "block", "block", "finish"])
     said: list[str] = []
     handed: list[tuple[float, ...]] = []
+    inside = [False]
+    calls_inside: list[bool] = []
+
+    @contextlib.contextmanager
+    def around() -> Iterator[None]:
+        said.append("pin")
+        inside[0] = True
+        yield
+        inside[0] = False
+
     outcome = sample_on_demand(
-        lambda: None,
+        lambda: calls_inside.append(inside[0]),
         clock,
         settings,
         lambda _: None,
         ready=lambda w, s: said.append(f"ready {w.calls} {s.repeats}"),
         next_command=lambda: next(commands),
         hand_over=handed.append,
+        around_block=around,
     )
-    assert said == ["ready 4 4"]
+    assert said == ["ready 4 4", "pin", "pin", "pin"]
+    assert calls_inside == [False] * 4 + [True] * 30  # warm-up free, every timed call inside
     assert len(outcome.blocks_ms) == 3 and list(outcome.blocks_ms) == handed
     assert all(len(block) == 10 for block in handed)  # 40 ms budget / 4 repeats / 1 ms
     with pytest.raises(ValueError, match="unknown sampling command"):

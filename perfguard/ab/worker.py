@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from perfguard.ab.channel import ENV_ITEMS, ENV_SIDE, Message, connect_from_env
+from perfguard.measure.placement import on_one_cpu
 from perfguard.measure.sampling import (
     Sampler,
     SamplingSettings,
@@ -92,7 +93,8 @@ class WorkerLink:
             raise ValueError(f"unknown A/B command {command!r} while waiting for the turn")
 
     def sampler(self) -> Sampler:
-        """Sampling that announces `ready` after warm-up and then samples on command."""
+        """Sampling that announces `ready` after warm-up and then samples on command, each
+        block timed from the CPU the other side's blocks are timed from too."""
 
         def ready(warmup: WarmupOutcome, settings: SamplingSettings) -> None:
             self.send("ready", repeats=settings.repeats, warmup_calls=warmup.calls)
@@ -105,6 +107,7 @@ class WorkerLink:
             ready=ready,
             next_command=lambda: str(self.recv()["kind"]),
             hand_over=hand_over,
+            around_block=on_one_cpu,
         )
 
     def close(self) -> None:

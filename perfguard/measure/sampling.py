@@ -10,8 +10,10 @@ Each repeat is re-warmed before it is sampled.
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -170,9 +172,11 @@ def sample_on_demand(
     ready: Callable[[WarmupOutcome, SamplingSettings], None],
     next_command: Callable[[], Command],
     hand_over: Callable[[tuple[float, ...]], None],
+    around_block: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext,
 ) -> SamplingOutcome:
     """Warm up, say `ready` (with the settings: the driver learns the repeats), then sample
-    one re-warmed block per "block" command.
+    one re-warmed block per "block" command, each inside `around_block()` (same-job A/B: on
+    the CPU the other side times from too).
 
     Same-job A/B: a driver alternates the blocks of two processes, so each block here is
     half of a pair. A block gets `budget_s / repeats` of time, as in `sample`.
@@ -185,7 +189,8 @@ def sample_on_demand(
         if command != "block":
             raise ValueError(f"unknown sampling command {command!r}")
         progress(f"sampling (A/B block {len(blocks) + 1})")
-        block = _repeat(call, clock, settings)
+        with around_block():
+            block = _repeat(call, clock, settings)
         blocks.append(block)
         hand_over(block)
     return SamplingOutcome(warmup, tuple(blocks))
