@@ -184,6 +184,116 @@ def test_raises(perfguard):
     assert {c["verdict"] for c in doc["comparisons"] if c["metric"] == "latency_p50_ms"} == {"new"}
 
 
+def test_the_workers_start_while_the_driver_still_collects(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The driving session launches both workers before it collects: its own collection
+    waits here (up to a minute) until both have started, which they could not do if they
+    were launched after it. A path given that the base lacks leaves that tree's worker
+    the paths it has."""
+    scratch_repo(pytester, base_depth=2, head_depth=2, bar=30)
+    pytester.makeconftest(
+        """
+import os, pathlib, time
+
+def pytest_configure(config):
+    side = os.environ.get("PERFGUARD_AB_SIDE")
+    if side:  # a worker: say it started, where the driver can see it
+        pathlib.Path(os.environ["SEEN_DIR"], side).write_text("")
+
+def pytest_collection_finish(session):
+    if os.environ.get("PERFGUARD_AB_SIDE"):
+        return
+    seen = pathlib.Path(os.environ["SEEN_DIR"])
+    end = time.monotonic() + 60
+    while time.monotonic() < end and len(list(seen.iterdir())) < 2:
+        time.sleep(0.05)
+    (seen.parent / "driver-saw.txt").write_text(" ".join(sorted(p.name for p in seen.iterdir())))
+"""
+    )
+    pytester.makepyfile(
+        test_new="""
+import pytest
+from mymodels import mlp
+
+@pytest.mark.perfguard(variants=["eager"])
+def test_added(perfguard):
+    model, inputs = mlp()
+    perfguard.run(model, inputs)
+"""
+    )
+    git(pytester.path, "add", "conftest.py")
+    git(pytester.path, "commit", "-q", "-m", "conftest")
+    seen = pytester.path.parent / "seen"
+    seen.mkdir()
+    monkeypatch.setenv("SEEN_DIR", str(seen))
+    result = pytester.runpytest_subprocess(
+        *FAST,
+        "--perfguard",
+        "--perfguard-ab=HEAD",
+        "--perfguard-json=out.json",
+        "test_models.py",
+        "test_new.py",  # not in the base commit
+    )
+    assert result.ret == 0, result.stdout.str()
+    assert (pytester.path.parent / "driver-saw.txt").read_text() == "A B"
+    doc = json.loads((pytester.path / "out.json").read_text())
+    verdicts = {(c["test"], c["metric"]): c["verdict"] for c in doc["comparisons"]}
+    assert verdicts[("test_models.py::test_mlp", "latency_p50_ms")] == "unchanged"
+    assert verdicts[("test_new.py::test_added", "latency_p50_ms")] == "new"
+
+
+def test_session_paths_are_the_test_paths_relative_to_the_rootdir(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+    from typing import cast
+
+    from perfguard.pytest_plugin.same_job import session_paths
+
+    root = tmp_path / "repo"
+    (root / "tests" / "perf").mkdir(parents=True)
+
+    def config(here: Path, *args: str) -> pytest.Config:
+        made = SimpleNamespace(
+            rootpath=root, invocation_params=SimpleNamespace(dir=here), args=list(args)
+        )
+        return cast(pytest.Config, made)
+
+    assert session_paths(config(root, str(root))) == ["."]
+    assert session_paths(config(root / "tests", "perf/test_a.py::test_x[eager]", "..")) == [
+        "tests/perf/test_a.py::test_x[eager]",
+        ".",
+    ]
+    assert session_paths(config(root, str(tmp_path / "elsewhere"))) is None
+
+
+def test_a_worker_started_early_waits_for_the_drivers_items() -> None:
+    from multiprocessing import Pipe
+
+    from perfguard.ab.worker import WorkerLink
+
+    here, there = Pipe()
+    with here, there:
+        link = WorkerLink(here, "A", None)
+        there.send({"kind": "items", "items": ["t.py::a[eager]", "t.py::b[eager]"]})
+        assert link.items == ["t.py::a[eager]", "t.py::b[eager]"]
+        assert link.items == ["t.py::a[eager]", "t.py::b[eager]"]  # asked once
+        other = WorkerLink(here, "A", None)
+        there.send({"kind": "go"})
+        with pytest.raises(ValueError, match="before the items"):
+            _ = other.items
+
+
+def test_an_early_launch_with_none_of_the_paths_in_the_tree_starts_nothing(
+    tmp_path: Path,
+) -> None:
+    from perfguard.ab.side import Side
+
+    side = Side("A", "base", tmp_path, [], tmp_path / "base.log")
+    with pytest.raises(FileNotFoundError, match="test_new.py"):
+        side.launch(None, ["test_new.py::test_added"])
+    assert side.proc is None and not (tmp_path / "base.log").exists()
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -144,13 +144,15 @@ class Driver:
                 outcomes[side.name] = self._crash(side, exc)
         return outcomes["A"], outcomes["B"], Pairing(tuple(orders), sequential)
 
-    def launch_both(self, items: Sequence[str]) -> None:
+    def launch_both(self, items: Sequence[str] | None, paths: Sequence[str] = ()) -> None:
         """Start both workers now, without waiting for them: they import torch and collect
-        the suite (seconds) while this session gets ready, and while each other do."""
+        the suite (seconds) while this session gets ready, and while each other do. `items`
+        None: before this session has collected; each worker collects `paths` and is sent
+        the items when it is first needed (`Side.launch`)."""
         self._pending = []
         for side in (self.a, self.b):
             try:
-                self._pending.append((side, side.launch(items)))
+                self._pending.append((side, side.launch(items, paths)))
             except OSError:  # `begin` starts it again, and says why if it fails
                 side.stop()
 
@@ -171,7 +173,7 @@ class Driver:
                     side.stop()
         for side, handle in launched:
             try:
-                side.connect(handle)
+                side.connect(handle, remaining)
             except WorkerExitedError:
                 side.stop()
 

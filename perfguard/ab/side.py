@@ -49,8 +49,10 @@ class Launch:
     step, in its `pytest_configure`, is to connect, and it waits there until it is accepted,
     so accepting at once lets it collect while the driver gets ready."""
 
-    def __init__(self, listener: Listener, folder: Path) -> None:
+    def __init__(self, listener: Listener, folder: Path, *, items_later: bool = False) -> None:
         self.listener, self.folder = listener, folder
+        # launched before the driver had collected: the worker waits for the items
+        self.items_later = items_later
         self.conn: Connection | None = None
         self._thread = threading.Thread(
             target=self._accept, name="perfguard-ab-accept", daemon=True
@@ -109,28 +111,38 @@ class Side:
         """A fresh worker over `items` (node ids, in the driver's order)."""
         self.connect(self.launch(items))
 
-    def launch(self, items: Sequence[str]) -> Launch:
+    def launch(self, items: Sequence[str] | None, paths: Sequence[str] = ()) -> Launch:
         """Start a fresh worker process over `items`; `connect` waits for it. (Two workers
-        launched before either is awaited import torch and collect at the same time.)"""
+        launched before either is awaited import torch and collect at the same time.)
+
+        `items` None: launched before the driver has collected; the worker collects `paths`
+        (the session's own test paths, relative to the tree) and `connect` sends it the
+        items. FileNotFoundError when none of `paths` is in this tree."""
         self.stop()
-        listing = self.log.with_suffix(".items")
-        listing.write_text("\n".join(items) + "\n", encoding="utf-8")
-        listener, channel_env, folder = open_listener()
         top = self.rootdir
-        paths = [str(top), *([str(top / "src")] if (top / "src").is_dir() else [])]
+        if items is None:  # whole files: a test new in this tree is no node id in the other
+            files = sorted({p.split("::")[0] for p in paths if (top / p.split("::")[0]).exists()})
+            if not files:
+                raise FileNotFoundError(f"none of {list(paths)} is in the {self.label} tree")
+        else:
+            files = sorted({i.split("::")[0] for i in items if (top / i.split("::")[0]).exists()})
+        listener, channel_env, folder = open_listener()
+        imports = [str(top), *([str(top / "src")] if (top / "src").is_dir() else [])]
         if os.environ.get("PYTHONPATH"):
-            paths.append(os.environ["PYTHONPATH"])
+            imports.append(os.environ["PYTHONPATH"])
         env = {
             **{k: v for k, v in os.environ.items() if not _spins_while_idle(k, v)},
             **channel_env,
             ENV_SIDE: self.name,
-            ENV_ITEMS: str(listing),
-            "PYTHONPATH": os.pathsep.join(paths),
+            "PYTHONPATH": os.pathsep.join(imports),
             **({ENV_TRACES: str(self.traces)} if self.traces is not None else {}),
         }
-        files = sorted({i.split("::")[0] for i in items if (top / i.split("::")[0]).exists()})
+        if items is not None:
+            listing = self.log.with_suffix(".items")
+            listing.write_text("\n".join(items) + "\n", encoding="utf-8")
+            env[ENV_ITEMS] = str(listing)
         where = str(Path(perfguard.__file__).resolve().parent.parent)
-        launch = Launch(listener, folder)
+        launch = Launch(listener, folder, items_later=items is None)
         with contextlib.ExitStack() as failed, self.log.open("ab") as out:
             failed.callback(launch.close)  # no worker: stop listening for it
             self.proc = subprocess.Popen(
@@ -149,8 +161,9 @@ class Side:
             failed.pop_all()
         return launch
 
-    def connect(self, launch: Launch) -> None:
-        """Wait for the launched worker to connect and say what it collected."""
+    def connect(self, launch: Launch, items: Sequence[str] = ()) -> None:
+        """Wait for the launched worker to connect and say what it collected (of `items`,
+        sent to it when it was launched before the driver had them)."""
         try:
             waited = 0.0
             while (conn := launch.wait(POLL_S)) is None and waited < CONNECT_TIMEOUT_S:
@@ -162,6 +175,8 @@ class Side:
         if conn is None:
             raise WorkerExitedError(self._why("did not connect"))
         self.conn = conn
+        if launch.items_later:
+            self.send("items", items=list(items))
         hello = self.recv()
         self.collected = set(hello.get("items") or ())
 

@@ -55,10 +55,10 @@ class DriverGoneError(RuntimeError):
 
 
 class WorkerLink:
-    def __init__(self, conn: Connection, side: str, items: list[str]) -> None:
+    def __init__(self, conn: Connection, side: str, items: list[str] | None) -> None:
         self.conn = conn
         self.side = side
-        self.items = items
+        self._items = items  # None: the driver sends them once it has collected
 
     @classmethod
     def from_env(cls) -> WorkerLink | None:
@@ -66,8 +66,21 @@ class WorkerLink:
         if conn is None:
             return None
         listing = os.environ.get(ENV_ITEMS)
-        items = Path(listing).read_text(encoding="utf-8").splitlines() if listing else []
-        return cls(conn, os.environ.get(ENV_SIDE, "?"), [i for i in items if i])
+        items = Path(listing).read_text(encoding="utf-8").splitlines() if listing else None
+        return cls(
+            conn, os.environ.get(ENV_SIDE, "?"), None if items is None else [i for i in items if i]
+        )
+
+    @property
+    def items(self) -> list[str]:
+        """The items to run, in the driver's order (waits for the driver's list when this
+        worker was started before the driver had collected)."""
+        if self._items is None:
+            message = self.recv()
+            if message["kind"] != "items":
+                raise ValueError(f"unknown A/B command {message['kind']!r} before the items")
+            self._items = [str(i) for i in message["items"]]
+        return self._items
 
     def send(self, kind: str, **fields: Any) -> None:
         self.conn.send({"kind": kind, **fields})

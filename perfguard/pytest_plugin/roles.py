@@ -138,9 +138,28 @@ class AbDriving(Measuring):
     """`--perfguard-ab`: the workers run each perf item, the base's and this tree's,
     interleaved; this session drives them and compares the pairs."""
 
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        """The workers start now, before this session collects: importing torch and
+        collecting the suite take seconds, in each of the three processes at once. (Where a
+        test path lies outside the rootdir, they start once this session has collected.)"""
+        config = session.config
+        paths = same_job.session_paths(config)
+        if paths is None or config.option.collectonly:
+            return
+        self.state.ab = same_job.start(Path(config.rootpath), self.state.options, None, paths)
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        ab = self.state.ab
+        if ab is not None and not any(variant_of(i) is not None for i in session.items):
+            self.state.ab = None  # nothing for the workers to run
+            ab.close()
+        super().pytest_collection_finish(session)
+
     def start(self, session: pytest.Session) -> None:
         perf_items = [i.nodeid for i in session.items if variant_of(i) is not None]
-        if perf_items:
+        if perf_items and self.state.ab is not None:
+            self.state.ab.items = perf_items  # the workers are sent them at the first item
+        elif perf_items:
             # first: its workers start (import torch, collect) while this session does
             root = Path(session.config.rootpath)
             self.state.ab = same_job.start(root, self.state.options, perf_items)

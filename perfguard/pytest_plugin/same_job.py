@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -71,8 +71,28 @@ def worker_args(options: Options, rootdir: Path) -> list[str]:
     ]
 
 
-def start(root: Path, options: Options, items: list[str]) -> AbSession:
-    """Find REF, check it out, prepare the driver. A usage error says what went wrong."""
+def session_paths(config: pytest.Config) -> list[str] | None:
+    """The test paths this session collects, relative to its rootdir (as either tree's
+    worker can be given them), or None when one lies outside the rootdir."""
+    root = Path(config.rootpath).resolve()
+    here = Path(config.invocation_params.dir)
+    out = []
+    for arg in config.args:
+        path, sep, rest = arg.partition("::")
+        try:
+            inside = (here / path).resolve().relative_to(root)
+        except (ValueError, OSError):
+            return None
+        out.append(f"{inside}{sep}{rest}")
+    return out
+
+
+def start(
+    root: Path, options: Options, items: list[str] | None, paths: Sequence[str] = ()
+) -> AbSession:
+    """Find REF, check it out, prepare the driver, launch the workers. A usage error says
+    what went wrong. `items` None: this session has not collected yet; the workers collect
+    `paths` (`session_paths`) meanwhile and are sent the items later."""
     from perfguard.ab.driver import Driver
     from perfguard.ab.worktree import Worktree
     from perfguard.git import GitError, ab_reference, resolve
@@ -107,8 +127,8 @@ def start(root: Path, options: Options, items: list[str]) -> AbSession:
         seed=options.seed,
         traces=trace_dir(options),
     )
-    driver.launch_both(items)  # they get ready while this session does
-    session = AbSession(driver, worktree, commit, reason, items)
+    driver.launch_both(items, paths)  # they get ready while this session does
+    session = AbSession(driver, worktree, commit, reason, list(items or ()))
     if threading.current_thread() is threading.main_thread():
         session.previous_sigterm = signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
     return session
