@@ -289,7 +289,7 @@ def test_an_early_launch_with_none_of_the_paths_in_the_tree_starts_nothing(
     from perfguard.ab.side import Side
 
     side = Side("A", "base", tmp_path, [], tmp_path / "base.log")
-    with pytest.raises(FileNotFoundError, match="test_new.py"):
+    with pytest.raises(FileNotFoundError, match=r"test_new\.py"):
         side.launch(None, ["test_new.py::test_added"])
     assert side.proc is None and not (tmp_path / "base.log").exists()
 
