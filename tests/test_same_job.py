@@ -60,6 +60,16 @@ def test_plain():
     assert True
 """
 
+NEW_TEST = """
+import pytest
+from mymodels import mlp
+
+@pytest.mark.perfguard(variants=["eager"])
+def test_added(perfguard):
+    model, inputs = mlp()
+    perfguard.run(model, inputs)
+"""
+
 
 def scratch_repo(pytester: pytest.Pytester, base_depth: int, head_depth: int, bar: float) -> str:
     """A repo with a base commit and a head commit; returns the base sha."""
@@ -118,17 +128,7 @@ def test_real_extra_compute_is_a_regression_found_in_the_same_job(
 
 def test_identical_trees_are_unchanged_and_a_new_test_is_new(pytester: pytest.Pytester) -> None:
     scratch_repo(pytester, base_depth=4, head_depth=4, bar=30)
-    pytester.makepyfile(
-        test_new="""
-import pytest
-from mymodels import mlp
-
-@pytest.mark.perfguard(variants=["eager"])
-def test_added(perfguard):
-    model, inputs = mlp()
-    perfguard.run(model, inputs)
-"""
-    )
+    pytester.makepyfile(test_new=NEW_TEST)
     result = pytester.runpytest_subprocess(
         *FAST, "--perfguard", "--perfguard-ab=HEAD", "--perfguard-json=out.json"
     )
@@ -211,17 +211,7 @@ def pytest_collection_finish(session):
     (seen.parent / "driver-saw.txt").write_text(" ".join(sorted(p.name for p in seen.iterdir())))
 """
     )
-    pytester.makepyfile(
-        test_new="""
-import pytest
-from mymodels import mlp
-
-@pytest.mark.perfguard(variants=["eager"])
-def test_added(perfguard):
-    model, inputs = mlp()
-    perfguard.run(model, inputs)
-"""
-    )
+    pytester.makepyfile(test_new=NEW_TEST)
     git(pytester.path, "add", "conftest.py")
     git(pytester.path, "commit", "-q", "-m", "conftest")
     seen = pytester.path.parent / "seen"

@@ -120,12 +120,11 @@ class Side:
         items. FileNotFoundError when none of `paths` is in this tree."""
         self.stop()
         top = self.rootdir
-        if items is None:  # whole files: a test new in this tree is no node id in the other
-            files = sorted({p.split("::")[0] for p in paths if (top / p.split("::")[0]).exists()})
-            if not files:
-                raise FileNotFoundError(f"none of {list(paths)} is in the {self.label} tree")
-        else:
-            files = sorted({i.split("::")[0] for i in items if (top / i.split("::")[0]).exists()})
+        # whole files: a test new in this tree is no node id in the other
+        wanted = paths if items is None else items
+        files = sorted({w.split("::")[0] for w in wanted if (top / w.split("::")[0]).exists()})
+        if items is None and not files:
+            raise FileNotFoundError(f"none of {list(paths)} is in the {self.label} tree")
         listener, channel_env, folder = open_listener()
         imports = [str(top), *([str(top / "src")] if (top / "src").is_dir() else [])]
         if os.environ.get("PYTHONPATH"):
