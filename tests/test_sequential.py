@@ -56,6 +56,36 @@ def test_a_change_is_called_only_where_the_runs_correction_will_agree() -> None:
     assert look(ratios, 0.014, 5.0, tests=60).verdict == "undecided"
 
 
+def test_unchanged_rules_out_the_margin_and_a_change_is_called_from_the_bar() -> None:
+    # identical code, pairs scattering by 3% (a quiet item on a VM): six pairs cannot rule
+    # out a 5% change, they do rule out 10%, the smallest change that matters
+    quiet = np.array([0.03, -0.035, 0.02, -0.025, 0.04, -0.03])
+    assert look(quiet, 0.014, 5.0, tests=6).verdict == "undecided"
+    assert look(quiet, 0.014, 5.0, tests=6, margin_pct=10.0).verdict == "unchanged"
+    # a margin below the bar is the bar
+    assert look(quiet, 0.014, 5.0, tests=6, margin_pct=2.0).verdict == "undecided"
+    # +6.5% with an interval inside 10%: not called at this look, and not unchanged either
+    # (more pairs may call it; a stop would end in `inconclusive`)
+    near = quiet * 0.5 + math.log(1.065)
+    _, low, high = log_ratio_interval(near, 0.014 / 2, "mean")
+    assert math.log(0.9) < low and high < math.log(1.1)
+    assert look(near, 0.014, 5.0, tests=60, margin_pct=10.0).verdict == "undecided"
+    assert look(near, 0.014, 5.0, tests=1, margin_pct=10.0).verdict == "regression"
+
+
+def test_a_change_at_the_margin_is_almost_never_stopped_as_unchanged() -> None:
+    stopped_unchanged = 0
+    for seed in range(400):  # +10%, pairs scattering by 4%, looked at as the driver does
+        ratios = np.random.default_rng(seed).normal(math.log(1.10), 0.04, 32)
+        for pairs in LOOKS:
+            alpha_k = look_alpha(pairs, 0.05) or 0.0
+            found = look(ratios[:pairs], alpha_k, 5.0, tests=6, margin_pct=10.0)
+            if found.decided:
+                stopped_unchanged += found.verdict == "unchanged"
+                break
+    assert stopped_unchanged <= 4  # the design's bound is alpha / 4 (one tail): 1.25%
+
+
 def _bursty(change: float, n: int, seed: int, hit: float = 0.3) -> np.ndarray:
     """Log ratios of pairs on a busy host: a share `hit` of them had a burst of other work
     cover one block (which side, at random), doubling its time."""
@@ -106,6 +136,23 @@ def test_the_trimmed_test_agrees_with_scipys_trimmed_mean_interval() -> None:
         low, high = mstats.trimmed_mean_ci(d, limits=(0.25, 0.25), alpha=level)
         assert (p < level) == (low > 0 or high < 0)
     assert paired_test(base, head) == min(1.0, 2 * min(p, paired_t_test(base, head)[1]))
+
+
+def test_the_trimmed_mean_and_its_error_are_scipys() -> None:
+    rng = np.random.default_rng(11)
+    for n in (2, 3, 4, 5, 6, 7, 10, 16, 24, 32):
+        for _ in range(20):
+            d = _bursty(0.05, n, int(rng.integers(1 << 30)))
+            est, low, high = log_ratio_interval(d, 0.01, "trimmed")
+            assert math.isclose(est, float(mstats.trimmed_mean(d, limits=(0.25, 0.25))))
+            se = float(mstats.trimmed_stde(d, limits=(0.25, 0.25)))
+            assert math.isclose((high - low) / 2, _t_half(0.01, n) * se, rel_tol=1e-9)
+
+
+def _t_half(level: float, n: int) -> float:
+    from scipy import stats
+
+    return float(stats.t.ppf(1 - level / 2, max(n - 2 * int(0.25 * n) - 1, 1)))
 
 
 def _blocks(center: float, spread: float, n: int, rng: random.Random) -> list[tuple[float, ...]]:

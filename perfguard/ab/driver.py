@@ -45,11 +45,13 @@ class Pairing:
 
 @dataclass(frozen=True)
 class Design:
-    """The stopping rule of one item: its level and the smallest change that counts."""
+    """The stopping rule of one item: its level, the smallest change it may call (the
+    bar) and the smallest change that matters (`unchanged` rules it out)."""
 
     alpha: float = 0.05
     bar_pct: float = 5.0
     tests: int = 1  # latency p-values the run's correction shares (items x metrics)
+    margin_pct: float = 10.0
 
 
 class Driver:
@@ -130,7 +132,12 @@ class Driver:
             if paired and len(active) == 2:
                 d = design or Design()
                 stop, found = should_stop(
-                    blocks["A"], blocks["B"], alpha=d.alpha, bar_pct=d.bar_pct, tests=d.tests
+                    blocks["A"],
+                    blocks["B"],
+                    alpha=d.alpha,
+                    bar_pct=d.bar_pct,
+                    tests=d.tests,
+                    margin_pct=d.margin_pct,
                 )
                 if found:
                     sequential = {"looks": list(LOOKS), "stopped_at": index + 1, **found}

@@ -192,12 +192,19 @@ class AbDriving(Measuring):
         state.progress.start(nodeid)
         position = ab.items.index(nodeid) if nodeid in ab.items else 0
         th = Thresholds(
-            ab_min_change_pct=state.options.ab_min_change_pct, per_test=state.per_test_thresholds
+            min_change_pct=state.options.min_change_pct,
+            ab_min_change_pct=state.options.ab_min_change_pct,
+            per_test=state.per_test_thresholds,
         ).for_test(test)
         # the run's correction shares each p-value with every latency comparison of the run
         tests = max(len(ab.items), 1) * len(LATENCY_METRICS)
         # the stop waits for the median alone (`perfguard.stats.sequential.METRICS`)
-        design = Design(alpha=th.alpha, bar_pct=ab_bar("latency_p50_ms", th), tests=tests)
+        design = Design(
+            alpha=th.alpha,
+            bar_pct=ab_bar("latency_p50_ms", th),
+            tests=tests,
+            margin_pct=th.min_change_pct,
+        )
         base, head, pairing = ab.driver.measure(nodeid, ab.items[position:], state.progress, design)
         base_result = same_job.base_result(base, test, variant)
         if base_result is not None:
