@@ -194,7 +194,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         name="min_change",
         flag="--perfguard-min-change",
-        help="smallest latency change, in percent, that can be a regression",
+        help=(
+            "smallest latency change, in percent, that can be a regression; in same-job A/B,"
+            " the change an unchanged verdict rules out"
+        ),
         default="10",
         metavar="PCT",
         marker="min_change_pct",

@@ -28,23 +28,30 @@ def test_the_block_runs_on_the_lowest_allowed_cpu_and_the_rest_is_given_back() -
 
 
 @linux_smp
-def test_only_the_calling_thread_is_pinned() -> None:
+def test_the_other_threads_leave_the_cpu_for_the_block_and_get_theirs_back() -> None:
+    """The operators' pool must not share the caller's CPU (on a busy host the scheduler
+    pulls it there); afterwards each thread has the CPUs it had."""
     allowed = os.sched_getaffinity(0)
-    ready, done = threading.Event(), threading.Event()
+    inside, check, done = threading.Event(), threading.Event(), threading.Event()
     seen: list[set[int]] = []
 
     def older() -> None:
-        ready.set()
+        inside.set()
+        check.wait(10)
+        seen.append(os.sched_getaffinity(0))
         done.wait(10)
         seen.append(os.sched_getaffinity(0))
 
     thread = threading.Thread(target=older)
     thread.start()
-    ready.wait(10)
-    with on_one_cpu():
-        done.set()
-        thread.join(10)
-    assert seen == [allowed]
+    inside.wait(10)
+    with on_one_cpu() as cpu:
+        check.set()
+        while len(seen) < 1:
+            threading.Event().wait(0.01)
+    done.set()
+    thread.join(10)
+    assert seen == [allowed - {cpu}, allowed]
 
 
 @linux_smp
