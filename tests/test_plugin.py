@@ -548,6 +548,8 @@ def test_the_re_measure_runs_beside_the_base_commit_when_the_checkout_has_it(
     assert made.base_results == (base,)
     assert slept == []  # a slow spell hits both sides of a pair alike: no gap to wait
     assert f"--perfguard-ab={head}" in seen[0] and "--perfguard-compare=none" not in seen[0]
+    # the round stops its pairs by this session's thresholds
+    assert {"--perfguard-min-change=10.0", "--perfguard-ab-min-change=5.0"} <= set(seen[0])
     assert any(f"beside the base commit {head[:10]} (A/B) (1 of 2)" in line for line in said)
     # beside the base commit, the undecided items are measured too
     both = again([("t", "eager")], head, [("u", "eager")])

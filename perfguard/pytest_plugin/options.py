@@ -109,6 +109,9 @@ class Options:
             f"--perfguard-device={self.device}",
             f"--perfguard-seed={self.seed}",
         ]
+        if ab is not None:  # it decides when its pairs stop, by this session's thresholds
+            args.append(f"--perfguard-min-change={self.min_change_pct}")
+            args.append(f"--perfguard-ab-min-change={self.ab_min_change_pct}")
         if self.threads is not None:
             args.append(f"--perfguard-threads={self.threads}")
         if self.flush_l2:
