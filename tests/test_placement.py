@@ -32,13 +32,14 @@ def test_the_other_threads_leave_the_cpu_for_the_block_and_get_theirs_back() -> 
     """The operators' pool must not share the caller's CPU (on a busy host the scheduler
     pulls it there); afterwards each thread has the CPUs it had."""
     allowed = os.sched_getaffinity(0)
-    inside, check, done = threading.Event(), threading.Event(), threading.Event()
+    inside, check, checked, done = (threading.Event() for _ in range(4))
     seen: list[set[int]] = []
 
     def older() -> None:
         inside.set()
         check.wait(10)
         seen.append(os.sched_getaffinity(0))
+        checked.set()
         done.wait(10)
         seen.append(os.sched_getaffinity(0))
 
@@ -47,8 +48,7 @@ def test_the_other_threads_leave_the_cpu_for_the_block_and_get_theirs_back() -> 
     inside.wait(10)
     with on_one_cpu() as cpu:
         check.set()
-        while len(seen) < 1:
-            threading.Event().wait(0.01)
+        checked.wait(10)
     done.set()
     thread.join(10)
     assert seen == [allowed - {cpu}, allowed]

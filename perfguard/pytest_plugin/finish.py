@@ -82,7 +82,6 @@ def _settings(
 ) -> Any:
     from perfguard.environment import machine_key
     from perfguard.pipeline import FinishSettings
-    from perfguard.stats.verdicts import Thresholds
 
     o = state.options
     return FinishSettings(
@@ -102,12 +101,7 @@ def _settings(
         unhealthy=o.unhealthy,
         confirm=o.confirm,
         traces=trace_dir(o),
-        thresholds=Thresholds(
-            min_change_pct=o.min_change_pct,
-            ab_min_change_pct=o.ab_min_change_pct,
-            gate_p99=o.gate_p99,
-            per_test=state.per_test_thresholds,
-        ),
+        thresholds=state.thresholds(),
     )
 
 

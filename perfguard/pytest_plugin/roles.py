@@ -186,16 +186,12 @@ class AbDriving(Measuring):
         """Measure one perf item in both trees; this item passes or fails as the head's does."""
         from perfguard.ab.driver import Design
         from perfguard.stats.latency import ab_bar
-        from perfguard.stats.verdicts import LATENCY_METRICS, Thresholds
+        from perfguard.stats.verdicts import LATENCY_METRICS
 
         state = self.state
         state.progress.start(nodeid)
         position = ab.items.index(nodeid) if nodeid in ab.items else 0
-        th = Thresholds(
-            min_change_pct=state.options.min_change_pct,
-            ab_min_change_pct=state.options.ab_min_change_pct,
-            per_test=state.per_test_thresholds,
-        ).for_test(test)
+        th = state.thresholds().for_test(test)
         # the run's correction shares each p-value with every latency comparison of the run
         tests = max(len(ab.items), 1) * len(LATENCY_METRICS)
         # the stop waits for the median alone (`perfguard.stats.sequential.METRICS`)

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from perfguard.measure.callgrind import Regions
     from perfguard.measure.drift import Reference
     from perfguard.pytest_plugin.same_job import AbSession
+    from perfguard.stats.thresholds import Thresholds
 
 
 @dataclass
@@ -39,6 +40,18 @@ class SessionState:
     exclusive_gpu: bool = False  # EXCLUSIVE_PROCESS compute mode: no second process on the GPU
     # this process runs under callgrind to count these regions (--perfguard-instructions)
     counting: tuple[tuple[str, ...], Regions] | None = None
+
+    def thresholds(self) -> Thresholds:
+        """The verdict rules this session's options and markers set."""
+        from perfguard.stats.thresholds import Thresholds
+
+        o = self.options
+        return Thresholds(
+            min_change_pct=o.min_change_pct,
+            ab_min_change_pct=o.ab_min_change_pct,
+            gate_p99=o.gate_p99,
+            per_test=self.per_test_thresholds,
+        )
 
     def record(self, result: VariantResult, nodeid: str) -> None:
         self.results = [r for r in self.results if r.key != result.key]
