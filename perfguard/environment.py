@@ -70,7 +70,7 @@ def collect_environment(device: Any) -> dict[str, Any]:
         "perfguard": __version__,
         "python": platform.python_version(),
         "platform": platform.platform(),
-        "torch": torch.__version__,
+        "torch": str(torch.__version__),  # a TorchVersion would import torch where unpickled
         "torchao": _version("torchao"),
         "onnxruntime": _version("onnxruntime"),
         "onnx": _version("onnx"),

@@ -6,6 +6,8 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -424,3 +426,127 @@ def test_merging_ab_shards_keeps_each_base_side(tmp_path: Path) -> None:
     assert [r.test for r in merged.baseline_results] == ["t", "u"]
     again = Run.from_json(json.loads(json.dumps(merged.to_json())))
     assert [r.test for r in again.baseline_results] == ["t", "u"]
+
+
+LAZY_TESTS = """
+import pytest
+
+@pytest.mark.perfguard(variants=["eager"])
+def test_lazy(perfguard):
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU()).eval()
+    perfguard.run(model, (torch.randn(8, 64),))
+"""
+
+
+def test_the_driver_leaves_torch_to_its_workers(pytester: pytest.Pytester) -> None:
+    """The driving session measures nothing: it learns whether `auto` means CUDA from its
+    workers and reads their messages without importing torch (1-2 s of CPU while both
+    workers start); a suite that imports torch only in its tests leaves it unimported."""
+    pytester.makepyfile(test_lazy=LAZY_TESTS)
+    pytester.makeconftest(
+        """
+import os, pathlib, sys
+
+def pytest_unconfigure(config):
+    if not os.environ.get("PERFGUARD_AB_SIDE"):
+        pathlib.Path("driver-torch.txt").write_text(str("torch" in sys.modules))
+"""
+    )
+    git(pytester.path, "init", "-q", "-b", "main")
+    git(pytester.path, "add", "-A")
+    git(pytester.path, "commit", "-q", "-m", "base")
+    result = pytester.runpytest_subprocess(
+        *[a for a in FAST if not a.startswith("--perfguard-device")],
+        "--perfguard",
+        "--perfguard-ab=HEAD",
+        "--perfguard-json=out.json",
+    )
+    assert result.ret == 0, result.stdout.str()
+    assert (pytester.path / "driver-torch.txt").read_text() == "False"
+    doc = json.loads((pytester.path / "out.json").read_text())
+    assert doc["environment"]["device_type"] == "cpu"
+    [p50] = [c for c in doc["comparisons"] if c["metric"] == "latency_p50_ms"]
+    assert p50["verdict"] in ("unchanged", "inconclusive")
+
+
+def test_the_environment_a_worker_sends_is_plain_data() -> None:
+    """Unpickling it must not import torch in the driver (torch's version is a str
+    subclass of torch's own)."""
+    import torch
+
+    from perfguard.environment import collect_environment
+
+    def kinds(value: object) -> set[type]:
+        if isinstance(value, dict):
+            return {dict}.union(*(kinds(v) for v in value.values()))
+        return {type(value)}
+
+    plain = {dict, str, int, float, bool, type(None)}
+    assert kinds(collect_environment(torch.device("cpu"))) <= plain
+
+
+def test_a_worker_ends_without_the_teardown_but_with_its_exit_handlers(tmp_path: Path) -> None:
+    """`run_session` exits with pytest's code, after the exit handlers and with the output
+    flushed, and skips the interpreter's teardown only when no test thread still runs."""
+    (tmp_path / "test_exit.py").write_text(
+        """
+import atexit, pathlib, threading, time
+
+def test_fails():
+    atexit.register(lambda: pathlib.Path("handler-ran").write_text("yes"))
+    assert False
+
+def test_leaves_a_thread(request):
+    if not request.config.getoption("-k"):
+        return
+    def late():
+        time.sleep(0.3)
+        pathlib.Path("thread-ended").write_text("yes")
+    threading.Thread(target=late).start()
+""",
+        encoding="utf-8",
+    )
+    boot = "import sys; from perfguard.ab.worker import run_session; run_session(sys.argv[1:])"
+
+    def session(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", boot, "-q", "-p", "no:cacheprovider", *args],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    done = session("test_exit.py")
+    assert done.returncode == 1, done.stdout
+    assert "1 failed, 1 passed" in done.stdout  # flushed before the exit
+    assert (tmp_path / "handler-ran").read_text() == "yes"
+    done = session("-k", "thread", "test_exit.py")
+    assert done.returncode == 0, done.stdout
+    assert (tmp_path / "thread-ended").read_text() == "yes"  # the exit waited for it
+
+
+def test_the_driver_lets_both_workers_exit_before_it_waits(tmp_path: Path) -> None:
+    """Both connections close first, then the driver waits for each: the two workers end
+    at once rather than one after the other."""
+    from perfguard.ab.driver import Driver
+
+    driver = Driver(tmp_path, "base", tmp_path, lambda _root: [])
+    calls: list[str] = []
+
+    class FakeSide:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def hang_up(self) -> None:
+            calls.append(f"hang up {self.name}")
+
+        def stop(self, *, at_once: bool = False) -> None:
+            calls.append(f"wait {self.name}")
+
+    driver.a, driver.b = FakeSide("A"), FakeSide("B")  # type: ignore[assignment]
+    driver.close()
+    assert calls == ["hang up A", "hang up B", "wait A", "wait B"]

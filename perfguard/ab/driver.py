@@ -163,6 +163,17 @@ class Driver:
             except OSError:  # `begin` starts it again, and says why if it fails
                 side.stop()
 
+    def connect(self, items: Sequence[str], progress: Progress) -> None:
+        """Wait for both workers now (rather than at the first item): they have collected
+        the suite and imported torch once this returns."""
+        self._start_both(items, progress)
+
+    @property
+    def cuda(self) -> bool | None:
+        """Whether CUDA is available to the workers (this tree's, else the base's)."""
+        known = [side.cuda for side in (self.b, self.a) if side.alive and side.cuda is not None]
+        return known[0] if known else None
+
     def _start_both(self, remaining: Sequence[str], progress: Progress) -> None:
         """Connect the launched workers, or start the ones not running side by side. A
         worker that fails to start is left for `begin`, which tries again and reports it
@@ -209,6 +220,8 @@ class Driver:
         for side, launch in pending:  # launched, never used: no need to wait
             launch.close()
             side.stop(at_once=True)
+        for side in (self.a, self.b):  # both exit at once
+            side.hang_up()
         for side in (self.a, self.b):
             side.stop(at_once=at_once)
         if not self.crashed:

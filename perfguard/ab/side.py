@@ -33,7 +33,7 @@ LOG_TAIL = 1500
 BOOT = (
     "import sys; sys.path.insert(0, {where!r}); from perfguard.ab.worker import follow_parent; "
     "follow_parent({parent}); import perfguard.pytest_plugin; "
-    "del sys.path[0]; import pytest; sys.exit(pytest.main(sys.argv[1:]))"
+    "from perfguard.ab.worker import run_session; del sys.path[0]; run_session(sys.argv[1:])"
 )
 
 
@@ -101,6 +101,7 @@ class Side:
     conn: Connection | None = None
     collected: set[str] = field(default_factory=set)
     repeats: int = 0  # blocks the worker's settings ask for, learnt from its `ready`
+    cuda: bool | None = None  # whether CUDA is available there (None: not known)
     traces: Path | None = None  # where the worker writes its Chrome traces
 
     @property
@@ -178,6 +179,7 @@ class Side:
             self.send("items", items=list(items))
         hello = self.recv()
         self.collected = set(hello.get("items") or ())
+        self.cuda = hello.get("cuda")
 
     def _why(self, what: str) -> str:
         code = None
@@ -267,12 +269,16 @@ class Side:
         assert outcome is not None  # only an `until` message gives None
         return outcome
 
-    def stop(self, *, at_once: bool = False) -> None:
-        """End the worker: it finishes its item and exits within 30 s, or is killed;
-        `at_once` (the session was interrupted) terminates it without waiting."""
+    def hang_up(self) -> None:
+        """Close the connection: the worker finishes its item and exits (`stop` waits)."""
         if self.conn is not None:
             self.conn.close()
             self.conn = None
+
+    def stop(self, *, at_once: bool = False) -> None:
+        """End the worker: it finishes its item and exits within 30 s, or is killed;
+        `at_once` (the session was interrupted) terminates it without waiting."""
+        self.hang_up()
         if self.proc is not None:
             if at_once:
                 self.proc.terminate()

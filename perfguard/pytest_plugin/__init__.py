@@ -105,7 +105,8 @@ def perfguard(request: pytest.FixtureRequest, _perfguard_variant: str) -> Perfgu
     marker = read_marker(
         test_name(item.getparent(pytest.Function) or item), item.get_closest_marker("perfguard")
     )
-    _seed(state.options.seed)
+    if state.ab is None:  # an A/B driver leaves the measuring to its workers
+        _seed(state.options.seed)
     state.used_fixture.add(item.nodeid)
     return PerfguardFixture(test_id(item, variant), variant, marker, state, item.nodeid)
 

@@ -90,9 +90,7 @@ class Measuring:
         state = self.state
         device = state.options.device
         if device == "auto":
-            import torch
-
-            device = "cuda" if torch.cuda.is_available() else "cpu"
+            device = "cuda" if self.cuda_available() else "cpu"
         gpu = None
         if device.startswith("cuda"):
             from perfguard.environment import cuda_gpu_id
@@ -103,6 +101,12 @@ class Measuring:
         self.check_device()
         state.monitor = Monitor(device.partition(":")[0], gpu=gpu)
         state.monitor.start()
+
+    def cuda_available(self) -> bool:
+        """Whether `auto` means CUDA here (this imports torch)."""
+        import torch
+
+        return bool(torch.cuda.is_available())
 
     def check_device(self) -> None:
         """What this role needs of the device, before the monitor starts."""
@@ -158,12 +162,22 @@ class AbDriving(Measuring):
     def start(self, session: pytest.Session) -> None:
         perf_items = [i.nodeid for i in session.items if variant_of(i) is not None]
         if perf_items and self.state.ab is not None:
-            self.state.ab.items = perf_items  # the workers are sent them at the first item
+            self.state.ab.items = perf_items  # sent to the workers when they are connected
         elif perf_items:
             # first: its workers start (import torch, collect) while this session does
             root = Path(session.config.rootpath)
             self.state.ab = same_job.start(root, self.state.options, perf_items)
         super().start(session)
+
+    def cuda_available(self) -> bool:
+        """Asked of the workers, which import torch anyway: this session measures nothing
+        and need not import it (1-2 s of CPU while both workers start)."""
+        ab = self.state.ab
+        if ab is not None:
+            ab.driver.connect(ab.items, self.state.progress.note)
+            if (cuda := ab.driver.cuda) is not None:
+                return cuda
+        return super().cuda_available()
 
     def check_device(self) -> None:
         from perfguard.health import EXCLUSIVE_ADVICE
@@ -237,13 +251,16 @@ class AbWorker:
     def pytest_collection_modifyitems(
         self, config: pytest.Config, items: list[pytest.Item]
     ) -> None:
+        from perfguard.ab.worker import preload
+
+        cuda = preload()  # while the driver gets ready
         rank = {nodeid: i for i, nodeid in enumerate(self.link.items)}
         kept = sorted((i for i in items if i.nodeid in rank), key=lambda i: rank[i.nodeid])
         dropped = [i for i in items if i.nodeid not in rank]
         if dropped:
             config.hook.pytest_deselected(items=dropped)
         items[:] = kept
-        self.link.send("collected", items=[i.nodeid for i in kept])
+        self.link.send("collected", items=[i.nodeid for i in kept], cuda=cuda)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
