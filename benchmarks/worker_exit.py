@@ -3,12 +3,13 @@
 Run:  .venv/bin/python -m benchmarks.worker_exit [--runs 5]
 
 A worker has imported torch and what measuring imports with it (its profiler and its
-compiler, `perfguard.ab.worker.PRELOAD`). When its pytest session ends, the interpreter
-frees every module before the process exits; the driver waits for both workers before it
-compares and reports. Each run starts a fresh process that imports those modules, prints
-the time, and ends either the usual way (`normal`) or the way `run_session` ends it (exit
-handlers run, output flushed, then `os._exit`: `fast`). The figure is the time from that
-print to the process's end, in seconds.
+compiler, `perfguard.measure.isolation.PRELOAD`). When its pytest session ends, the
+interpreter frees every module before the process exits; the driver waits for both workers
+before it compares and reports. Each run starts a fresh process that imports those
+modules, prints the time, and ends either the usual way (`normal`) or the way
+`perfguard.ab.worker.end_worker` ends it (exit handlers run, output flushed, then
+`os._exit`: `fast`). The figure is the time from that print to the process's end, in
+seconds.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from perfguard.ab.worker import PRELOAD
+from perfguard.measure.isolation import PRELOAD
 
 CODE = """
 import atexit, importlib, os, sys, time
@@ -36,7 +37,7 @@ if {fast!r}:
 
 
 def once(fast: bool) -> float:
-    code = CODE.format(modules=PRELOAD, fast=fast)
+    code = CODE.format(modules=("torch", *PRELOAD), fast=fast)
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     printed = float(proc.stdout.readline())
@@ -56,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     for way, values in seconds.items():
         print(f"{way:6s} exit: median {statistics.median(values):.3f} s  {values}")
     if args.out is not None:
-        args.out.write_text(json.dumps({"modules": PRELOAD, "exit_s": seconds}, indent=1) + "\n")
+        doc = {"modules": ["torch", *PRELOAD], "exit_s": seconds}
+        args.out.write_text(json.dumps(doc, indent=1) + "\n")
     return 0
 
 

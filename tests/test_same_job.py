@@ -489,7 +489,7 @@ def test_the_environment_a_worker_sends_is_plain_data() -> None:
 
 
 def test_a_worker_ends_without_the_teardown_but_with_its_exit_handlers(tmp_path: Path) -> None:
-    """`run_session` exits with pytest's code, after the exit handlers and with the output
+    """`end_worker` exits with pytest's code, after the exit handlers and with the output
     flushed, and skips the interpreter's teardown only when no test thread still runs."""
     (tmp_path / "test_exit.py").write_text(
         """
@@ -509,7 +509,10 @@ def test_leaves_a_thread(request):
 """,
         encoding="utf-8",
     )
-    boot = "import sys; from perfguard.ab.worker import run_session; run_session(sys.argv[1:])"
+    boot = (
+        "import sys, pytest; from perfguard.ab.worker import end_worker; "
+        "end_worker(int(pytest.main(sys.argv[1:])))"
+    )
 
     def session(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

@@ -33,7 +33,8 @@ LOG_TAIL = 1500
 BOOT = (
     "import sys; sys.path.insert(0, {where!r}); from perfguard.ab.worker import follow_parent; "
     "follow_parent({parent}); import perfguard.pytest_plugin; "
-    "from perfguard.ab.worker import run_session; del sys.path[0]; run_session(sys.argv[1:])"
+    "from perfguard.ab.worker import end_worker; del sys.path[0]; import pytest; "
+    "end_worker(int(pytest.main(sys.argv[1:])))"
 )
 
 

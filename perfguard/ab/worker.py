@@ -51,19 +51,16 @@ def follow_parent(parent: int) -> None:
         os._exit(1)
 
 
-def run_session(args: list[str]) -> NoReturn:
-    """Run the worker's pytest session and exit with its code, without the interpreter's
-    teardown: freeing the modules of torch and its compiler takes 0.6-0.7 s
-    (benchmarks/worker_exit.py), paid by both workers while the driver waits for them. The
-    exit handlers still run and the output is flushed; a thread of the tests still running
-    (not a daemon) gets the usual exit, which waits for it."""
+def end_worker(code: int) -> NoReturn:
+    """Exit with the worker session's `code`, without the interpreter's teardown: freeing
+    the modules of torch and its compiler takes 0.6-0.7 s (benchmarks/worker_exit.py), paid
+    by both workers while the driver waits for them. The exit handlers still run and the
+    output is flushed; a thread of the tests still running (not a daemon) gets the usual
+    exit, which waits for it."""
     import atexit
     import sys
     import threading
 
-    import pytest
-
-    code = int(pytest.main(args))
     others = [t for t in threading.enumerate() if t is not threading.main_thread()]
     if any(t.is_alive() and not t.daemon for t in others):
         sys.exit(code)
@@ -72,27 +69,6 @@ def run_session(args: list[str]) -> NoReturn:
         with contextlib.suppress(Exception):
             stream.flush()
     os._exit(code)
-
-
-PRELOAD = ("torch", "torch.profiler", "torch._dynamo")
-"""What measuring an item imports in any case (torch's deterministic-algorithms switch
-and its first profile import its compiler): 2-3 s of CPU, spent while the driver collects
-rather than after the first item reaches the worker."""
-
-
-def preload() -> bool | None:
-    """Import `PRELOAD`; whether CUDA is available (None: torch did not import here, and the
-    item that needs it says why)."""
-    import importlib
-
-    try:
-        for name in PRELOAD:
-            importlib.import_module(name)
-        import torch
-
-        return bool(torch.cuda.is_available())
-    except Exception:
-        return None
 
 
 class DriverGoneError(RuntimeError):

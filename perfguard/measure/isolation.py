@@ -11,6 +11,21 @@ import torch
 _primed: set[str] = set()
 
 
+PRELOAD = ("torch.profiler", "torch._dynamo")
+"""What measuring any model imports besides torch: the deterministic-algorithms switch of
+`torch_state` and the first profile each import torch's compiler (about 1 s of CPU)."""
+
+
+def preload() -> bool:
+    """Import `PRELOAD` now (an A/B worker does, while its driver collects); whether CUDA
+    is available."""
+    import importlib
+
+    for name in PRELOAD:
+        importlib.import_module(name)
+    return bool(torch.cuda.is_available())
+
+
 @contextlib.contextmanager
 def torch_state(threads: int | None = None) -> Iterator[None]:
     """Restore threads, grad mode, determinism and precision flags however the block ends."""

@@ -251,9 +251,12 @@ class AbWorker:
     def pytest_collection_modifyitems(
         self, config: pytest.Config, items: list[pytest.Item]
     ) -> None:
-        from perfguard.ab.worker import preload
+        try:  # while the driver gets ready
+            from perfguard.measure.isolation import preload
 
-        cuda = preload()  # while the driver gets ready
+            cuda: bool | None = preload()
+        except Exception:  # torch did not import: each item that needs it says why
+            cuda = None
         rank = {nodeid: i for i, nodeid in enumerate(self.link.items)}
         kept = sorted((i for i in items if i.nodeid in rank), key=lambda i: rank[i.nodeid])
         dropped = [i for i in items if i.nodeid not in rank]
