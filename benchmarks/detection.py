@@ -30,6 +30,9 @@ change, no verdict), are measured again by `pytest --perfguard --perfguard-ab=BA
 head commit of a scratch repository like the one above. `--confirm fresh`: the flagged
 models alone in a fresh process, `--confirm-gap` seconds later.
 
+`wall --runs N`: the time of the PR configuration against stored mode's, in turn, on the
+same suite (identical code, a stored baseline saved just before).
+
 Runs are kept as JSON in `--dir`, so `analyze` can be repeated without measuring again, and
 `run` resumes where it stopped. Do not run anything else on the machine meanwhile.
 """
@@ -405,6 +408,73 @@ def _run_ab_study(directory: Path, seed: int, runs: dict[int, int] | None = None
         _progress(done, len(todo), f"A/B +{level}%", started)
 
 
+def wall_study(directory: Path, runs: int) -> dict[str, Any]:
+    """The PR configuration's time against stored mode's on the study suite: identical code
+    (the +0% head), each mode run `runs` times in turn, each as `pytest` as CI would run it,
+    against a stored baseline of the base commit saved just before. A run counts as
+    `confirmed` when a flag of its first round was measured again (the default
+    `--perfguard-confirm=1`), which costs stored mode a second round beside the base."""
+    repo, base, heads = ab_repository(directory, (0,))
+    common = [
+        sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--perfguard",
+        "--perfguard-fail-on=never", "--perfguard-report=last-report.md",
+    ]  # fmt: skip
+    exclude = repo / ".git" / "info" / "exclude"  # what runs write there keeps the tree clean
+    exclude.write_text("baselines/\nreports/\nlast-report.md\n", encoding="utf-8")
+    _git(repo, "checkout", "-q", "--detach", base)
+    for old in (repo / "baselines").glob("*/*.json"):
+        old.unlink()
+    save = [*common, "--perfguard-save", "--perfguard-compare=none", "test_study.py"]
+    subprocess.run(save, cwd=repo, check=True, stdout=subprocess.DEVNULL)
+    _git(repo, "checkout", "-q", "--detach", heads[0])
+    walls: dict[str, list[dict[str, Any]]] = {"stored": [], "ab": []}
+    started = time.monotonic()
+    for i in range(runs):
+        for mode, extra in (("stored", []), ("ab", [f"--perfguard-ab={base}"])):
+            out = (directory / f"wall-{mode}-{i:03d}.json").resolve()
+            cmd = [*common, *extra, f"--perfguard-json={out}", "test_study.py"]
+            began = time.monotonic()
+            subprocess.run(cmd, cwd=repo, check=True, stdout=subprocess.DEVNULL)
+            seconds = time.monotonic() - began
+            doc = json.loads(out.read_text())
+            confirmed = any("confirmation" in c for c in doc["comparisons"])
+            walls[mode].append({"wall_s": round(seconds, 2), "confirmed": confirmed})
+        _progress(i + 1, runs, "stored and A/B", started)
+    from perfguard.environment import cpu_model
+
+    return {"machine": f"{cpu_model()}, {os.cpu_count()} CPUs", "runs": walls}
+
+
+def wall_table(doc: dict[str, Any]) -> str:
+    """Medians and means of both modes, and the ratios the README quotes."""
+    import numpy as np
+
+    def stats(rows: list[dict[str, Any]]) -> tuple[float, float]:
+        values = [r["wall_s"] for r in rows]
+        return float(np.median(values)), float(np.mean(values))
+
+    ab, stored = doc["runs"]["ab"], doc["runs"]["stored"]
+    lines = [
+        "| mode | runs | confirmed a flag | median | mean |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for name, rows in (("stored", stored), ("A/B (PR)", ab)):
+        median, mean = stats(rows)
+        confirmed = sum(r["confirmed"] for r in rows)
+        lines.append(f"| {name} | {len(rows)} | {confirmed} | {median:.2f} s | {mean:.2f} s |")
+    quiet = [r for r in stored if not r["confirmed"]]
+    (ab_median, ab_mean), (st_median, st_mean) = stats(ab), stats(stored)
+    lines.append("")
+    lines.append(f"A/B / stored: {ab_median / st_median:.2f} by the median, "
+                 f"{ab_mean / st_mean:.2f} by the mean")  # fmt: skip
+    if quiet:
+        lines.append(
+            f"A/B / stored runs that confirmed nothing ({len(quiet)}): "
+            f"{ab_median / stats(quiet)[0]:.2f} by the median"
+        )
+    return "\n".join(lines)
+
+
 def _plan(text: str) -> dict[int, int]:
     """'0:8,5:8' -> {0: 8, 5: 8}; levels must be among AB_PLAN's (the study's models)."""
     plan = {}
@@ -651,6 +721,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         + ",".join(f"{k}:{v}" for k, v in AB_PLAN.items())
         + ")",
     )
+    wall = sub.add_parser("wall", help="stored mode and the PR configuration, timed in turn")
+    wall.add_argument("--dir", type=Path, default=Path("reports/detection-wall"))
+    wall.add_argument("--runs", type=int, default=10)
+    wall.add_argument("--out", type=Path, help="also write the times as JSON here")
     ana = sub.add_parser("analyze", help="tables from the runs kept in --dir (repeatable)")
     ana.add_argument("--dir", type=Path, action="append")
     ana.add_argument("--ab-dir", type=Path, action="append", help="A/B runs (repeatable)")
@@ -667,6 +741,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         table, _ = analyze_ab([args.dir])
         (args.dir / "summary.md").write_text(table + "\n", encoding="utf-8")
         print(table)
+        return 0
+    if args.command == "wall":
+        doc = wall_study(args.dir, args.runs)
+        if args.out is not None:
+            args.out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+        print(wall_table(doc))
         return 0
     if args.command == "run":
         run_study(args.dir, args.history, args.trials, args.seed, args.confirm_gap, args.confirm)

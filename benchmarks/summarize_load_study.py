@@ -3,7 +3,8 @@
 Run:  .venv/bin/python -m benchmarks.summarize_load_study DIR... [--out FILE]
 
 Each DIR is a `benchmarks/detection.py run-ab --load PATTERN` folder (its name ends with the
-pattern); the raw results there hold every sample and are kept out of the repository.
+pattern); the raw results there hold every sample and are kept out of the repository. The
+rows of each pattern given replace that pattern's in FILE; the others are kept.
 
 `--redecide`: judge each run's pairs again with this checkout's rules (`compare_runs`, as
 the plugin does in same-job A/B) instead of reading the verdicts the run wrote. The samples
@@ -66,7 +67,9 @@ def main() -> None:
     )
     parser.add_argument("--redecide", action="store_true", help="judge with this checkout's rules")
     args = parser.parse_args()
-    doc = {d.name.rsplit("-", 1)[-1]: rows(d, redecide=args.redecide) for d in args.dirs}
+    # a pattern not among DIRS keeps its rows from FILE (a study of one pattern run again)
+    doc = json.loads(args.out.read_text()) if args.out.exists() else {}
+    doc.update({d.name.rsplit("-", 1)[-1]: rows(d, redecide=args.redecide) for d in args.dirs})
     args.out.write_text(json.dumps(doc, indent=0) + "\n")
     print({k: len(v) for k, v in doc.items()}, "->", args.out)
 
