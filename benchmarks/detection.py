@@ -347,6 +347,13 @@ def _git(repo: Path, *args: str) -> str:
     return done.stdout.strip()
 
 
+STUDY_PYTEST = (
+    sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--perfguard",
+    "--perfguard-fail-on=never", "--perfguard-report=last-report.md",
+)  # fmt: skip
+"""A run of the scratch repository's suite as CI would run it (the mode's options follow)."""
+
+
 def ab_repository(
     directory: Path, levels: Sequence[int] = tuple(AB_PLAN)
 ) -> tuple[Path, str, dict[int, str]]:
@@ -396,11 +403,8 @@ def _run_ab_study(directory: Path, seed: int, runs: dict[int, int] | None = None
     for done, (level, i) in enumerate(todo, 1):
         out = directory / f"ab-plus{level:02d}-{i:03d}.json"
         _git(repo, "checkout", "-q", "--detach", heads[level])
-        cmd = [
-            sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--perfguard",
-            f"--perfguard-ab={base}", f"--perfguard-json={out.with_suffix('.tmp').resolve()}",
-            "--perfguard-fail-on=never", "--perfguard-report=last-report.md", "test_study.py",
-        ]  # fmt: skip
+        json_out = f"--perfguard-json={out.with_suffix('.tmp').resolve()}"
+        cmd = [*STUDY_PYTEST, f"--perfguard-ab={base}", json_out, "test_study.py"]
         began = time.monotonic()
         subprocess.run(cmd, cwd=repo, check=True, stdout=subprocess.DEVNULL)
         out.with_suffix(".tmp").rename(out)
@@ -415,16 +419,12 @@ def wall_study(directory: Path, runs: int) -> dict[str, Any]:
     `confirmed` when a flag of its first round was measured again (the default
     `--perfguard-confirm=1`), which costs stored mode a second round beside the base."""
     repo, base, heads = ab_repository(directory, (0,))
-    common = [
-        sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--perfguard",
-        "--perfguard-fail-on=never", "--perfguard-report=last-report.md",
-    ]  # fmt: skip
     exclude = repo / ".git" / "info" / "exclude"  # what runs write there keeps the tree clean
     exclude.write_text("baselines/\nreports/\nlast-report.md\n", encoding="utf-8")
     _git(repo, "checkout", "-q", "--detach", base)
     for old in (repo / "baselines").glob("*/*.json"):
         old.unlink()
-    save = [*common, "--perfguard-save", "--perfguard-compare=none", "test_study.py"]
+    save = [*STUDY_PYTEST, "--perfguard-save", "--perfguard-compare=none", "test_study.py"]
     subprocess.run(save, cwd=repo, check=True, stdout=subprocess.DEVNULL)
     _git(repo, "checkout", "-q", "--detach", heads[0])
     walls: dict[str, list[dict[str, Any]]] = {"stored": [], "ab": []}
@@ -432,7 +432,7 @@ def wall_study(directory: Path, runs: int) -> dict[str, Any]:
     for i in range(runs):
         for mode, extra in (("stored", []), ("ab", [f"--perfguard-ab={base}"])):
             out = (directory / f"wall-{mode}-{i:03d}.json").resolve()
-            cmd = [*common, *extra, f"--perfguard-json={out}", "test_study.py"]
+            cmd = [*STUDY_PYTEST, *extra, f"--perfguard-json={out}", "test_study.py"]
             began = time.monotonic()
             subprocess.run(cmd, cwd=repo, check=True, stdout=subprocess.DEVNULL)
             seconds = time.monotonic() - began

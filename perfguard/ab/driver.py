@@ -94,7 +94,7 @@ class Driver:
         (`perfguard.stats.sequential`) decides, at most its last look; one side alone takes
         the blocks its settings ask for."""
         outcomes: dict[str, SideOutcome] = {}
-        self._start_both(remaining, progress)
+        self.connect(remaining, progress)
         going = [
             side
             for side in (self.a, self.b)
@@ -163,21 +163,17 @@ class Driver:
             except OSError:  # `begin` starts it again, and says why if it fails
                 side.stop()
 
-    def connect(self, items: Sequence[str], progress: Progress) -> None:
-        """Wait for both workers now (rather than at the first item): they have collected
-        the suite and imported torch once this returns."""
-        self._start_both(items, progress)
-
     @property
     def cuda(self) -> bool | None:
         """Whether CUDA is available to the workers (this tree's, else the base's)."""
         known = [side.cuda for side in (self.b, self.a) if side.alive and side.cuda is not None]
         return known[0] if known else None
 
-    def _start_both(self, remaining: Sequence[str], progress: Progress) -> None:
-        """Connect the launched workers, or start the ones not running side by side. A
-        worker that fails to start is left for `begin`, which tries again and reports it
-        for that side."""
+    def connect(self, remaining: Sequence[str], progress: Progress) -> None:
+        """Connect the launched workers, or start the ones not running side by side (at
+        the first item, or earlier when asked: they have collected the suite and imported
+        torch once this returns). A worker that fails to start is left for `begin`, which
+        tries again and reports it for that side."""
         launched, self._pending = self._pending, []
         if not launched:
             idle = [side for side in (self.a, self.b) if not side.alive]
