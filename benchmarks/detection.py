@@ -33,6 +33,9 @@ models alone in a fresh process, `--confirm-gap` seconds later.
 `wall --runs N`: the time of the PR configuration against stored mode's, in turn, on the
 same suite (identical code, a stored baseline saved just before).
 
+`load PATTERN CMD...`: run any command under the load generator, e.g. `load busy make test`
+(every core kept busy); the command's exit code is the script's.
+
 Runs are kept as JSON in `--dir`, so `analyze` can be repeated without measuring again, and
 `run` resumes where it stopped. Do not run anything else on the machine meanwhile.
 """
@@ -61,7 +64,7 @@ HISTORY_WINDOW = 20  # baselines the noise floor is learned from, as FinishSetti
 DEFAULT_DIR = Path("reports/detection")
 DEFAULT_AB_DIR = Path("reports/detection-ab")
 AB_PLAN = {0: 25, 5: 5, 10: 15, 20: 5, 100: 5}  # A/B runs per injected level (two models each)
-LOADS = ("none", "steady", "bursty")
+LOADS = ("none", "steady", "bursty", "busy")
 
 
 # --- the load generator: other work on the runner ----------------------------------------
@@ -88,10 +91,11 @@ while True:
 def load(pattern: str, seed: int = 0) -> Iterator[None]:
     """Other work on the machine while the block runs: `steady` keeps one core busy;
     `bursty` runs one process per core, each busy for 0.1-1 s at random after 0.2-2 s idle
-    (at random moments, so bursts hit one side of a pair and not the other)."""
+    (at random moments, so bursts hit one side of a pair and not the other); `busy` keeps
+    every core busy all the time (the test suite's check: `detection.py load busy make test`)."""
     if pattern not in LOADS:
         raise ValueError(f"load must be one of {LOADS}, got {pattern!r}")
-    count = {"none": 0, "steady": 1, "bursty": os.cpu_count() or 1}[pattern]
+    count = {"none": 0, "steady": 1}.get(pattern, os.cpu_count() or 1)
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", LOAD_PROCESS, pattern, str(seed * 100 + i), str(os.getpid())]
@@ -711,7 +715,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         choices=LOADS,
         default="none",
         help="other work during the runs: none, steady (one core kept busy), bursty (random "
-        "bursts on every core)",
+        "bursts on every core), busy (every core kept busy)",
     )
     run_ab.add_argument(
         "--plan",
@@ -725,6 +729,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     wall.add_argument("--dir", type=Path, default=Path("reports/detection-wall"))
     wall.add_argument("--runs", type=int, default=10)
     wall.add_argument("--out", type=Path, help="also write the times as JSON here")
+    hog = sub.add_parser("load", help="run a command while the load generator runs")
+    hog.add_argument("pattern", choices=LOADS)
+    hog.add_argument("cmd", nargs=argparse.REMAINDER, help="the command, e.g. make test")
     ana = sub.add_parser("analyze", help="tables from the runs kept in --dir (repeatable)")
     ana.add_argument("--dir", type=Path, action="append")
     ana.add_argument("--ab-dir", type=Path, action="append", help="A/B runs (repeatable)")
@@ -736,6 +743,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "worker":
         worker(args.extra, args.out, args.models.split(","))
         return 0
+    if args.command == "load":
+        if not args.cmd:
+            parser.error("load: give the command to run under it, e.g. `load busy make test`")
+        with load(args.pattern, 0):
+            return subprocess.run(args.cmd, check=False).returncode
     if args.command == "run-ab":
         run_ab_study(args.dir, args.seed, args.plan, args.load)
         table, _ = analyze_ab([args.dir])
