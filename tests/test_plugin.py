@@ -700,6 +700,10 @@ def test_shards_split_tests_whole_and_merge_compares_them_as_one_run(
                 f"--perfguard-shard={k}/2",
                 "--perfguard-compare=none",
                 f"--perfguard-json={path}",
+                # three repeats of 7 ms left a thirtyfold slowdown "within the noise" with
+                # every core busy (Welch's test on three scattered repeats)
+                "--perfguard-repeats=5",
+                "--perfguard-budget=0.5",
             )
             assert out.ret == 0, out.stdout.str()
             paths.append(path)
