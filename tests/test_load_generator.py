@@ -13,19 +13,10 @@ from benchmarks.detection import load, main
 COUNT_HOGS = """
 import os, sys
 from pathlib import Path
-parent = os.getppid()
-hogs = []
-for proc in Path("/proc").iterdir():
-    if not proc.name.isdigit() or int(proc.name) == os.getpid():
-        continue
-    try:
-        stat = (proc / "stat").read_text()
-        cmdline = (proc / "cmdline").read_bytes()
-    except (OSError, ValueError):
-        continue
-    if int(stat.rsplit(")", 1)[1].split()[1]) == parent and b"follow_parent" in cmdline:
-        hogs.append(proc.name)
-Path(sys.argv[1]).write_text(" ".join(hogs))
+from perfguard.health import process_tree
+tree = process_tree(os.getppid()) - {os.getppid(), os.getpid()}  # this command's siblings
+hogs = [p for p in tree if b"follow_parent" in Path(f"/proc/{p}/cmdline").read_bytes()]
+Path(sys.argv[1]).write_text(" ".join(map(str, hogs)))
 raise SystemExit(3)
 """
 
