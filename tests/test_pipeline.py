@@ -164,7 +164,7 @@ def test_two_tries_that_agree_show_the_stored_figure_is_off(
     # the pairing stands: beside the base commit the head is faster, not slower
     assert verdict == "inconclusive" and p50.confirmation is not None
     assert p50.confirmation.paired == ("improvement",)
-    assert any("the stored figure is off" in m for m in messages)
+    assert any("far off its stored baseline: that figure is off" in m for m in messages)
 
 
 def test_same_job_notes_the_stored_baseline_as_context(steady: tuple[Path, Path, str]) -> None:
@@ -219,3 +219,28 @@ def test_same_job_flags_stand_only_when_a_fresh_pair_of_processes_shows_them_aga
     assert outcome.run.settings["confirm"] == 1 and len(outcome.run.confirm_results) == 1
     said = "confirmation: 1 flagged item(s) re-measured"
     assert any(m.startswith(said) for m in outcome.messages)
+
+
+def test_a_disturbed_same_job_round_names_the_figure_it_was_checked_against(
+    steady: tuple[Path, Path, str],
+) -> None:
+    """In same-job A/B the base commit's figure is the base side this job measured first
+    (1.0 ms), not the stored baseline (which the check does not read there)."""
+    from perfguard.pipeline import SameJobBase
+
+    repo, store_dir, _ = steady
+    base = git(repo, "rev-parse", "HEAD~1")
+    asked, remeasure = _rounds(40.0, 9.0)
+    outcome = finish_run(
+        [result(T, "eager", 3.0, seed=9)],
+        run([]).environment,
+        FinishSettings(root=repo, baseline_dir=store_dir, machine=MACHINE),
+        same_job=SameJobBase(base, "same-job A/B", (result(T, "eager", 1.0, seed=5),), {}),
+        remeasure=remeasure,  # type: ignore[arg-type]
+    )
+    assert asked == [40.0, 9.0]
+    p50 = next(c for c in outcome.run.comparisons if c.metric == "latency_p50_ms")
+    assert p50.verdict == "regression" and p50.confirmation is not None
+    assert p50.confirmation.kind == "unconfirmed"
+    assert "x slower than its first measure in this job (0.99" in p50.confirmation.reason
+    assert "stored" not in p50.confirmation.reason

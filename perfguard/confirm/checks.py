@@ -7,7 +7,9 @@ side reads more than `FACTOR` times slower than its stored baseline, the host ch
 the code (a burst of other work, a throttled core, a process that landed in a slow state),
 and the round says nothing about the change: the step measures such items once more, and a
 round that stays disturbed can neither confirm nor withdraw a verdict (the verdict stays as
-the stored comparison gave it, with the reason).
+the stored comparison gave it, with the reason). In same-job A/B, where every item was
+measured beside the base commit already, the base commit's figure is the base side this job
+measured first, and the same check applies to it.
 
 Only slower: other work on a host slows a measurement and never speeds it up. A base side
 far faster than its stored figure says that the stored figure was taken in a slow spell;
@@ -28,6 +30,11 @@ alone, and only against the base side."""
 
 Key = tuple[str, str]
 
+STORED = "its stored baseline"
+BESIDE_FIRST = "its first measure in this job"
+"""What the base commit's own figure is, as the reasons name it: a stored baseline, or in
+same-job A/B the base side this job measured before the confirmation round."""
+
 
 def _off(measured: float | None, expected: float | None) -> float | None:
     """How many times `measured` is off `expected` (>= 1), or None when either is missing."""
@@ -41,10 +48,12 @@ def disturbed(
     base_results: Iterable[VariantResult],
     *,
     factor: float = FACTOR,
+    reference: str = STORED,
 ) -> dict[Key, str]:
     """{(test, variant): why} for the items whose round was disturbed: the round's base side
-    reads its median more than `factor` times slower than the base commit's stored baseline
-    (`baseline` of the p50 comparison).
+    reads its median more than `factor` times slower than the figure the comparison took for
+    the base commit (`baseline` of the p50 comparison), which `reference` names in the reason:
+    its stored baseline, or in same-job A/B the base side this job measured first.
 
     (This tree's side has no such check: what this session measured first may be the
     disturbed one, and withdrawing that false alarm is what a re-measure is for.)"""
@@ -64,8 +73,8 @@ def disturbed(
         if off > factor:
             found[key] = (
                 f"re-measure disturbed: the base commit read {value:.4g} ms ({c.metric}) "
-                f"beside this tree, {off:.1f}x slower than its stored baseline's "
-                f"{c.baseline:.4g} ms"
+                f"beside this tree, {off:.1f}x slower than {reference} "
+                f"({c.baseline:.4g} ms)"
             )
     return found
 

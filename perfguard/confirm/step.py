@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import NamedTuple
 
-from perfguard.confirm.checks import agreeing, disturbed, merge_retry
+from perfguard.confirm.checks import BESIDE_FIRST, STORED, agreeing, disturbed, merge_retry
 from perfguard.confirm.judge import confirm_verdicts
 from perfguard.confirm.targets import Key, confirm_targets, is_flagged_latency, settle_targets
 from perfguard.records import Comparison, Run, VariantResult
@@ -39,16 +39,18 @@ def confirm(
     messages: list[str],
     *,
     settle: bool = True,
+    reference: str = STORED,
 ) -> tuple[tuple[Comparison, ...], list[ConfirmRound]]:
     """The comparisons after `times` rounds of re-measuring, and the rounds (empty when
-    nothing was measured again). `settle`: measure the undecided items too (stored mode)."""
+    nothing was measured again). `settle`: measure the undecided items too (stored mode).
+    `reference`: what the comparisons' baseline is, as messages name it."""
     targets = confirm_targets(comparisons)
     undecided = settle_targets(comparisons, thresholds) if settle else []
     if not targets and not undecided:
         return comparisons, []
     rounds = [remeasure(targets, commit, undecided) for _ in range(times)]
     rounds, spoilt = retry_disturbed(
-        comparisons, rounds, remeasure, commit, targets, undecided, messages
+        comparisons, rounds, remeasure, commit, targets, undecided, messages, reference
     )
     if not targets and not any(r.results for r in rounds):
         return comparisons, []  # nothing flagged, and nothing measured beside the base commit
@@ -79,7 +81,15 @@ def confirm_same_job(
     more than the bar on identical code; a second pair rarely does so the same way. (Items
     the first round left undecided are not measured again: they had their extra pairs.)"""
     comparisons, rounds = confirm(
-        run.comparisons, remeasure, commit, times, thresholds, {}, messages, settle=False
+        run.comparisons,
+        remeasure,
+        commit,
+        times,
+        thresholds,
+        {},
+        messages,
+        settle=False,
+        reference=BESIDE_FIRST,
     )
     return with_rounds(replace(run, comparisons=comparisons), rounds)
 
@@ -103,15 +113,16 @@ def retry_disturbed(
     targets: Sequence[Key],
     undecided: Sequence[Key],
     messages: list[str],
+    reference: str = STORED,
 ) -> tuple[list[ConfirmRound], list[dict[Key, str]]]:
     """Each round's disturbed items (`perfguard.confirm.checks`) measured once more. Returns
     the rounds and, per round, the items still disturbed, which confirm and withdraw
-    nothing: unless both tries read the base commit alike, when it is its stored baseline
-    that is off, and the pairing stands."""
+    nothing: unless both tries read the base commit alike, when it is the figure they were
+    checked against (`reference`) that is off, and the pairing stands."""
     out: list[ConfirmRound] = []
     spoilt: list[dict[Key, str]] = []
     for r in rounds:
-        bad = disturbed(comparisons, r.base_results)
+        bad = disturbed(comparisons, r.base_results, reference=reference)
         if bad:
             messages.append(
                 f"confirmation: {len(bad)} item(s) measured once more, their round was "
@@ -123,12 +134,12 @@ def retry_disturbed(
             merged = ConfirmRound(
                 *merge_retry(r.results, r.base_results, retry.results, retry.base_results, bad)
             )
-            still = disturbed(comparisons, merged.base_results)
+            still = disturbed(comparisons, merged.base_results, reference=reference)
             alike = agreeing(r.base_results, retry.base_results, still)
             if alike:
                 messages.append(
                     f"confirmation: {len(alike)} item(s) read their base commit alike in two "
-                    "tries, far off its stored baseline: the stored figure is off, and the "
+                    f"tries, far off {reference}: that figure is off, and the "
                     "pairing stands"
                 )
             bad = {k: why for k, why in still.items() if k not in alike}
