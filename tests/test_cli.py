@@ -196,3 +196,58 @@ def test_comment_and_baselines_import_no_third_party_package() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_merge_compares_ab_shards_with_the_base_side_they_measured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Same-job A/B shards carry their base side: `--compare auto` pairs the whole run with
+    it, not with a stored baseline (which here was saved in a slow spell and would hide the
+    slowdown), and a shard of another kind or another base commit is refused."""
+    from perfguard.records import BaselineRef
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+
+    def git(*args: str) -> str:
+        return gitrepo.git(repo, *args)
+
+    git("init", "-q", "-b", "main")
+    git("commit", "-q", "--allow-empty", "-m", "A")
+    a = git("rev-parse", "HEAD")
+    git("commit", "-q", "--allow-empty", "-m", "B")
+    b = git("rev-parse", "HEAD")
+    slow_spell = [result("t.py::a", "eager", 1.6, seed=1), result("t.py::b", "eager", 1.6, seed=2)]
+    BaselineStore(repo / "baselines").save(run(slow_spell, commit=a))
+    beside = BaselineRef(commit=a, reason="same-job A/B", mode="ab")
+
+    def shard(test: str, head_ms: float, k: int, ref: BaselineRef = beside) -> Path:
+        made = replace(
+            run([result(test, "eager", head_ms, seed=10 + k)], commit=b),
+            baseline=ref,
+            baseline_results=(result(test, "eager", 1.0, seed=20 + k),),
+            settings={"shard": f"{k}/2"},
+        )
+        return write(tmp_path / f"s{k}-{ref.mode}.json", made)
+
+    s1, s2 = shard("t.py::a", 1.5, 1), shard("t.py::b", 1.0, 2)
+    monkeypatch.chdir(repo)
+    out = tmp_path / "merged.json"
+    assert main(["merge", str(s1), str(s2), "-o", str(out), "--compare", "auto"]) == 1
+    doc = json.loads(out.read_text())
+    assert (doc["baseline"]["mode"], doc["baseline"]["commit"]) == ("ab", a)
+    p50 = {c["test"]: c for c in doc["comparisons"] if c["metric"] == "latency_p50_ms"}
+    assert p50["t.py::a"]["verdict"] == "regression"  # +50% beside the base
+    assert p50["t.py::b"]["verdict"] == "unchanged"
+    assert "stored baseline" in p50["t.py::a"]["note"]  # shown as context only
+    assert [r["test"] for r in doc["baseline_results"]] == ["t.py::a", "t.py::b"]
+    capsys.readouterr()
+
+    assert main(["merge", str(s1), str(s2), "-o", str(out), "--compare", b]) == 2
+    assert "use --compare auto" in capsys.readouterr().err
+    stored = shard("t.py::b", 1.0, 2, BaselineRef(commit=a, reason="stored"))
+    assert main(["merge", str(s1), str(stored), "-o", str(out), "--compare", "auto"]) == 2
+    assert "merge them without --compare" in capsys.readouterr().err
+    elsewhere = shard("t.py::b", 1.0, 2, BaselineRef(commit=b, reason="x", mode="ab"))
+    assert main(["merge", str(s1), str(elsewhere), "-o", str(out), "--compare", "auto"]) == 2
+    assert "measure one base commit" in capsys.readouterr().err

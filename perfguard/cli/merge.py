@@ -117,14 +117,53 @@ def cmd_merge(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_OK
-    return _finish_merged(args, merged)
+    return _finish_merged(args, merged, runs)
 
 
-def _finish_merged(args: argparse.Namespace, merged: Run) -> int:
+def _paired_base(runs: Sequence[tuple[Path, Run]], merged: Run, compare: str, root: Path) -> Any:
+    """Same-job A/B shards: the base side they measured beside the head (a `SameJobBase`),
+    which the whole run is compared with, paired, as one unsharded `--perfguard-ab` run would
+    be. None for shards compared with a stored baseline (or `--compare none`)."""
+    from perfguard.git import resolve
+    from perfguard.pipeline import SameJobBase
+
+    measured = [(path, run) for path, run in runs if run.results]
+    paired = [(path, run) for path, run in measured if run.baseline.mode == "ab"]
+    if not paired or compare == "none":
+        return None
+    if len(paired) != len(measured):
+        stored = next(path for path, run in measured if run.baseline.mode != "ab")
+        raise InputError(
+            f"{paired[0][0]} was compared beside the base commit (same-job A/B), {stored} "
+            "with a stored baseline: merge them without --compare, which keeps each shard's "
+            "own comparisons"
+        )
+    (path, first), *rest = paired
+    base = first.baseline.commit
+    for other_path, other in rest:
+        if other.baseline.commit != base:
+            raise InputError(
+                f"{path} measured base commit {base}, {other_path} {other.baseline.commit}: "
+                "the shards of one A/B run measure one base commit"
+            )
+    if base is None:
+        raise InputError(f"{path} is an A/B run without its base commit: merge without --compare")
+    if compare != "auto" and resolve(root, compare) != base:
+        raise InputError(
+            f"the shards measured {base[:10]} beside this commit (same-job A/B), not "
+            f"{compare!r}: use --compare auto, which compares with what they measured"
+        )
+    return SameJobBase(
+        base, first.baseline.reason, merged.baseline_results, first.baseline.environment or {}
+    )
+
+
+def _finish_merged(args: argparse.Namespace, merged: Run, runs: Sequence[tuple[Path, Run]]) -> int:
     """Compare the union against one baseline (one correction over the whole run), report,
-    and save it as the baseline of HEAD when asked: as one unsharded run would."""
+    and save it as the baseline of HEAD when asked: as one unsharded run would. Shards of a
+    same-job A/B run are compared with the base side they measured, paired."""
     from perfguard.confirm import replay
-    from perfguard.git import git_state
+    from perfguard.git import GitError, git_state
     from perfguard.health import Health
     from perfguard.pipeline import FinishSettings, finish_run
     from perfguard.stats.verdicts import Thresholds
@@ -137,6 +176,10 @@ def _finish_merged(args: argparse.Namespace, merged: Run) -> int:
             f"the shards are of commit {merged.commit}, this checkout is at {state.head}: "
             "run merge in a checkout of the commit that was measured"
         )
+    try:
+        same_job = _paired_base(runs, merged, args.compare, state.root)
+    except GitError as exc:
+        raise InputError(f"--compare: {exc}") from None
     settings = FinishSettings(
         root=state.root,
         baseline_dir=args.baseline_dir,
@@ -160,8 +203,9 @@ def _finish_merged(args: argparse.Namespace, merged: Run) -> int:
             k: v for k, v in merged.settings.items() if k not in ("thresholds", "shard")
         },
         health=Health.from_json(merged.health),
+        same_job=same_job,
         # the shards measured their flagged items again on the GPU; the verdicts of the
-        # whole run are confirmed with those re-measures
+        # whole run are confirmed with those re-measures (beside the base commit in A/B)
         remeasure=(
             replay(merged.confirm_results, merged.confirm_base_results)
             if merged.confirm_results
