@@ -14,6 +14,9 @@ def remote(tmp_path: Path) -> Path:
     """A bare remote with one commit on main, like a fresh project."""
     bare = tmp_path / "remote.git"
     git(tmp_path, "init", "-q", "--bare", "-b", "main", str(bare))
+    # as GitHub does: a fetch may leave file contents out (`--filter=blob:none`)
+    git(bare, "config", "uploadpack.allowFilter", "true")
+    git(bare, "config", "uploadpack.allowAnySHA1InWant", "true")
     seed = tmp_path / "seed"
     git(tmp_path, "clone", "-q", str(bare), str(seed))
     (seed / ".gitignore").write_text("baselines/\n")

@@ -26,3 +26,9 @@ def commit(cwd: Path, message: str) -> str:
     """An empty commit on the current branch; its sha."""
     git(cwd, "commit", "-q", "--allow-empty", "-m", message)
     return git(cwd, "rev-parse", "HEAD")
+
+
+def clone(remote: Path, where: Path) -> Path:
+    """A clone of `remote` at `where`; `where`."""
+    git(where.parent, "clone", "-q", str(remote), str(where))
+    return where

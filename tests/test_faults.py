@@ -8,6 +8,7 @@ message and loses nothing.
 from __future__ import annotations
 
 import errno
+import gzip
 import json
 import os
 import signal
@@ -25,8 +26,7 @@ from perfguard.store import BaselineStore
 from perfguard.store.baselines import BaselineError, read_run_file
 from perfguard.store.sync import SyncError, pull, push
 from tests.factories import result, run
-from tests.gitrepo import commit, git
-from tests.test_sync import clone
+from tests.gitrepo import clone, commit, git
 
 FAST = (
     "--perfguard-device=cpu",
@@ -73,7 +73,7 @@ def three(pytester: pytest.Pytester) -> Path:
 
 def stored_tests(repo: Path) -> set[str]:
     head = git(repo, "rev-parse", "HEAD")
-    (path,) = (repo / "baselines").glob(f"*/{head}.json")
+    (path,) = (repo / "baselines").glob(f"*/{head}.json.gz")
     return {r.test.rpartition("::")[2] for r in read_run_file(path).results}
 
 
@@ -105,8 +105,8 @@ def test_an_interrupted_session_or_a_collection_error_saves_nothing(
 ) -> None:
     assert measure(pytester, "--perfguard-save").ret == 0
     head = git(three, "rev-parse", "HEAD")
-    (path,) = (three / "baselines").glob(f"*/{head}.json")
-    before = path.read_text()
+    (path,) = (three / "baselines").glob(f"*/{head}.json.gz")
+    before = path.read_bytes()
 
     pytester.makepyfile(
         test_bogus="""
@@ -119,7 +119,7 @@ def test_bad(perfguard):
     )  # untracked: the tree is still clean
     broken = measure(pytester, "--perfguard-save")
     assert broken.ret != 0
-    assert path.read_text() == before
+    assert path.read_bytes() == before
     broken.stdout.fnmatch_lines(["*baseline not saved*collection*"])
     os.unlink(three / "test_bogus.py")
 
@@ -131,7 +131,7 @@ def test_zz_stop():
     )
     stopped = measure(pytester, "--perfguard-save", "-p", "no:randomly")
     assert stopped.ret == pytest.ExitCode.INTERRUPTED
-    assert path.read_text() == before
+    assert path.read_bytes() == before
     stopped.stdout.fnmatch_lines(["*baseline not saved*interrupted*"])
 
 
@@ -164,7 +164,7 @@ def test_push_never_lets_a_smaller_local_copy_replace_the_branchs(
         push(second, second / "baselines")
     third = clone(remote, tmp_path / "third")
     pull(third, third / "baselines")
-    (path,) = (third / "baselines").glob(f"*/{sha}.json")
+    (path,) = (third / "baselines").glob(f"*/{sha}.json.gz")
     assert len(read_run_file(path).results) == 2
 
 
@@ -368,10 +368,10 @@ def test_a_wrong_type_baseline_keeps_the_runs_json_and_report(
     pytester: pytest.Pytester, three: Path
 ) -> None:
     assert measure(pytester, "--perfguard-save").ret == 0
-    (path,) = (three / "baselines").glob("*/*.json")
-    doc = json.loads(path.read_text())
+    (path,) = (three / "baselines").glob("*/*.json.gz")
+    doc = json.loads(gzip.decompress(path.read_bytes()))
     doc["created"] = 123
-    path.write_text(json.dumps(doc))
+    path.write_bytes(gzip.compress(json.dumps(doc).encode()))
     commit(three, "B")
     done = pytester.runpytest_subprocess(*FAST, "--perfguard", "--perfguard-json=out.json")
     assert done.ret == pytest.ExitCode.INTERRUPTED  # 2: broken input, not a regression

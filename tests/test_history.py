@@ -156,7 +156,7 @@ def test_a_broken_baseline_is_one_line_naming_it(
 ) -> None:
     repo, shas = history_repo
     monkeypatch.chdir(repo)
-    broken = repo / "baselines" / MACHINE / f"{shas[3]}.json"
+    broken = repo / "baselines" / MACHINE / f"{shas[3]}.json.gz"
     broken.write_text('{"schema_version": 1, "commit"')
     assert main(["history"]) == 2
     err = capsys.readouterr().err

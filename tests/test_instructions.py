@@ -23,7 +23,7 @@ from perfguard.measure.callgrind import (
 from perfguard.pytest_plugin import instructions
 from perfguard.pytest_plugin.instructions import count_instructions, regions_for
 from perfguard.pytest_plugin.options import Options
-from perfguard.records import Counters, Run
+from perfguard.records import SCHEMA_VERSION, Counters, Run
 from perfguard.stats.exact import exact_comparisons
 from perfguard.store.schema import upgrade
 from tests.factories import result
@@ -186,7 +186,7 @@ def test_version_2_files_load_with_no_instruction_counts() -> None:
         ],
     }
     up = upgrade(doc)
-    assert up["schema_version"] == 4  # brought up to this version
+    assert up["schema_version"] == SCHEMA_VERSION  # brought up to this version
     assert up["results"][0]["counters"]["compile_instructions"] is None
     assert up["results"][0]["counters"]["flops"] == 10
     run = Run.from_json(up)

@@ -94,7 +94,7 @@ def test_user_suite_measures_one_item_per_variant(pytester: pytest.Pytester) -> 
         ]
     )
     doc = json.loads((pytester.path / "out.json").read_text())
-    assert doc["schema_version"] == SCHEMA_VERSION == 4
+    assert doc["schema_version"] == SCHEMA_VERSION == 5
     assert set(doc) >= {"commit", "machine", "environment", "baseline", "results", "comparisons"}
     assert doc["commit"] is None  # not a git checkout
     assert "not inside a git repository" in doc["baseline"]["reason"]
@@ -373,7 +373,7 @@ def test_save_then_compare_finds_the_baseline_and_flags_a_regression(
     a = git(repo, "rev-parse", "HEAD")
     saved = run(pytester, "--perfguard", "--perfguard-save", "--perfguard-repeats=5")
     assert saved.ret == 0, saved.stdout.str()
-    files = list((repo / "baselines").glob(f"*/{a}.json"))
+    files = list((repo / "baselines").glob(f"*/{a}.json.gz"))
     assert len(files) == 1
 
     git(repo, "checkout", "-q", "-b", "feature")
@@ -603,14 +603,16 @@ def test_a_corrupt_baseline_stops_the_comparison_naming_the_file(
 ) -> None:
     a = git(repo, "rev-parse", "HEAD")
     assert run(pytester, "--perfguard", "--perfguard-save").ret == 0
-    (baseline,) = (repo / "baselines").glob(f"*/{a}.json")
-    text = baseline.read_text()
-    baseline.write_text(text[: len(text) // 2])  # truncated
+    (baseline,) = (repo / "baselines").glob(f"*/{a}.json.gz")
+    text = baseline.read_bytes()
+    baseline.write_bytes(text[: len(text) // 2])  # truncated
     git(repo, "commit", "-q", "--allow-empty", "-m", "B")
     result = run(pytester, "--perfguard", "--perfguard-json=out.json")
     assert result.ret == pytest.ExitCode.INTERRUPTED
-    result.stdout.fnmatch_lines([f"*comparison stopped: {baseline}: it looks truncated*"])
-    assert baseline.read_text() == text[: len(text) // 2]  # untouched
+    result.stdout.fnmatch_lines(
+        [f"*comparison stopped: {baseline}: a damaged or truncated gzip file*"]
+    )
+    assert baseline.read_bytes() == text[: len(text) // 2]  # untouched
     doc = json.loads((repo / "out.json").read_text())  # the measurements are not lost
     assert doc["results"][0]["status"] == "ok"
 
@@ -722,7 +724,7 @@ def test_shards_split_tests_whole_and_merge_compares_them_as_one_run(
 
     assert main(["merge", *first, "-o", "merged-a.json", "--compare", "auto", "--save"]) == 0
     assert (pytester.path / "baselines").is_dir()
-    assert list((pytester.path / "baselines").glob(f"*/{a}.json"))
+    assert list((pytester.path / "baselines").glob(f"*/{a}.json.gz"))
 
     git(pytester.path, "checkout", "-q", "-b", "feature")
     git(pytester.path, "commit", "-q", "--allow-empty", "-m", "B")

@@ -18,8 +18,8 @@ def test_save_load_and_list(tmp_path: Path) -> None:
     store = BaselineStore(tmp_path)
     r = run([result("t.py::a", "eager", 1.0), result("t.py::b", "eager", 1.0)], commit=SHA)
     path = store.save(r).path
-    assert path == tmp_path / "cuda-test-gpu" / f"{SHA}.json"
-    assert store.load("cuda-test-gpu", SHA) == r
+    assert path == tmp_path / "cuda-test-gpu" / f"{SHA}.json.gz"
+    assert store.load("cuda-test-gpu", SHA) == r.compact()
     assert store.load("cuda-test-gpu", "f" * 40) is None
     (info,) = store.list()
     assert (info.machine, info.commit, info.tests) == ("cuda-test-gpu", SHA, 2)

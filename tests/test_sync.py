@@ -12,12 +12,7 @@ from perfguard.store import BaselineStore
 from perfguard.store.history import load_history, noise_floor
 from perfguard.store.sync import pull, push
 from tests.factories import result, run
-from tests.gitrepo import commit, git
-
-
-def clone(remote: Path, where: Path) -> Path:
-    git(where.parent, "clone", "-q", str(remote), str(where))
-    return where
+from tests.gitrepo import clone, commit, git
 
 
 def save(repo: Path, sha: str, test: str = "t.py::a") -> Path:
@@ -48,7 +43,8 @@ def test_two_clones_pushing_at_once_both_land(remote: Path, tmp_path: Path) -> N
     files = git(
         tmp_path, "--git-dir", str(remote), "ls-tree", "-r", "--name-only", "perfguard-baselines"
     ).splitlines()
-    assert len(files) == 2
+    # each baseline with its rows of the summary table
+    assert sorted(f.endswith(".parquet") for f in files) == [False, False, True, True]
     # the user's checkout is untouched: same HEAD, same branch, clean index
     assert git(one, "rev-parse", "HEAD") == head_before
     assert git(one, "rev-parse", "--abbrev-ref", "HEAD") == "main"
@@ -73,10 +69,10 @@ def test_pull_never_overwrites_a_local_file(remote: Path, tmp_path: Path) -> Non
     save(one, sha)
     push(one, one / "baselines")
     mine = save(two, sha, test="t.py::other")
-    text = mine.read_text()
+    text = mine.read_bytes()
     result_ = pull(two, two / "baselines")
     assert result_.kept == (mine.relative_to(two / "baselines").as_posix(),)
-    assert mine.read_text() == text
+    assert mine.read_bytes() == text
 
 
 def test_cli_push_and_pull(

@@ -50,7 +50,7 @@ grep -q "2 passed" <<<"$out" || { echo "$out"; echo "package-check: onnxruntime 
 run --perfguard-save >/dev/null
 python3 -m venv "$work/history-venv"
 "$work/history-venv/bin/pip" install --quiet --no-deps "$wheel"
-"$work/history-venv/bin/pip" install --quiet ruptures plotly numpy scipy jinja2 filelock gitpython
+"$work/history-venv/bin/pip" install --quiet ruptures plotly numpy scipy pandas fastparquet jinja2 filelock gitpython
 "$work/history-venv/bin/python" -c "import torch" 2>/dev/null && { echo "package-check: torch leaked into the history venv"; exit 1; }
 "$work/history-venv/bin/perfguard" history -o "$work/history.md"
 "$work/history-venv/bin/perfguard" site -o "$work/site"

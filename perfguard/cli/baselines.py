@@ -1,4 +1,4 @@
-"""`perfguard baselines list|prune|pull|push`: the stored baselines."""
+"""`perfguard baselines list|prune|compact|pull|push|retain`: the stored baselines."""
 
 from __future__ import annotations
 
@@ -33,6 +33,22 @@ def cmd_baselines_prune(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_baselines_compact(args: argparse.Namespace) -> int:
+    done = BaselineStore(args.dir).compact(args.machine)
+    for c in done:
+        print(f"{c.old} -> {c.new.name}: {c.before:,} -> {c.after:,} bytes")
+    before, after = sum(c.before for c in done), sum(c.after for c in done)
+    print(
+        f"compacted {len(done)} baseline(s) under {args.dir}"
+        + (
+            f" ({before:,} -> {after:,} bytes); push them to replace the branch's copies"
+            if done
+            else ""
+        )
+    )
+    return EXIT_OK
+
+
 def _sync_root(directory: Path) -> Path:
     from perfguard.git import git_state
 
@@ -43,14 +59,29 @@ def _sync_root(directory: Path) -> Path:
 
 
 def cmd_baselines_pull(args: argparse.Namespace) -> int:
-    from perfguard.store.sync import SyncError, pull
+    from perfguard.store.sync import SyncError, for_run, pull
 
+    root = _sync_root(args.dir)
+    choices: list[str] = []
+    only = None
+    if args.for_run is not None:
+        only = for_run(
+            root,
+            args.for_run,
+            main_branch=args.main_branch,
+            depth=args.depth,
+            history=args.history,
+            choices=choices,
+        )
     try:
-        result = pull(_sync_root(args.dir), args.dir, remote=args.remote, branch=args.branch)
+        result = pull(root, args.dir, remote=args.remote, branch=args.branch, only=only)
     except SyncError as exc:
         raise InputError(str(exc)) from None
+    for line in choices:
+        print(f"baseline for {line}")
     print(
         f"pulled {len(result.added)} baseline(s) from {args.remote}/{args.branch} into {args.dir}"
+        + (f", and {result.summaries} summary part(s)" if result.summaries else "")
     )
     for path in result.kept:
         print(f"kept the local {path}: it differs from the branch's copy")
@@ -73,31 +104,123 @@ def cmd_baselines_push(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_baselines_retain(args: argparse.Namespace) -> int:
+    from perfguard.store.retention import main_line, retain
+    from perfguard.store.sync import SyncError
+
+    root = _sync_root(Path.cwd())
+    line = main_line(root, args.main_branch)
+    if not line:
+        raise InputError(
+            f"no branch {args.main_branch!r} (or origin/{args.main_branch}) in this checkout: "
+            "retain orders the records along main's first-parent history (check out with "
+            "fetch-depth: 0, or name the branch with --main-branch)"
+        )
+    try:
+        done = retain(
+            root,
+            keep=args.keep,
+            line=line,
+            remote=args.remote,
+            branch=args.branch,
+            dry_run=args.dry_run,
+        )
+    except SyncError as exc:
+        raise InputError(str(exc)) from None
+    verb = "would remove" if args.dry_run else "removed"
+    for path in done.removed:
+        print(f"{verb} {path}")
+    print(
+        f"{verb} {len(done.removed)} record(s) of {args.remote}/{args.branch}, kept "
+        f"{len(done.kept)} and every summary part ({done.parts})"
+        + ("; the branch is now one commit" if done.pushed else "")
+    )
+    return EXIT_OK
+
+
 def register(sub: Any) -> None:
     from perfguard.cli import Parser
 
     p = sub.add_parser("baselines", help="stored baselines")
     bsub = p.add_subparsers(dest="action", required=True, parser_class=Parser)
+    _register_local(bsub)
+    _register_branch(bsub)
+
+
+def _dir_and_machine(parser: Any) -> None:
+    parser.add_argument("--dir", type=Path, default=Path("baselines"), help="baseline directory")
+    parser.add_argument("--machine", help="only this machine key")
+
+
+def _register_local(bsub: Any) -> None:
+    """The commands on the local baseline folder."""
     lst = bsub.add_parser("list", help="list stored baselines (machine, commit, date, tests)")
-    lst.add_argument("--dir", type=Path, default=Path("baselines"), help="baseline directory")
-    lst.add_argument("--machine", help="only this machine key")
+    _dir_and_machine(lst)
     lst.set_defaults(func=cmd_baselines_list)
-    prune = bsub.add_parser("prune", help="delete all but the newest N baselines per machine")
+    prune = bsub.add_parser(
+        "prune", help="delete all but the newest N records per machine (the summary stays)"
+    )
     prune.add_argument("--keep", type=int, required=True, help="how many to keep per machine")
-    prune.add_argument("--dir", type=Path, default=Path("baselines"), help="baseline directory")
-    prune.add_argument("--machine", help="only this machine key")
+    _dir_and_machine(prune)
     prune.add_argument("--dry-run", action="store_true", help="say what would go, delete nothing")
     prune.set_defaults(func=cmd_baselines_prune)
+    compact = bsub.add_parser(
+        "compact",
+        help="rewrite older plain <sha>.json baselines (every raw sample) as compact "
+        "<sha>.json.gz (per-repeat summaries and a quantile sketch)",
+    )
+    _dir_and_machine(compact)
+    compact.set_defaults(func=cmd_baselines_compact)
+
+
+def _remote_and_branch(parser: Any) -> None:
+    parser.add_argument("--remote", default="origin", help="git remote (default origin)")
+    parser.add_argument(
+        "--branch",
+        default="perfguard-baselines",
+        help="branch holding the baselines (default perfguard-baselines)",
+    )
+
+
+def _register_branch(bsub: Any) -> None:
+    """The commands on the baselines branch of a remote."""
     for name, func, what in (
         ("pull", cmd_baselines_pull, "bring baselines from"),
         ("push", cmd_baselines_push, "add local baselines to"),
     ):
         sp = bsub.add_parser(name, help=f"{what} a git branch of a remote")
         sp.add_argument("--dir", type=Path, default=Path("baselines"), help="baseline directory")
-        sp.add_argument("--remote", default="origin", help="git remote (default origin)")
-        sp.add_argument(
-            "--branch",
-            default="perfguard-baselines",
-            help="branch holding the baselines (default perfguard-baselines)",
-        )
+        _remote_and_branch(sp)
         sp.set_defaults(func=func)
+    pull = bsub.choices["pull"]
+    pull.add_argument(
+        "--for",
+        dest="for_run",
+        metavar="REF",
+        help="take only what a run on HEAD compared with REF needs (auto: the baseline "
+        "--perfguard-compare=auto would choose, per machine, and the summary parts of "
+        "the baselines before it); default: every baseline on the branch",
+    )
+    pull.add_argument("--main-branch", default="main", help="with --for auto: main's branch")
+    pull.add_argument(
+        "--depth",
+        type=int,
+        default=50,
+        help="with --for auto: first-parent commits searched (as perfguard_baseline_depth)",
+    )
+    pull.add_argument(
+        "--history",
+        type=int,
+        default=20,
+        help="with --for: summary parts taken for the noise floor and trend (20)",
+    )
+    retain = bsub.add_parser(
+        "retain",
+        help="keep on the branch the records of the N newest commits of each machine and the "
+        "whole summary table, and rewrite its history to one commit (its size stays bounded)",
+    )
+    retain.add_argument("--keep", type=int, required=True, help="records kept per machine")
+    retain.add_argument("--main-branch", default="main", help="main's branch (main)")
+    _remote_and_branch(retain)
+    retain.add_argument("--dry-run", action="store_true", help="say what would go, push nothing")
+    retain.set_defaults(func=cmd_baselines_retain)

@@ -50,20 +50,21 @@ def load_history(args: argparse.Namespace) -> History:
     if args.branch:
         if root is None:
             raise InputError("--branch reads the baselines from git: run inside the repository")
-        runs = load_branch(root, args.branch)
+        found = load_branch(root, args.branch)
     else:
-        runs = load_folder(args.dir)
+        found = load_folder(args.dir)
     if args.machine:
-        runs = [r for r in runs if r.machine == args.machine]
-    if not runs:
+        found = found.of_machine(args.machine)
+    baselines = found.measured()
+    if not baselines:
         where = args.branch or args.dir
         raise InputError(
             f"no baselines in {where}" + (f" for {args.machine}" if args.machine else "")
         )
-    ordered = order_runs(runs, main_line(root, args.main_branch), args.main_branch)
+    ordered = order_runs(found, main_line(root, args.main_branch), args.main_branch)
     if not ordered.runs:
         raise InputError(
-            f"none of the {len(runs)} baseline(s) is of a commit on {args.main_branch}'s "
+            f"none of the {len(baselines)} baseline(s) is of a commit on {args.main_branch}'s "
             "first-parent history (--main-branch names the branch; fetch it with full depth)"
         )
     if not (0 <= args.min_change < float("inf")):

@@ -9,15 +9,23 @@ the repository is at hand, else in the order they were measured; commits that ar
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from perfguard.records import Run, VariantResult
-from perfguard.store.baselines import BaselineError, BaselineStore, read_run_file
+from perfguard.records import Run
+from perfguard.store.baselines import BaselineError
+from perfguard.store.summary import COLUMNS
 
-# the metrics of a series, and the ones whose per-repeat values give a band
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from perfguard.store.summary import Summary
+
+# the metrics of a series (those with per-repeat figures have a band: store.summary)
 SERIES_METRICS = (
     "latency_p50_ms",
     "latency_p95_ms",
@@ -26,7 +34,6 @@ SERIES_METRICS = (
     "compile_time_s",
     "drift_max_abs",
 )
-BAND_PERCENTILE = {"latency_p50_ms": 50.0, "latency_p95_ms": 95.0, "latency_p99_ms": 99.0}
 MAX_COMMITS = 10_000  # how far back main's history is walked
 
 
@@ -57,47 +64,44 @@ class Series:
 
 
 @dataclass(frozen=True)
+class Measured:
+    """One baseline of main: which machine, which commit, when."""
+
+    machine: str
+    commit: str
+    created: str | None
+
+
+@dataclass(frozen=True)
 class Ordered:
-    runs: tuple[Run, ...]  # oldest first
+    runs: tuple[Measured, ...]  # the baselines, oldest first
     how: str  # how the order was found, for the reader
     left_out: int = 0  # baselines of commits not on main's first-parent line
+    table: pd.DataFrame | None = None  # their rows of the summary table
 
 
-def load_folder(directory: Path) -> list[Run]:
-    """Every baseline under `directory`; a broken file is an error that names it."""
+def load_folder(directory: Path) -> Summary:
+    """The summary table of every baseline under `directory`; a broken record is an error
+    that names it."""
+    from perfguard.store import summary
+
     if not directory.is_dir():
         raise BaselineError(f"{directory}: no such baseline folder (perfguard baselines pull?)")
-    return [read_run_file(path) for _machine, path in BaselineStore(directory).files()]
+    return summary.load_folder(directory)
 
 
-def load_branch(root: Path, ref: str) -> list[Run]:
-    """Every baseline file on git revision `ref` (e.g. `origin/perfguard-baselines`).
+def load_branch(root: Path, ref: str) -> Summary:
+    """The summary table of every baseline on git revision `ref` (e.g.
+    `origin/perfguard-baselines`), read as git objects: the parts, and the records whose part
+    is missing or stale, validated as `baselines pull` does; a record that is not a baseline
+    of its own path is an error naming it."""
+    from perfguard.store import summary
+    from perfguard.store.sync import SyncError
 
-    The files are read as git objects, through the plumbing `baselines pull` uses, and
-    validated as it does; one that is not a baseline of its own path is an error naming it.
-    """
-    from perfguard.store.sync import (
-        SyncError,
-        _git_bytes,
-        _remote_files,
-        baseline_content_problem,
-        baseline_path_problem,
-    )
-
-    runs = []
     try:
-        for path, blob in sorted(_remote_files(root, ref).items()):
-            if baseline_path_problem(path) is not None:
-                continue  # a README or other file on the branch
-            run, problem = baseline_content_problem(
-                path, _git_bytes(root, "cat-file", "blob", blob)
-            )
-            if run is None:
-                raise BaselineError(f"{ref}:{path}: {problem}")
-            runs.append(run)
+        return summary.load_branch(root, ref)
     except (SyncError, subprocess.CalledProcessError) as exc:
         raise BaselineError(f"{ref}: {exc}") from None
-    return runs
 
 
 def main_line(root: Path | None, main_branch: str) -> list[str] | None:
@@ -116,49 +120,56 @@ def main_line(root: Path | None, main_branch: str) -> list[str] | None:
     return None
 
 
-def order_runs(runs: Iterable[Run], line: Sequence[str] | None, main_branch: str) -> Ordered:
-    """`runs` oldest first: along `line` (main's first-parent commits) when given."""
-    runs = [r for r in runs if r.commit is not None]
+def order_runs(
+    found: Summary | Iterable[Run], line: Sequence[str] | None, main_branch: str
+) -> Ordered:
+    """The baselines in `found` oldest first: along `line` (main's first-parent commits) when
+    given, else in the order they were measured."""
+    from perfguard.store.summary import Summary, summary_of_runs
+
+    table = found if isinstance(found, Summary) else summary_of_runs(found)
+    measured = [Measured(m, c, t or None) for m, c, t in table.measured() if c]
     if line is None:
-        ordered = sorted(runs, key=lambda r: (r.created or "", r.commit or ""))
-        return Ordered(tuple(ordered), "in the order they were measured (no git history of main)")
+        ordered = sorted(measured, key=lambda r: (r.created or "", r.commit))
+        how = "in the order they were measured (no git history of main)"
+        return Ordered(tuple(ordered), how, table=table.table)
     position = {sha: i for i, sha in enumerate(line)}
-    on_line = [r for r in runs if r.commit in position]
-    on_line.sort(key=lambda r: position[r.commit or ""])
+    on_line = sorted(
+        (r for r in measured if r.commit in position), key=lambda r: position[r.commit]
+    )
     return Ordered(
         tuple(on_line),
         f"along the first-parent history of {main_branch}",
-        left_out=len({r.commit for r in runs}) - len({r.commit for r in on_line}),
+        left_out=len({r.commit for r in measured}) - len({r.commit for r in on_line}),
+        table=table.table,
     )
-
-
-def _band(result: VariantResult, metric: str) -> tuple[float | None, float | None]:
-    from perfguard.stats.latency import block_percentiles
-
-    percentile = BAND_PERCENTILE.get(metric)
-    per_block = block_percentiles(result, percentile) if percentile is not None else []
-    if len(per_block) < 2:
-        return None, None
-    return min(per_block), max(per_block)
 
 
 def build_series(ordered: Ordered, metrics: Sequence[str] = SERIES_METRICS) -> list[Series]:
     """One series per machine, test, variant and metric that has at least one value."""
-    points: dict[tuple[str, str, str, str], list[Point]] = {}
-    for run in ordered.runs:
-        for result in run.results:
-            if result.status != "ok":
-                continue
-            for metric in metrics:
-                value = getattr(result.metrics, metric)
-                if value is None:
-                    continue
-                low, high = _band(result, metric)
-                key = (run.machine, result.test, result.variant, metric)
-                points.setdefault(key, []).append(
-                    Point(run.commit or "", run.created, float(value), low, high)
-                )
-    return [Series(*key, points=tuple(pts)) for key, pts in sorted(points.items())]
+    table = ordered.table
+    if table is None or table.empty or not ordered.runs:
+        return []
+    order = {(r.machine, r.commit): i for i, r in enumerate(ordered.runs)}
+    rows = table[table["metric"].isin(list(metrics))]
+    points: dict[tuple[str, str, str, str], list[tuple[int, Point]]] = {}
+    for machine, commit, created, test, variant, metric, value, low, high in zip(
+        *(rows[c] for c in COLUMNS[:-1]), strict=True
+    ):
+        at = order.get((machine, commit))
+        if at is None:
+            continue  # not on main's line
+        points.setdefault((machine, test, variant, metric), []).append(
+            (at, Point(commit, created or None, float(value), _or_none(low), _or_none(high)))
+        )
+    return [
+        Series(*key, points=tuple(p for _, p in sorted(pts, key=lambda a: a[0])))
+        for key, pts in sorted(points.items())
+    ]
+
+
+def _or_none(value: float) -> float | None:
+    return None if math.isnan(value) else float(value)
 
 
 def speedups(series: Sequence[Series]) -> list[Series]:

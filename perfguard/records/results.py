@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from perfguard.records.base import STATUSES, RecordError, Status, finite_or_none
+from perfguard.records.sketch import BlockStats, QuantileSketch, percentile
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -221,7 +222,13 @@ class Details:
 
 @dataclass(frozen=True, kw_only=True)
 class VariantResult:
-    """What measuring one model under one variant produced. Keeps the raw samples."""
+    """What measuring one model under one variant produced.
+
+    A measured result keeps its raw samples; `compact()` drops them for a stored baseline,
+    which keeps what the comparisons and the history use: one p50, p95 and p99 per repeat
+    (`block_stats`) and a quantile sketch of all samples (`sketch`). Both are derived from
+    the samples when a result is made with them.
+    """
 
     test: str
     variant: str
@@ -234,6 +241,8 @@ class VariantResult:
     drift_check: DriftCheck | None = None
     details: Details = field(default_factory=Details)
     counters: Counters | None = None
+    block_stats: BlockStats | None = None
+    sketch: QuantileSketch | None = None
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -251,6 +260,17 @@ class VariantResult:
         object.__setattr__(self, "block_sizes", sizes)
         if not isinstance(self.details, Details):
             raise RecordError(f"details must be a Details record, got {self.details!r}")
+        if self.samples_ms:
+            if self.block_stats is None:
+                object.__setattr__(self, "block_stats", BlockStats.of(self.blocks()))
+            if self.sketch is None:
+                object.__setattr__(self, "sketch", QuantileSketch.of(self.samples_ms))
+        stats = self.block_stats
+        if stats is not None:
+            if self.samples_ms and sum(stats.sizes) != len(self.samples_ms):
+                raise RecordError("blocks.sizes must add up to the number of samples")
+            if not self.repeats_ms:
+                object.__setattr__(self, "repeats_ms", tuple(stats.percentile(50.0) or ()))
 
     def blocks(self) -> tuple[tuple[float, ...], ...]:
         """The samples split into their repeats (one block when sizes were not kept)."""
@@ -262,6 +282,32 @@ class VariantResult:
             out.append(self.samples_ms[start : start + size])
             start += size
         return tuple(out)
+
+    def block_quantiles(self, q: float) -> list[float]:
+        """Percentile `q` of each repeat: from the samples where they are kept, else from
+        the per-repeat summaries (p50, p95 and p99) of a compact result."""
+        if self.samples_ms:
+            return [percentile(sorted(block), q) for block in self.blocks() if block]
+        if self.block_stats is None:
+            return []  # nothing was timed (or a record of long ago kept no samples)
+        kept = self.block_stats.percentile(q)
+        if kept is None:
+            raise ValueError(f"p{q:g} of each repeat was not kept in this compact result")
+        return kept
+
+    def compact(self) -> VariantResult:
+        """This result as a baseline stores it: without the raw samples (their per-repeat
+        summaries and sketch stay)."""
+        if not self.samples_ms:
+            return self
+        return replace(self, samples_ms=(), repeats_ms=(), block_sizes=())
+
+    @property
+    def n_samples(self) -> int:
+        """How many calls were timed (kept or not)."""
+        if self.samples_ms:
+            return len(self.samples_ms)
+        return sum(self.block_stats.sizes) if self.block_stats is not None else 0
 
     @property
     def key(self) -> tuple[str, str]:
@@ -277,12 +323,17 @@ class VariantResult:
             "status": self.status,
             "error": self.error,
             "metrics": self.metrics.to_json(),
-            "samples_ms": list(self.samples_ms),
+            # null in a compact result: the samples were not kept (blocks and sketch were)
+            "samples_ms": list(self.samples_ms)
+            if self.samples_ms or not self.block_stats
+            else None,
             "repeats_ms": list(self.repeats_ms),
             "block_sizes": list(self.block_sizes),
             "drift_check": None if self.drift_check is None else self.drift_check.to_json(),
             "details": self.details.to_json(),
             "counters": None if self.counters is None else self.counters.to_json(),
+            "blocks": None if self.block_stats is None else self.block_stats.to_json(),
+            "sketch": None if self.sketch is None else self.sketch.to_json(),
         }
 
     @classmethod
@@ -290,6 +341,7 @@ class VariantResult:
         try:
             drift = data.get("drift_check")
             counters = data.get("counters")
+            blocks, sketch = data.get("blocks"), data.get("sketch")
             return cls(
                 test=str(data["test"]),
                 variant=str(data["variant"]),
@@ -302,6 +354,8 @@ class VariantResult:
                 drift_check=None if drift is None else DriftCheck.from_json(drift),
                 details=Details.from_json(data.get("details")),
                 counters=None if counters is None else Counters.from_json(counters),
+                block_stats=None if blocks is None else BlockStats.from_json(blocks),
+                sketch=None if sketch is None else QuantileSketch.from_json(sketch),
             )
         except KeyError as exc:
             raise RecordError(f"a result lacks the key {exc.args[0]!r}") from exc

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from perfguard.records.base import SCHEMA_VERSION, SHA, RecordError
@@ -94,6 +94,17 @@ class Run:
     @property
     def has_regression(self) -> bool:
         return any(c.verdict == "regression" and c.gating for c in self.comparisons)
+
+    def compact(self) -> Run:
+        """The run as a baseline stores it: results without raw samples, and none of the
+        other runs a comparison brought in (base side, confirmation rounds)."""
+        return replace(
+            self,
+            results=tuple(r.compact() for r in self.results),
+            baseline_results=(),
+            confirm_results=(),
+            confirm_base_results=(),
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -12,8 +12,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-import numpy as np
-
 from perfguard.records import Comparison, VariantResult, Verdict
 from perfguard.stats.sequential import look_alpha
 from perfguard.stats.tests import (
@@ -37,7 +35,7 @@ from perfguard.stats.thresholds import (
 
 
 def block_percentiles(result: VariantResult, q: float) -> list[float]:
-    return [float(np.percentile(block, q)) for block in result.blocks() if block]
+    return result.block_quantiles(q)
 
 
 def _sequential_level(head: VariantResult, pairs: int, alpha: float) -> float:

@@ -1,11 +1,18 @@
-"""`<baseline-dir>/<machine>/<full sha>.json`: read safely, written atomically, locked."""
+"""`<baseline-dir>/<machine>/<full sha>.json.gz`: read safely, written atomically, locked.
+
+A baseline is stored compact (no raw samples: `VariantResult.compact`) and gzip-compressed.
+Files of older versions, plain `<sha>.json` with every sample, are read as before; a save of
+that commit replaces such a file with the compact one.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import os
 import secrets
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -13,11 +20,23 @@ from typing import TYPE_CHECKING
 
 from perfguard.records import SHA, RecordError, Run, VariantResult
 from perfguard.store.schema import SchemaError, upgrade
+from perfguard.store.summary import write_part
 
 if TYPE_CHECKING:
     from filelock import BaseFileLock
 
 LOCK_NAME = ".perfguard.lock"
+SUFFIXES = (".json.gz", ".json")
+"""A baseline file's name is `<full sha>` and one of these; a save writes the first."""
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def split_name(name: str) -> tuple[str, str] | None:
+    """(sha, suffix) of a baseline file's name, or None when it is not one."""
+    for suffix in SUFFIXES:
+        if name.endswith(suffix) and SHA.match(name[: -len(suffix)]):
+            return name[: -len(suffix)], suffix
+    return None
 
 
 class BaselineError(Exception):
@@ -25,13 +44,32 @@ class BaselineError(Exception):
 
 
 def read_run_file(path: Path) -> Run:
-    """Read a results or baseline file; raise `BaselineError` naming it. Never modifies it."""
+    """Read a results or baseline file, plain or gzip-compressed; raise `BaselineError`
+    naming it. Never modifies it."""
     try:
-        text = path.read_text(encoding="utf-8")
+        content = path.read_bytes()
     except FileNotFoundError:
         raise BaselineError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
         raise BaselineError(f"{path}: cannot be read ({exc})") from None
+    return parse_run(content, str(path))
+
+
+def parse_run(content: bytes, where: str) -> Run:
+    """The run in a file's bytes (JSON, or JSON compressed with gzip); `BaselineError`
+    naming `where` when they are not one."""
+    if content.startswith(_GZIP_MAGIC):
+        try:
+            content = gzip.decompress(content)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise BaselineError(
+                f"{where}: a damaged or truncated gzip file ({exc}); move it aside and "
+                "measure that commit again with --perfguard-save"
+            ) from None
+    try:
+        text = content.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BaselineError(f"{where}: cannot be read ({exc})") from None
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -42,22 +80,29 @@ def read_run_file(path: Path) -> Run:
             else "it looks truncated"
         )
         raise BaselineError(
-            f"{path}: {hint} ({exc.msg} at line {exc.lineno}); move it aside and measure "
+            f"{where}: {hint} ({exc.msg} at line {exc.lineno}); move it aside and measure "
             "that commit again with --perfguard-save"
         ) from None
     try:
         return Run.from_json(upgrade(doc))
     except SchemaError as exc:
-        raise BaselineError(f"{path}: {exc}") from None
+        raise BaselineError(f"{where}: {exc}") from None
     except RecordError as exc:
         raise BaselineError(
-            f"{path}: not a perfguard results file ({exc}); move it aside or delete it"
+            f"{where}: not a perfguard results file ({exc}); move it aside or delete it"
         ) from None
 
 
 def write_json_atomic(path: Path, data: object) -> None:
     """Write `data` as JSON, all or nothing (see `write_bytes_atomic`)."""
     write_bytes_atomic(path, (json.dumps(data, indent=1) + "\n").encode("utf-8"))
+
+
+def baseline_bytes(run: Run) -> bytes:
+    """A baseline file's content: the compact run as JSON, gzip-compressed. The same run
+    gives the same bytes (no time stamp in the gzip header), so git stores it once."""
+    text = json.dumps(run.compact().to_json(), separators=(",", ":"), allow_nan=False)
+    return gzip.compress(text.encode("utf-8"), compresslevel=9, mtime=0)
 
 
 def write_bytes_atomic(path: Path, data: bytes) -> None:
@@ -94,7 +139,7 @@ def _remove_stale_temp_files(folder: Path) -> None:
     """Temp files of a save that was killed before its rename (the caller holds the lock,
     so no save is writing one now)."""
     if folder.is_dir():
-        for tmp in folder.glob(".*.json.*.tmp"):
+        for tmp in folder.glob(".*.json*.tmp"):
             tmp.unlink(missing_ok=True)
 
 
@@ -138,6 +183,16 @@ def key_problem(machine: str, commit: str) -> str | None:
 
 
 @dataclass(frozen=True)
+class Compacted:
+    """A plain baseline file rewritten compact: the two files and their sizes in bytes."""
+
+    old: Path
+    new: Path
+    before: int
+    after: int
+
+
+@dataclass(frozen=True)
 class BaselineInfo:
     machine: str
     commit: str
@@ -152,10 +207,20 @@ class BaselineStore:
         self.lock_timeout_s = lock_timeout_s
 
     def path(self, machine: str, commit: str) -> Path:
+        """Where a save of this commit writes its baseline."""
         problem = key_problem(machine, commit)
         if problem:
             raise BaselineError(problem)
-        return self.root / machine / f"{commit}.json"
+        return self.root / machine / f"{commit}{SUFFIXES[0]}"
+
+    def find(self, machine: str, commit: str) -> Path | None:
+        """The stored file of this commit (compressed first, then an older plain one)."""
+        path = self.path(machine, commit)
+        for suffix in SUFFIXES:
+            candidate = path.with_name(f"{commit}{suffix}")
+            if candidate.is_file():
+                return candidate
+        return None
 
     def _lock(self) -> BaseFileLock:
         from filelock import FileLock  # imported here: `perfguard comment` runs without it
@@ -164,14 +229,12 @@ class BaselineStore:
         return FileLock(str(self.root / LOCK_NAME), timeout=self.lock_timeout_s)
 
     def has(self, machine: str, commit: str) -> bool:
-        return self.path(machine, commit).is_file()
+        return self.find(machine, commit) is not None
 
     def load(self, machine: str, commit: str) -> Run | None:
         """The baseline of `commit` on `machine`; None when there is none; error when corrupt."""
-        path = self.path(machine, commit)
-        if not path.exists():
-            return None
-        return read_run_file(path)
+        path = self.find(machine, commit)
+        return None if path is None else read_run_file(path)
 
     def save(self, run: Run, *, replace_all: bool = False) -> Saved:
         """Store `run` as the baseline of its commit.
@@ -188,13 +251,35 @@ class BaselineStore:
         with self.locked():
             _remove_stale_temp_files(path.parent)
             kept = 0
-            updated = path.exists()
-            if updated:
-                stored = read_run_file(path)  # a corrupt file is evidence: never overwrite it
+            before = self.find(run.machine, run.commit)
+            if before is not None:
+                stored = read_run_file(before)  # a corrupt file is evidence: never overwrite it
                 if not replace_all:
                     run, kept = merge_into(stored, run)
-            write_json_atomic(path, run.to_json())
-        return Saved(path, len(run.results) - kept, kept, updated)
+            content = baseline_bytes(run)
+            write_bytes_atomic(path, content)
+            if before is not None and before != path:
+                before.unlink()  # the older, plain file of the same commit: replaced
+            write_part(self.root, run, content)
+        return Saved(path, len(run.results) - kept, kept, before is not None)
+
+    def compact(self, machine: str | None = None) -> list[Compacted]:
+        """Rewrite every plain `<sha>.json` baseline as a compact `<sha>.json.gz`. A file
+        that cannot be read stops it, naming the file (those done before it stay done)."""
+        done = []
+        with self.locked():
+            for _m, f in list(self.files(machine)):
+                if not f.name.endswith(".json"):
+                    continue
+                run = read_run_file(f)
+                content = baseline_bytes(run)
+                new = f.with_name(f"{f.name.removesuffix('.json')}{SUFFIXES[0]}")
+                before = f.stat().st_size
+                write_bytes_atomic(new, content)
+                f.unlink()
+                write_part(self.root, run, content)
+                done.append(Compacted(f, new, before, len(content)))
+        return done
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
@@ -218,17 +303,27 @@ class BaselineStore:
         )
 
     def files(self, machine: str | None = None) -> Iterator[tuple[str, Path]]:
+        """(machine, file) of every stored baseline: one file a commit, the compressed one
+        where an older plain file of the same commit is still there."""
         for m in [machine] if machine else self.machines():
             folder = self.root / m
-            if folder.is_dir():
-                for f in sorted(folder.glob("*.json")):
-                    if SHA.match(f.stem):
-                        yield m, f
+            if not folder.is_dir():
+                continue
+            chosen: dict[str, Path] = {}
+            for f in folder.iterdir():
+                named = split_name(f.name)
+                if named is not None and f.is_file():
+                    sha, suffix = named
+                    if sha not in chosen or suffix == SUFFIXES[0]:
+                        chosen[sha] = f
+            for sha in sorted(chosen):
+                yield m, chosen[sha]
 
     def prune(
         self, keep: int, machine: str | None = None, dry_run: bool = False
     ) -> list[BaselineInfo]:
-        """Delete all but the `keep` newest baselines of each machine; return what went."""
+        """Delete all but the `keep` newest records of each machine; return what went. The
+        summary table keeps every commit (history reads it, not the records)."""
         if keep < 0:
             raise BaselineError(f"--keep must be >= 0, got {keep}")
         removed: list[BaselineInfo] = []
@@ -237,7 +332,7 @@ class BaselineStore:
                 infos = sorted(self.list(m), key=lambda i: i.created or "", reverse=True)
                 for info in infos[keep:]:
                     if not dry_run:
-                        info.path.unlink()
+                        info.path.unlink()  # its row of the summary table stays: history
                     removed.append(info)
         return removed
 
@@ -247,5 +342,6 @@ class BaselineStore:
         for m, f in self.files(machine):
             run = read_run_file(f)
             tests = len({r.test for r in run.results})
-            out.append(BaselineInfo(m, f.stem, run.created, tests, f))
+            sha = split_name(f.name)
+            out.append(BaselineInfo(m, sha[0] if sha else f.name, run.created, tests, f))
         return out

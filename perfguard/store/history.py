@@ -6,6 +6,7 @@ and for trend charts. One row per commit, test, variant and metric.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -33,23 +34,49 @@ def load_history(
     last: int = 20,
     search_depth: int = 500,
 ) -> pd.DataFrame:
-    """The last `last` baselines of `machine` on `start`'s first-parent line, oldest first.
+    """The last `last` baselines of `machine` on `start`'s first-parent line, oldest first,
+    read from the summary table (a record is read only where its part is missing or stale;
+    a part whose record was not pulled is used as it is).
 
     `position` counts baselines from 0 (the oldest). Only `ok` results contribute rows.
     A corrupt baseline file raises `BaselineError` naming it, as everywhere.
     """
-    found = []
+    import pandas as pd
+
+    from perfguard.store.summary import SummaryError, folder_part, part_path, read_part
+
+    found: list[pd.DataFrame] = []
     for sha in first_parent_commits(root, start, search_depth):
-        if store.has(machine, sha):
-            found.append(sha)
-            if len(found) == last:
-                break
-    runs = []
-    for sha in reversed(found):
-        run = store.load(machine, sha)
-        if run is not None:
-            runs.append(run)
-    return history_frame(runs)
+        record = store.find(machine, sha)
+        if record is not None:
+            found.append(folder_part(store.root, machine, record)[0])
+        elif (pulled := part_path(store.root, machine, sha)).is_file():
+            # a part pulled without its record (`baselines pull --for`); a broken one is
+            # passed over (the noise floor is learned from the others)
+            with contextlib.suppress(SummaryError):
+                found.append(read_part(pulled.read_bytes(), str(pulled)))
+        if len(found) == last:
+            break
+    tables = []
+    for position, part in enumerate(reversed(found)):
+        rows = part[part["metric"].isin(METRICS)]
+        tables.append(
+            pd.DataFrame(
+                {
+                    "position": position,
+                    "commit": rows["commit"],
+                    "created": rows["created"],
+                    "test": rows["test"],
+                    "variant": rows["variant"],
+                    "metric": rows["metric"],
+                    "value": rows["value"],
+                }
+            )
+        )
+    tables = [t for t in tables if not t.empty]
+    if not tables:
+        return pd.DataFrame([], columns=list(HISTORY_COLUMNS))
+    return pd.concat(tables, ignore_index=True)
 
 
 def history_frame(runs: Sequence[Run]) -> pd.DataFrame:

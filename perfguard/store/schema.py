@@ -24,6 +24,14 @@ History:
   `details.ab.sequential` says for each look which statistic decided (`statistic`: mean or
   trimmed). Migration from 3: nothing to convert (a version-3 comparison has no
   confirmation; its note still says what the re-measure showed).
+- 5: a result has `blocks` (per repeat: `sizes`, the calls it timed, and `p50`, `p95`, `p99`
+  in ms, the figures the latency tests use) and `sketch` (a quantile sketch of all samples:
+  `accuracy`, `offset`, `counts`, `zeros`; perfguard.records.sketch). A stored baseline
+  keeps these instead of its raw samples: `samples_ms` is null there, `repeats_ms` and
+  `block_sizes` empty. Baselines are written gzip-compressed (`<sha>.json.gz`); every reader
+  takes a plain or a compressed file. Migration from 4: a result with samples gets its
+  blocks and sketch derived from them when it is read (records.VariantResult); nothing else
+  changes.
 
 A newer version than this perfguard knows is refused (upgrade perfguard). An older one is
 migrated in memory by the steps below, one version at a time; the file on disk is left as it
@@ -73,10 +81,18 @@ def _3_to_4(doc: dict[str, Any]) -> dict[str, Any]:
     return {**doc, "schema_version": 4}
 
 
+def _4_to_5(doc: dict[str, Any]) -> dict[str, Any]:
+    """Version 4 kept every raw sample and no summaries: a result read with samples derives
+    its per-repeat blocks and its sketch from them (VariantResult does that on construction),
+    so the document itself needs no change."""
+    return {**doc, "schema_version": 5}
+
+
 MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
     1: _1_to_2,
     2: _2_to_3,
     3: _3_to_4,
+    4: _4_to_5,
 }
 """version N -> a function turning a version-N document into a version-(N+1) one."""
 

@@ -1,33 +1,46 @@
 """Keep the baseline directory on a git branch of a remote (default `perfguard-baselines`).
 
-Everything goes through git plumbing with a private, temporary index, so the user's checked-out
-branch, index and working tree are never touched. `push` is safe against a concurrent pusher:
-it fetches the branch, merges its own files into the fetched tree, and pushes without force;
-if the remote moved in between, it fetches and tries again, so no baseline is lost.
+Everything goes through git plumbing in a private bare repository beside the checkout's own
+(`<git dir>/perfguard/baselines.git`), so the user's branches, index, working tree and
+configuration are never touched. That repository fetches the branch's tip alone (`--depth=1`)
+and, where the server allows it (GitHub does), without file contents (`--filter=blob:none`):
+the records a pull takes are then fetched by id, in one round trip, and nothing else. So a
+pull costs the files it takes, whatever the length of the branch's history. `push` is safe
+against a concurrent pusher: it fetches the branch, merges its own files into the fetched
+tree, and pushes without force (only the new objects travel); if the remote moved in between,
+it fetches and tries again, so no baseline is lost.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from perfguard.records import SHA, RecordError, Run
-from perfguard.store.baselines import BaselineStore, key_problem, write_bytes_atomic
-from perfguard.store.schema import SchemaError, upgrade
+from perfguard.records import Run
+from perfguard.store import gitcache
+from perfguard.store.baselines import (
+    BaselineError,
+    BaselineStore,
+    key_problem,
+    parse_run,
+    split_name,
+    write_bytes_atomic,
+)
+from perfguard.store.gitcache import SyncError as SyncError
+from perfguard.store.summary import (
+    SUMMARY_DIR,
+    SummaryError,
+    _fastparquet,
+    blob_id,
+    part_path,
+    read_part,
+)
 
 DEFAULT_BRANCH = "perfguard-baselines"
 DEFAULT_REMOTE = "origin"
 EMPTY_TREE_MESSAGE = "perfguard baselines"
-
-
-class SyncError(Exception):
-    """A git step of pull or push failed; the message says which and what git said."""
 
 
 @dataclass(frozen=True)
@@ -36,121 +49,214 @@ class SyncResult:
     kept: tuple[str, ...]  # present on both sides with different content: ours kept
     attempts: int = 1
     refused: tuple[str, ...] = ()  # "path: why" of the branch's files that were not taken
+    summaries: int = 0  # summary parts (the history's table) taken or sent with them
 
 
 def baseline_path_problem(path: str) -> str | None:
-    """Why `path` (relative to the baseline directory) is not `<machine>/<sha>.json`."""
+    """Why `path` (relative to the baseline directory) is not `<machine>/<sha>.json[.gz]`."""
     parts = path.split("/")
-    if len(parts) != 2:
-        return "not <machine>/<full sha>.json"
-    machine, name = parts
-    stem, dot, ext = name.rpartition(".")
-    if not dot or ext != "json" or not SHA.match(stem):
-        return "not <machine>/<full sha>.json"
-    return key_problem(machine, stem)
+    named = split_name(parts[-1]) if len(parts) == 2 else None
+    if named is None:
+        return "not <machine>/<full sha>.json.gz (or .json)"
+    return key_problem(parts[0], named[0])
+
+
+def summary_key(path: str) -> tuple[str, str] | None:
+    """(machine, sha) of a summary part's path `.summary/<machine>/<sha>.parquet`, or None."""
+    parts = path.split("/")
+    if len(parts) != 3 or parts[0] != SUMMARY_DIR or not parts[2].endswith(".parquet"):
+        return None
+    machine, sha = parts[1], parts[2].removesuffix(".parquet")
+    return None if key_problem(machine, sha) else (machine, sha)
+
+
+def summary_content_problem(path: str, content: bytes) -> str | None:
+    """Why a summary part's bytes are not the rows of the commit its path names, or None."""
+    key = summary_key(path)
+    assert key is not None
+    try:
+        table = read_part(content, path)
+    except SummaryError as exc:
+        return str(exc).removeprefix(f"{path}: ")
+    if not table.empty and not (
+        (table["machine"] == key[0]).all() and (table["commit"] == key[1]).all()
+    ):
+        return "it holds rows of another machine or commit: not its path"
+    return None
+
+
+def _local_parts(baseline_dir: Path, keys: set[tuple[str, str]]) -> dict[str, Path]:
+    """path -> file of the local summary parts of the baselines `keys`."""
+    found = {}
+    for machine, sha in sorted(keys):
+        f = part_path(baseline_dir, machine, sha)
+        if f.is_file():
+            found[f"{SUMMARY_DIR}/{machine}/{sha}.parquet"] = f
+    return found
+
+
+def baseline_key(path: str) -> tuple[str, str]:
+    """(machine, sha) of a baseline path that `baseline_path_problem` accepts."""
+    machine, name = path.split("/")
+    named = split_name(name)
+    assert named is not None
+    return machine, named[0]
 
 
 def baseline_content_problem(path: str, content: bytes) -> tuple[Run | None, str | None]:
     """The run in a baseline file's bytes, or why they are not one that belongs at `path`."""
     try:
-        run = Run.from_json(upgrade(json.loads(content.decode("utf-8"))))
-    except (ValueError, SchemaError, RecordError) as exc:
-        return None, f"not a valid baseline file ({str(exc).splitlines()[0][:200]})"
-    machine, name = path.split("/")
-    if run.machine != machine or f"{run.commit}.json" != name:
+        run = parse_run(content, path)
+    except BaselineError as exc:
+        reason = str(exc).removeprefix(f"{path}: ").splitlines()[0][:200]
+        return None, f"not a valid baseline file ({reason})"
+    if (run.machine, run.commit) != baseline_key(path):
         return None, f"it holds machine {run.machine!r}, commit {run.commit}: not its path"
     return run, None
 
 
-def _git(
-    root: Path, *args: str, env: dict[str, str] | None = None, check: bool = True
-) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(
-        ["git", *args], cwd=root, env={**os.environ, **(env or {})}, capture_output=True, text=True
-    )
-    if check and done.returncode != 0:
-        what = (done.stderr or done.stdout).strip().splitlines()
-        raise SyncError(f"git {' '.join(args[:2])} failed: {what[-1] if what else done.returncode}")
-    return done
-
-
-def _fetch(root: Path, remote: str, branch: str) -> str | None:
-    """Fetch the branch into a private ref; its commit, or None when the remote has none."""
-    ref = f"refs/perfguard/remote-{branch}"
-    done = _git(
-        root,
-        "fetch",
-        "--quiet",
-        "--no-tags",
-        remote,
-        f"+refs/heads/{branch}:{ref}",
-        check=False,
-        env=_auth_env(),
-    )
-    if done.returncode != 0:
-        message = (done.stderr or "").lower()
-        if "couldn't find remote ref" in message or "could not find remote ref" in message:
-            return None
-        raise SyncError(f"git fetch {remote} {branch} failed: {done.stderr.strip()}")
-    return _git(root, "rev-parse", ref).stdout.strip()
-
-
-def _remote_files(root: Path, commit: str | None) -> dict[str, str]:
-    """path -> blob sha of every baseline file on the branch."""
-    if commit is None:
-        return {}
-    out = _git(root, "ls-tree", "-r", commit).stdout
-    files = {}
-    for line in out.splitlines():
-        meta, path = line.split("\t", 1)
-        files[path] = meta.split()[2]
-    return files
-
-
 def _local_files(baseline_dir: Path) -> dict[str, Path]:
-    files = {}
-    if baseline_dir.is_dir():
-        for f in sorted(baseline_dir.glob("*/*.json")):
-            if SHA.match(f.stem) and not f.parent.name.startswith("."):
-                files[f"{f.parent.name}/{f.name}"] = f
-    return files
+    """path -> file of every local baseline (one a commit: the compressed one first)."""
+    return {f"{machine}/{f.name}": f for machine, f in BaselineStore(baseline_dir).files()}
 
 
-def _blob_of(root: Path, path: Path) -> str:
-    return _git(root, "hash-object", "-w", str(path)).stdout.strip()
+def by_key(paths: Sequence[str]) -> dict[tuple[str, str], list[str]]:
+    """The baseline paths among `paths`, grouped by (machine, sha): a commit's file may be
+    there in both forms (an older plain one beside its compact one)."""
+    out: dict[tuple[str, str], list[str]] = {}
+    for path in paths:
+        if baseline_path_problem(path) is None:
+            out.setdefault(baseline_key(path), []).append(path)
+    return out
+
+
+Selection = Callable[[set[tuple[str, str]]], tuple[set[tuple[str, str]], set[tuple[str, str]]]]
+"""Given the (machine, sha) of every baseline on the branch: those whose records, and those
+whose summary parts, a pull takes."""
 
 
 def pull(
-    root: Path, baseline_dir: Path, *, remote: str = DEFAULT_REMOTE, branch: str = DEFAULT_BRANCH
+    root: Path,
+    baseline_dir: Path,
+    *,
+    remote: str = DEFAULT_REMOTE,
+    branch: str = DEFAULT_BRANCH,
+    only: Selection | None = None,
 ) -> SyncResult:
-    """Bring the branch's baselines that are missing here; never overwrite a local file.
+    """Bring the branch's baselines that are missing here (or those `only` selects); never
+    overwrite a local file.
 
-    Only `<machine>/<sha>.json` files that hold a valid baseline of that machine and commit
-    are taken: the branch is written by CI, and whoever can push to it must not be able to
-    plant other files (a `conftest.py`, a path with `..`) in the checkout.
+    Only `<machine>/<sha>.json.gz` (or `.json`) files that hold a valid baseline of that
+    machine and commit are taken, and summary parts that hold the rows of theirs: the branch
+    is written by CI, and whoever can push to it must not be able to plant other files (a
+    `conftest.py`, a path with `..`) in the checkout.
     """
-    commit = _fetch(root, remote, branch)
-    remote_files = _remote_files(root, commit)
+    cache = gitcache.open_cache(root, remote)
+    remote_files = gitcache.tree_files(cache.git_dir, gitcache.fetch_tip(cache, branch))
+    records = {
+        key: max(paths, key=lambda p: p.endswith(".gz"))
+        for key, paths in by_key(list(remote_files)).items()
+    }
+    want_records, want_parts = only(set(records)) if only else (set(records), set(records))
     local = _local_files(baseline_dir)
-    added, kept, refused = [], [], []
-    store = BaselineStore(baseline_dir)
-    with store.locked():
-        for path, blob in sorted(remote_files.items()):
-            problem = baseline_path_problem(path)
-            if problem is None and path in local:
-                if _blob_of(root, local[path]) != blob:
-                    kept.append(path)
-                continue
-            content = b""
-            if problem is None:
-                content = _git_bytes(root, "cat-file", "blob", blob)
-                problem = baseline_content_problem(path, content)[1]
+    have = set(by_key(list(local)))
+    kept = [
+        path
+        for path, f in local.items()
+        if path in remote_files and blob_id(f.read_bytes()) != remote_files[path]
+    ]
+    refused = [
+        f"{path}: {problem}"
+        for path in sorted(remote_files)
+        if summary_key(path) is None and (problem := baseline_path_problem(path)) is not None
+    ]
+    take = sorted(records[k] for k in want_records if k not in have)
+    parts = _parts_to_take(baseline_dir, remote_files, want_parts)
+    content = gitcache.blobs(cache, [remote_files[p] for p in (*take, *parts)])
+    added = []
+    with BaselineStore(baseline_dir).locked():
+        for path in take:
+            problem = baseline_content_problem(path, content[remote_files[path]])[1]
             if problem is not None:
                 refused.append(f"{path}: {problem}")
                 continue
-            write_bytes_atomic(baseline_dir / path, content)
+            write_bytes_atomic(baseline_dir / path, content[remote_files[path]])
             added.append(path)
-    return SyncResult(tuple(added), tuple(kept), refused=tuple(refused))
+        summaries = 0
+        for path in parts:
+            problem = summary_content_problem(path, content[remote_files[path]])
+            if problem is not None:
+                refused.append(f"{path}: {problem}")
+                continue
+            write_bytes_atomic(baseline_dir / path, content[remote_files[path]])
+            summaries += 1
+    return SyncResult(
+        tuple(added), tuple(sorted(kept)), refused=tuple(sorted(refused)), summaries=summaries
+    )
+
+
+def _parts_to_take(
+    baseline_dir: Path, remote_files: dict[str, str], keys: set[tuple[str, str]]
+) -> list[str]:
+    """The branch's summary parts of `keys` that are not here yet. None without fastparquet
+    (a job that installed perfguard alone): a part is validated before it is taken, and
+    history makes a missing part again from its record."""
+    try:
+        _fastparquet()
+    except ImportError:
+        return []
+    return [
+        path
+        for path in sorted(remote_files)
+        if (key := summary_key(path)) is not None
+        and key in keys
+        and not part_path(baseline_dir, *key).exists()
+    ]
+
+
+def for_run(
+    root: Path,
+    ref: str,
+    *,
+    main_branch: str = "main",
+    depth: int = 50,
+    history: int = 20,
+    choices: list[str] | None = None,
+) -> Selection:
+    """What a run on `root`'s HEAD compared with `ref` (`auto`, or a git revision) needs of the
+    branch: for each machine, the record of the baseline it would choose, and the summary
+    parts of the `history` baselines on that commit's first-parent line (the noise floor and
+    the trend chart); and HEAD's own records (a save updates them). `choices` gets one line
+    per machine saying what was chosen."""
+    from perfguard.git import explicit_baseline, find_baseline, first_parent_commits, resolve
+
+    def select(
+        available: set[tuple[str, str]],
+    ) -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
+        records: set[tuple[str, str]] = set()
+        parts: set[tuple[str, str]] = set()
+        head = resolve(root, "HEAD")
+        for machine in sorted({m for m, _ in available}):
+            shas = {sha for m, sha in available if m == machine}
+            if ref == "auto":
+                choice = find_baseline(
+                    root, shas.__contains__, main_branch=main_branch, depth=depth
+                )
+            else:
+                choice = explicit_baseline(root, ref, shas.__contains__)
+            if choices is not None:
+                chosen = choice.commit[:10] if choice.commit else "none"
+                choices.append(f"{machine}: {chosen} ({choice.reason})")
+            if head in shas:
+                records.add((machine, head))
+            if choice.commit is None:
+                continue
+            records.add((machine, choice.commit))
+            line = [sha for sha in first_parent_commits(root, choice.commit, 500) if sha in shas]
+            parts.update((machine, sha) for sha in line[:history])
+        return records, parts
+
+    return select
 
 
 def push(
@@ -166,36 +272,53 @@ def push(
 
     All or nothing: every local file must be a valid baseline at its own path, and none may
     hold fewer results than the branch's copy of the same commit (a partial save must not
-    replace a whole one); otherwise nothing is pushed and the error lists each file.
+    replace a whole one); otherwise nothing is pushed and the error lists each file. Only
+    what changed is sent.
     """
     local = _local_files(baseline_dir)
     if not local:
         return SyncResult((), ())
     runs = _valid_local(local)
+    parts = _local_parts(baseline_dir, set(by_key(list(local))))
+    files = local | parts
+    ids = {path: blob_id(f.read_bytes()) for path, f in files.items()}
+    cache = gitcache.open_cache(root, remote)
     why = ""
     for attempt in range(1, attempts + 1):
-        parent = _fetch(root, remote, branch)
-        remote_files = _remote_files(root, parent)
-        blobs = {path: _blob_of(root, f) for path, f in local.items()}
-        changed = sorted(p for p, b in blobs.items() if remote_files.get(p) != b)
-        if not changed:
+        parent = gitcache.fetch_tip(cache, branch)
+        remote_files = gitcache.tree_files(cache.git_dir, parent)
+        changed = sorted(p for p in local if remote_files.get(p) != ids[p])
+        new_parts = sorted(p for p in parts if remote_files.get(p) != ids[p])
+        if not changed and not new_parts:
             return SyncResult((), (), attempt)
-        _refuse_shrinking(root, {p: remote_files[p] for p in changed if p in remote_files}, runs)
+        # the branch's copies of the same commits, in either form: checked, and the other
+        # form removed (a compact file replaces the older plain one)
+        on_branch = by_key(list(remote_files))
+        theirs = {
+            (ours, path): remote_files[path]
+            for ours in changed
+            for path in on_branch.get(baseline_key(ours), [])
+        }
+        _refuse_shrinking(cache, theirs, runs)
+        gone = sorted({path for _, path in theirs} - set(changed))
+        blobs = {p: gitcache.store_blob(cache, files[p]) for p in (*changed, *new_parts)}
         text = message or f"perfguard: {len(changed)} baseline(s)"
-        commit = _commit(root, parent, {p: blobs[p] for p in changed}, text)
-        done = _git(
-            root,
+        commit = gitcache.commit_tree(
+            cache, parent, blobs, text, gitcache.identity(root), remove=gone
+        )
+        done = gitcache.run_git(
+            cache.git_dir,
             "push",
             "--quiet",
-            remote,
+            "origin",
             f"{commit}:refs/heads/{branch}",
             check=False,
-            env=_auth_env(),
+            env=gitcache.auth_env(),
         )
         if done.returncode == 0:
-            return SyncResult(tuple(changed), (), attempt)
-        why = _server_reason(done.stderr or "")
-        if not _lost_a_race(done.stderr or ""):
+            return SyncResult(tuple(changed), (), attempt, summaries=len(new_parts))
+        why = gitcache.server_reason(done.stderr or "")
+        if not gitcache.lost_a_race(done.stderr or ""):
             raise SyncError(f"git push {remote} {branch} was refused: {why}")
         time.sleep(0.05 * attempt)  # someone else pushed first: fetch their files and retry
     raise SyncError(
@@ -220,45 +343,18 @@ def _valid_local(local: dict[str, Path]) -> dict[str, Run]:
     return runs
 
 
-def _commit(root: Path, parent: str | None, blobs: dict[str, str], message: str) -> str:
-    """A commit of the branch's tree (`parent`'s) with `blobs` at their paths, made in an
-    index of its own (the user's index and working tree are not touched)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
-        if parent is not None:
-            _git(root, "read-tree", parent, env=env)
-        for path, blob in blobs.items():
-            _git(root, "update-index", "--add", "--cacheinfo", f"100644,{blob},{path}", env=env)
-        tree = _git(root, "write-tree", env=env).stdout.strip()
-    args: Sequence[str] = ("commit-tree", tree, "-m", message)
-    if parent is not None:
-        args = (*args, "-p", parent)
-    return _git(root, *args, env=_identity(root)).stdout.strip()
+def _refuse_shrinking(
+    cache: gitcache.Cache, theirs: dict[tuple[str, str], str], ours: dict[str, Run]
+) -> None:
+    """Raise when a local file would replace a branch copy that holds results it lacks.
 
-
-# git's words when the branch moved between our fetch and our push (a concurrent pusher)
-_RACE = ("non-fast-forward", "fetch first", "cannot lock ref", "failed to update ref")
-
-
-def _lost_a_race(stderr: str) -> bool:
-    text = stderr.lower()
-    return any(words in text for words in _RACE) and "hook declined" not in text
-
-
-def _server_reason(stderr: str) -> str:
-    """What the server said (its `remote:` lines), else git's last line."""
-    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    said = [line[len("remote:") :].strip() for line in lines if line.startswith("remote:")]
-    said = [line for line in said if line]
-    return " / ".join(said) if said else (lines[-1] if lines else "no reason given")
-
-
-def _refuse_shrinking(root: Path, theirs: dict[str, str], ours: dict[str, Run]) -> None:
-    """Raise when a local file would replace a branch copy that holds results it lacks."""
+    `theirs`: (our path, the branch's path of the same commit) -> the branch's blob.
+    """
     problems = []
-    for path, blob in sorted(theirs.items()):
-        content = _git_bytes(root, "cat-file", "blob", blob)
-        run = baseline_content_problem(path, content)[0]
+    contents = gitcache.blobs(cache, list(theirs.values()))
+    for (path, their_path), blob in sorted(theirs.items()):
+        content = contents[blob]
+        run = baseline_content_problem(their_path, content)[0]
         if run is None:
             continue  # a broken copy on the branch may be replaced
         lost = {r.key for r in run.results} - {r.key for r in ours[path].results}
@@ -270,39 +366,3 @@ def _refuse_shrinking(root: Path, theirs: dict[str, str], ours: dict[str, Run]) 
             )
     if problems:
         raise SyncError("nothing pushed; " + "; ".join(problems))
-
-
-def _git_bytes(root: Path, *args: str) -> bytes:
-    return subprocess.run(["git", *args], cwd=root, capture_output=True, check=True).stdout
-
-
-def _auth_env() -> dict[str, str]:
-    """With GITHUB_TOKEN set (a CI step), git's HTTP calls to the GitHub server carry it,
-    for this one git process only: the checkout keeps no credentials, and nothing is
-    written to the environment of later steps."""
-    token = os.environ.get("GITHUB_TOKEN", "").strip()
-    if not token:
-        return {}
-    import base64
-
-    server = os.environ.get("GITHUB_SERVER_URL", "https://github.com").rstrip("/")
-    auth = base64.b64encode(f"x-access-token:{token}".encode()).decode()
-    n = int(os.environ.get("GIT_CONFIG_COUNT", "0") or 0)
-    return {
-        "GIT_CONFIG_COUNT": str(n + 1),
-        f"GIT_CONFIG_KEY_{n}": f"http.{server}/.extraheader",
-        f"GIT_CONFIG_VALUE_{n}": f"AUTHORIZATION: basic {auth}",
-    }
-
-
-def _identity(root: Path) -> dict[str, str]:
-    """commit-tree needs an identity; CI machines often have none. The user's own wins."""
-    if _git(root, "var", "GIT_COMMITTER_IDENT", check=False).returncode == 0:
-        return {}
-    env: dict[str, str] = {}
-    for kind in ("AUTHOR", "COMMITTER"):
-        env.setdefault(f"GIT_{kind}_NAME", os.environ.get(f"GIT_{kind}_NAME", "perfguard"))
-        env.setdefault(
-            f"GIT_{kind}_EMAIL", os.environ.get(f"GIT_{kind}_EMAIL", "perfguard@localhost")
-        )
-    return env

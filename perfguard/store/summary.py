@@ -1,0 +1,330 @@
+"""The summary table: one row per commit, machine, test, variant and metric, in Parquet.
+
+Main's history (`perfguard history`, `site`, `alert`) and a PR run's noise floor and trend
+chart read series of figures, not records: reading every record of a year of main would parse
+gigabytes of JSON. So each save writes, beside its record, that record's rows of the table:
+
+    <baseline-dir>/.summary/<machine>/<full sha>.parquet
+
+with the columns `COLUMNS`: the figure (`value`) and the spread of its per-repeat figures
+(`low`, `high`; latency percentiles only), and `record`, the git blob id of the record the rows
+were made from. A part whose `record` is not the record's current blob id is stale (the record
+was saved again, or compacted) and, like a missing one, is made again from the record. Parquet
+is the columnar format every analytical tool reads (pandas, DuckDB, pyarrow, Spark); it is
+written with fastparquet, a small package (pyarrow's wheel is 25 times larger), so the runner
+that saves a baseline needs nothing heavy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import math
+import os
+import secrets
+import subprocess
+import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from perfguard.records import Metrics, Run, VariantResult
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+SUMMARY_DIR = ".summary"
+COLUMNS = (
+    "machine",
+    "commit",
+    "created",
+    "test",
+    "variant",
+    "metric",
+    "value",
+    "low",
+    "high",
+    "record",
+)
+COUNTER_METRICS = (
+    "graphs",
+    "aten_ops",
+    "flops",
+    "kernel_launches",
+    "cudagraph_launches",
+    "compile_instructions",
+    "forward_instructions",
+)
+"""The exact counts kept as rows too (graph breaks and recompiles are metrics already)."""
+METRIC_FIELDS = tuple(f.name for f in fields(Metrics))
+BAND_PERCENTILE = {"latency_p50_ms": 50.0, "latency_p95_ms": 95.0, "latency_p99_ms": 99.0}
+
+
+class SummaryError(ValueError):
+    """A summary part that is not one: the message names it."""
+
+
+def blob_id(content: bytes) -> str:
+    """git's object id of a file with this content (`git hash-object`), computed here, so a
+    part can be matched with its record from `git ls-tree` alone."""
+    return hashlib.sha1(b"blob %d\0" % len(content) + content, usedforsecurity=False).hexdigest()
+
+
+def _band(result: VariantResult, metric: str) -> tuple[float, float]:
+    q = BAND_PERCENTILE.get(metric)
+    per_repeat = result.block_quantiles(q) if q is not None else []
+    if len(per_repeat) < 2:
+        return math.nan, math.nan
+    return min(per_repeat), max(per_repeat)
+
+
+def _counts(result: VariantResult) -> dict[str, float]:
+    c = result.counters
+    if c is None:
+        return {}
+    found = {name: getattr(c, name, None) for name in COUNTER_METRICS if name != "aten_ops"}
+    found["aten_ops"] = c.op_total
+    return {k: float(v) for k, v in found.items() if v is not None}
+
+
+def rows_of(run: Run, record: str) -> list[tuple[Any, ...]]:
+    """The table's rows of one baseline (its `ok` results), made from the record whose blob
+    id is `record`."""
+    out: list[tuple[Any, ...]] = []
+    for r in run.results:
+        if r.status != "ok":
+            continue
+        figures = {m: getattr(r.metrics, m) for m in METRIC_FIELDS} | _counts(r)
+        for metric, value in figures.items():
+            if value is None:
+                continue
+            low, high = _band(r, metric)
+            out.append(
+                (
+                    run.machine,
+                    run.commit or "",
+                    run.created or "",
+                    r.test,
+                    r.variant,
+                    metric,
+                    float(value),
+                    low,
+                    high,
+                    record,
+                )
+            )
+    return out
+
+
+def frame(rows: Iterable[Sequence[Any]]) -> pd.DataFrame:
+    import pandas as pd
+
+    table = pd.DataFrame(list(rows), columns=list(COLUMNS))
+    return table.astype(
+        {c: "float64" for c in ("value", "low", "high")} | {c: object for c in COLUMNS[:6]}
+    )
+
+
+def _fastparquet() -> Any:
+    """fastparquet, imported without the deprecation warning it sets off in pandas 3 (it
+    reads a pandas option when imported; nothing a user can act on)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The 'future.infer_string' option")
+        import fastparquet
+
+    return fastparquet
+
+
+def part_bytes(run: Run, record: str) -> bytes:
+    """A summary part's content: the rows of `run`, as one Parquet file."""
+    fastparquet = _fastparquet()
+    table = frame(rows_of(run.compact(), record))  # the rows of the record, as stored
+    buffer = _Buffer()
+    fastparquet.write(
+        "part", table, compression="ZSTD", write_index=False, open_with=lambda *_: buffer
+    )
+    return buffer.written
+
+
+class _Buffer(io.BytesIO):
+    """An in-memory file that keeps its bytes when fastparquet closes it."""
+
+    written = b""
+
+    def close(self) -> None:
+        self.written = self.getvalue()
+        super().close()
+
+
+def read_part(content: bytes, where: str) -> pd.DataFrame:
+    """The rows of a part's bytes; `SummaryError` naming `where` when they are not a part."""
+    fastparquet = _fastparquet()
+
+    try:
+        table: pd.DataFrame = fastparquet.ParquetFile(io.BytesIO(content)).to_pandas()
+    except Exception as exc:  # fastparquet raises many kinds on a damaged file
+        raise SummaryError(f"{where}: not a summary part ({type(exc).__name__}: {exc})") from None
+    if list(table.columns) != list(COLUMNS):
+        raise SummaryError(f"{where}: not a summary part (columns {list(table.columns)})")
+    return table
+
+
+def part_path(root: Path, machine: str, commit: str) -> Path:
+    return root / SUMMARY_DIR / machine / f"{commit}.parquet"
+
+
+def write_part(root: Path, run: Run, record_content: bytes) -> Path:
+    """Write the part of `run` (stored as `record_content`) beside the records, atomically."""
+    path = part_path(root, run.machine, run.commit or "")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.{secrets.token_hex(8)}.tmp"
+    try:
+        tmp.write_bytes(part_bytes(run, blob_id(record_content)))
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Rows of the summary table (`COLUMNS`), and where they came from."""
+
+    table: pd.DataFrame
+    parts_read: int = 0  # parts used as they were
+    rebuilt: int = 0  # records read because their part was missing or stale
+
+    def of_machine(self, machine: str) -> Summary:
+        return Summary(self.table[self.table["machine"] == machine], self.parts_read, self.rebuilt)
+
+    def measured(self) -> list[tuple[str, str, str]]:
+        """(machine, commit, created) of every baseline with rows."""
+        if self.table.empty:
+            return []
+        keys = self.table[["machine", "commit", "created"]].drop_duplicates()
+        return [(str(m), str(c), str(t)) for m, c, t in keys.itertuples(index=False)]
+
+
+def summary_of_runs(runs: Iterable[Run]) -> Summary:
+    """The table of runs already read (no parts): for tests and studies."""
+    return Summary(frame(row for run in runs for row in rows_of(run, "")))
+
+
+def _concat(tables: list[pd.DataFrame]) -> pd.DataFrame:
+    import pandas as pd
+
+    tables = [t for t in tables if not t.empty]
+    return pd.concat(tables, ignore_index=True) if tables else frame([])
+
+
+def _current(part: pd.DataFrame, record: str) -> bool:
+    return part.empty or bool((part["record"] == record).all())
+
+
+def load_folder(root: Path, machine: str | None = None) -> Summary:
+    """The table of every baseline under `root`: each record's part, made again (and
+    written) where it is missing or stale. A broken record raises `BaselineError`."""
+    from perfguard.store.baselines import BaselineStore
+
+    tables, used, rebuilt = [], 0, 0
+    files = list(BaselineStore(root).files(machine))
+    for m, f in files:
+        table, current = folder_part(root, m, f)
+        tables.append(table)
+        used += current
+        rebuilt += not current
+    # the parts of records that retention removed: the summary keeps every commit
+    recorded = {(m, f.name.split(".", 1)[0]) for m, f in files}
+    for path in sorted((root / SUMMARY_DIR).glob(f"{machine or '*'}/*.parquet")):
+        if (path.parent.name, path.stem) not in recorded:
+            with contextlib.suppress(SummaryError):  # nothing to make it again from
+                tables.append(read_part(path.read_bytes(), str(path)))
+                used += 1
+    return Summary(_concat(tables), used, rebuilt)
+
+
+def folder_part(root: Path, machine: str, record: Path) -> tuple[pd.DataFrame, bool]:
+    """The rows of the baseline `record` (a file under `root`), and whether its part was
+    current; a missing or stale part is made again from the record and written."""
+    from perfguard.store.baselines import parse_run
+
+    content = record.read_bytes()
+    record_id = blob_id(content)
+    path = part_path(root, machine, record.name.split(".", 1)[0])
+    if path.is_file():
+        with contextlib.suppress(SummaryError):  # a broken part is made again below
+            part = read_part(path.read_bytes(), str(path))
+            if _current(part, record_id):
+                return part, True
+    run = parse_run(content, str(record))
+    write_part(root, run, content)
+    return frame(rows_of(run, record_id)), False
+
+
+def load_branch(root: Path, ref: str) -> Summary:
+    """The table of every baseline on git revision `ref`, read as git objects: a record's
+    part where it is current (matched by blob id from `git ls-tree`, no record read), the
+    record itself where its part is missing or stale. A broken record raises
+    `BaselineError` naming it; a broken part is passed over for its record."""
+    from perfguard.store.baselines import BaselineError
+    from perfguard.store.gitcache import tree_files
+    from perfguard.store.sync import baseline_content_problem, by_key, summary_key
+
+    files = tree_files(root, ref)
+    records = {
+        key: max(paths, key=lambda p: p.endswith(".gz"))
+        for key, paths in by_key(list(files)).items()
+    }
+    parts = {key: path for path in files if (key := summary_key(path)) is not None}
+    blobs = read_blobs(root, [files[p] for p in parts.values()])
+    tables, used, rebuilt, missing = [], 0, 0, []
+    for key, path in sorted(records.items()):
+        part = None
+        if key in parts:
+            try:
+                part = read_part(blobs[files[parts[key]]], f"{ref}:{parts[key]}")
+            except SummaryError:
+                part = None
+        if part is not None and _current(part, files[path]):
+            tables.append(part)
+            used += 1
+        else:
+            missing.append((key, path))
+    for key in sorted(set(parts) - set(records)):  # records that retention removed
+        with contextlib.suppress(SummaryError):
+            tables.append(read_part(blobs[files[parts[key]]], f"{ref}:{parts[key]}"))
+            used += 1
+    content = read_blobs(root, [files[path] for _, path in missing])
+    for _key, path in missing:
+        run, problem = baseline_content_problem(path, content[files[path]])
+        if run is None:
+            raise BaselineError(f"{ref}:{path}: {problem}")
+        tables.append(frame(rows_of(run, files[path])))
+        rebuilt += 1
+    return Summary(_concat(tables), used, rebuilt)
+
+
+def read_blobs(root: Path, ids: Sequence[str]) -> dict[str, bytes]:
+    """The content of git objects, read by one `git cat-file --batch` process."""
+    if not ids:
+        return {}
+    wanted = list(dict.fromkeys(ids))
+    done = subprocess.run(
+        ["git", "cat-file", "--batch"],
+        cwd=root,
+        input=("\n".join(wanted) + "\n").encode(),
+        capture_output=True,
+        check=True,
+    )
+    out, data, at = {}, done.stdout, 0
+    for oid in wanted:
+        header_end = data.index(b"\n", at)
+        header = data[at:header_end].split()
+        if len(header) != 3:
+            raise subprocess.CalledProcessError(1, "git cat-file", output=data[at:header_end])
+        size = int(header[2])
+        out[oid] = data[header_end + 1 : header_end + 1 + size]
+        at = header_end + 1 + size + 1
+    return out

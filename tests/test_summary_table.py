@@ -1,0 +1,270 @@
+"""The summary table: written with each save, read by history instead of the records."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from perfguard.history.series import build_series, order_runs
+from perfguard.store import BaselineStore
+from perfguard.store.summary import (
+    SUMMARY_DIR,
+    load_branch,
+    load_folder,
+    part_path,
+    read_part,
+    summary_of_runs,
+)
+from perfguard.store.sync import pull, push
+from tests.factories import result, run
+from tests.gitrepo import clone, git
+
+MACHINE = "cuda-test-gpu"
+
+
+def _runs(n: int) -> list:  # type: ignore[type-arg]
+    return [
+        run(
+            [
+                result("t.py::a", "eager", 1.0 + 0.01 * i, seed=i),
+                result("t.py::a", "compile-default", 0.5, seed=100 + i, compile_s=2.0),
+            ],
+            commit=f"{i + 1:040x}",
+        )
+        for i in range(n)
+    ]
+
+
+def _series(found: object) -> list:  # type: ignore[type-arg]
+    return build_series(order_runs(found, None, "main"))  # type: ignore[arg-type]
+
+
+def test_each_save_writes_its_part_and_history_reads_the_parts(tmp_path: Path) -> None:
+    store = BaselineStore(tmp_path)
+    runs = _runs(4)
+    for r in runs:
+        store.save(r)
+    parts = sorted((tmp_path / SUMMARY_DIR / MACHINE).glob("*.parquet"))
+    assert len(parts) == 4
+    rows = read_part(parts[0].read_bytes(), str(parts[0]))
+    assert {"latency_p50_ms", "latency_p95_ms", "peak_memory_bytes", "compile_time_s"} <= set(
+        rows["metric"]
+    )
+    p50 = rows[(rows["metric"] == "latency_p50_ms") & (rows["variant"] == "eager")].iloc[0]
+    assert p50["low"] < p50["value"] < p50["high"]  # the spread of the repeats' medians
+
+    found = load_folder(tmp_path)
+    assert (found.parts_read, found.rebuilt) == (4, 0)
+    # the same series as from the records themselves
+    assert _series(found) == _series(summary_of_runs([r.compact() for r in runs]))
+
+
+def test_a_missing_stale_or_broken_part_is_made_again_from_its_record(tmp_path: Path) -> None:
+    store = BaselineStore(tmp_path)
+    runs = _runs(3)
+    for r in runs:
+        store.save(r)
+    first, second, third = (part_path(tmp_path, MACHINE, r.commit or "") for r in runs)
+    first.unlink()  # missing
+    second.write_bytes(b"not parquet")  # broken
+    third_before = third.read_bytes()
+    # the record saved again by a tool that did not write the part: stale
+    store.save(run([result("t.py::b", "eager", 3.0)], commit=runs[2].commit or ""))
+    third.write_bytes(third_before)
+    found = load_folder(tmp_path)
+    assert (found.parts_read, found.rebuilt) == (0, 3)
+    assert "t.py::b" in set(found.table["test"])
+    assert load_folder(tmp_path).rebuilt == 0  # written back
+
+
+def test_history_on_the_branch_reads_the_parts_and_pull_takes_them(
+    remote: Path, tmp_path: Path
+) -> None:
+    one = clone(remote, tmp_path / "one")
+    store = BaselineStore(one / "baselines")
+    runs = _runs(3)
+    for r in runs:
+        store.save(r)
+    assert push(one, one / "baselines").summaries == 3
+    git(one, "fetch", "-q", "origin", "perfguard-baselines:refs/remotes/origin/perfguard-baselines")
+    found = load_branch(one, "origin/perfguard-baselines")
+    assert (found.parts_read, found.rebuilt) == (3, 0)
+    assert _series(found) == _series(load_folder(one / "baselines"))
+
+    fresh = clone(remote, tmp_path / "fresh")
+    pulled = pull(fresh, fresh / "baselines")
+    assert (len(pulled.added), pulled.summaries, pulled.refused) == (3, 3, ())
+    assert load_folder(fresh / "baselines").rebuilt == 0
+
+
+def test_pull_refuses_a_part_that_is_not_the_rows_of_its_commit(
+    remote: Path, tmp_path: Path
+) -> None:
+    one = clone(remote, tmp_path / "one")
+    store = BaselineStore(one / "baselines")
+    a, b = _runs(2)
+    store.save(a)
+    store.save(b)
+    # a part planted under the other commit's name, and one that is no Parquet at all
+    pa, pb = (part_path(one / "baselines", MACHINE, r.commit or "") for r in (a, b))
+    pb.write_bytes(pa.read_bytes())
+    pa.write_bytes(b"PAR1 garbage")
+    push(one, one / "baselines")
+    fresh = clone(remote, tmp_path / "fresh")
+    pulled = pull(fresh, fresh / "baselines")
+    assert pulled.summaries == 0 and len(pulled.refused) == 2
+    assert any("another machine or commit" in r for r in pulled.refused)
+    assert any("not a summary part" in r for r in pulled.refused)
+    # history makes both again from the records
+    assert load_folder(fresh / "baselines").rebuilt == 2
+
+
+@pytest.mark.parametrize("bad", [b"", b"PAR1"])
+def test_read_part_names_a_file_that_is_not_one(bad: bytes) -> None:
+    from perfguard.store.summary import SummaryError
+
+    with pytest.raises(SummaryError, match=r"where\.parquet: not a summary part"):
+        read_part(bad, "where.parquet")
+
+
+def test_pull_for_a_run_fetches_its_base_record_and_the_history_parts_alone(
+    remote: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from perfguard.cli import main
+    from perfguard.store.history import load_history
+    from tests.gitrepo import commit
+
+    main_repo = clone(remote, tmp_path / "main")
+    store = BaselineStore(main_repo / "baselines")
+    shas = []
+    for i in range(8):  # main: eight commits, each with its baseline on two machines
+        shas.append(commit(main_repo, f"c{i}"))
+        for machine in (MACHINE, "cpu-other"):
+            store.save(
+                run([result("t.py::a", "eager", 1.0, seed=i)], commit=shas[-1], machine=machine)
+            )
+    git(main_repo, "push", "-q", "origin", "HEAD:main")
+    push(main_repo, main_repo / "baselines")
+
+    pr = clone(remote, tmp_path / "pr")  # a pull request that branched off c5
+    git(pr, "checkout", "-q", "-b", "feature", shas[5])
+    commit(pr, "feature work")
+    monkeypatch.chdir(pr)
+    assert main(["baselines", "pull", "--for", "auto", "--history", "3"]) == 0
+    out = capsys.readouterr().out
+    assert f"baseline for {MACHINE}: {shas[5][:10]} (merge-base of HEAD with" in out
+    assert "pulled 2 baseline(s)" in out and "6 summary part(s)" in out
+    records = sorted(p.name for p in (pr / "baselines").glob("*/*.json.gz"))
+    assert records == [f"{shas[5]}.json.gz"] * 2
+    parts = sorted(p.stem for p in (pr / "baselines" / SUMMARY_DIR / MACHINE).glob("*.parquet"))
+    assert parts == sorted(shas[3:6])
+    # nothing else of the branch came over the wire: the other records' contents are not
+    # in the private repository the pull fetched into
+    cache = pr / ".git" / "perfguard" / "baselines.git"
+    objects = set(
+        git(cache, "cat-file", "--batch-all-objects", "--batch-check=%(objectname)").split()
+    )
+    other = store.find(MACHINE, shas[7])
+    assert other is not None
+    from perfguard.store.summary import blob_id
+
+    assert blob_id(other.read_bytes()) not in objects
+    # the run's noise floor reads the pulled parts, the record of its base included
+    history = load_history(BaselineStore(pr / "baselines"), MACHINE, pr, start=shas[5], last=20)
+    assert sorted(history["commit"].unique()) == sorted(shas[3:6])
+
+
+def test_retain_keeps_the_newest_records_every_part_and_no_history(
+    remote: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from perfguard.cli import main
+    from perfguard.store.retention import main_line, retain
+    from tests.gitrepo import commit
+
+    repo = clone(remote, tmp_path / "repo")
+    store = BaselineStore(repo / "baselines")
+    shas = []
+    for i in range(6):  # six commits of main, each saved and pushed: six commits on the branch
+        shas.append(commit(repo, f"c{i}"))
+        store.save(run([result("t.py::a", "eager", 1.0, seed=i)], commit=shas[-1]))
+        push(repo, repo / "baselines")
+    git(repo, "push", "-q", "origin", "HEAD:main")
+    log = ["--git-dir", str(remote), "rev-list", "perfguard-baselines"]
+    assert len(git(tmp_path, *log).split()) == 6
+    monkeypatch.chdir(repo)
+    assert main(["baselines", "retain", "--keep", "2", "--dry-run"]) == 0
+    assert "would remove 4 record(s)" in capsys.readouterr().out
+    assert len(git(tmp_path, *log).split()) == 6  # a dry run pushes nothing
+    assert main(["baselines", "retain", "--keep", "2"]) == 0
+    assert "removed 4 record(s)" in capsys.readouterr().out
+    assert len(git(tmp_path, *log).split()) == 1  # the history is one commit
+    files = git(
+        tmp_path, "--git-dir", str(remote), "ls-tree", "-r", "--name-only", "perfguard-baselines"
+    ).splitlines()
+    assert sorted(f for f in files if f.endswith(".json.gz")) == [
+        f"{MACHINE}/{sha}.json.gz" for sha in sorted(shas[4:])
+    ]
+    assert sum(f.endswith(".parquet") for f in files) == 6  # the summary keeps every commit
+
+    # a clone that saved before the rewrite pushes after it: its baseline lands on top
+    late = clone(remote, tmp_path / "late")
+    git(late, "checkout", "-q", "main")
+    newest = commit(late, "c6")
+    BaselineStore(late / "baselines").save(run([result("t.py::a", "eager", 1.0)], commit=newest))
+    assert push(late, late / "baselines").added == (f"{MACHINE}/{newest}.json.gz",)
+    assert len(git(tmp_path, *log).split()) == 2
+    # and history, on a fresh clone, still sees all seven commits from the summary
+    fresh = clone(remote, tmp_path / "fresh")
+    git(
+        fresh,
+        "fetch",
+        "-q",
+        "origin",
+        "perfguard-baselines:refs/remotes/origin/perfguard-baselines",
+    )
+    found = load_branch(fresh, "origin/perfguard-baselines")
+    assert len({c for _, c, _ in found.measured()}) == 7
+    # a retain whose tip moved meanwhile is made again on the new tip: nothing is lost
+    again = retain(repo, keep=1, line=main_line(late, "main"))
+    assert again.pushed and f"{MACHINE}/{newest}.json.gz" in again.kept
+
+
+def test_a_push_that_lands_while_retain_rewrites_the_branch_is_kept(
+    remote: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from perfguard.store import gitcache, retention
+    from tests.gitrepo import commit
+
+    repo = clone(remote, tmp_path / "repo")
+    shas = [commit(repo, f"c{i}") for i in range(3)]
+    for sha in shas:
+        BaselineStore(repo / "baselines").save(run([result("t.py::a", "eager", 1.0)], commit=sha))
+    push(repo, repo / "baselines")
+    other = clone(remote, tmp_path / "other")
+    racing = "9" * 40
+    BaselineStore(other / "baselines").save(run([result("t.py::a", "eager", 1.0)], commit=racing))
+    real_fetch = gitcache.fetch_tip
+    calls: list[str | None] = []
+
+    def fetch_then_someone_pushes(cache: gitcache.Cache, branch: str) -> str | None:
+        tip = real_fetch(cache, branch)
+        if not calls:  # between retain's fetch and its push, another job pushes
+            calls.append(tip)
+            push(other, other / "baselines")
+        return tip
+
+    monkeypatch.setattr(gitcache, "fetch_tip", fetch_then_someone_pushes)
+    done = retention.retain(repo, keep=1, line=list(reversed(shas)))
+    assert done.pushed and done.attempts == 2
+    files = git(
+        tmp_path, "--git-dir", str(remote), "ls-tree", "-r", "--name-only", "perfguard-baselines"
+    ).splitlines()
+    assert f"{MACHINE}/{racing}.json.gz" in files  # not on main's line: kept
+    assert f"{MACHINE}/{shas[2]}.json.gz" in files and f"{MACHINE}/{shas[0]}.json.gz" not in files
