@@ -426,7 +426,7 @@ def wall_study(directory: Path, runs: int) -> dict[str, Any]:
     exclude = repo / ".git" / "info" / "exclude"  # what runs write there keeps the tree clean
     exclude.write_text("baselines/\nreports/\nlast-report.md\n", encoding="utf-8")
     _git(repo, "checkout", "-q", "--detach", base)
-    for old in (repo / "baselines").glob("*/*.json"):
+    for old in (repo / "baselines").glob("*/*.json*"):  # plain or compressed
         old.unlink()
     save = [*STUDY_PYTEST, "--perfguard-save", "--perfguard-compare=none", "test_study.py"]
     subprocess.run(save, cwd=repo, check=True, stdout=subprocess.DEVNULL)

@@ -52,6 +52,15 @@ def git(cwd: Path, *args: str) -> str:
     ).stdout.strip()
 
 
+def cpu_model() -> str:
+    for line in (
+        Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []
+    ):
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
 def measured_template() -> Any:
     """One real result: a 30-µs model (a small Linear) at the default budget, on this CPU."""
     import torch
@@ -148,7 +157,11 @@ def build(directory: Path, commits: int, results: int, seed: int) -> dict[str, A
 
 
 def packed_mb(git_dir: Path) -> float:
-    git(git_dir, "gc", "-q", "--prune=now")
+    for _attempt in range(30):  # the remote's own automatic gc may still hold its lock
+        done = subprocess.run(["git", "gc", "-q", "--prune=now"], cwd=git_dir, env=ENV)
+        if done.returncode == 0:
+            break
+        time.sleep(2)
     stats = dict(line.split(": ") for line in git(git_dir, "count-objects", "-v").splitlines())
     return (int(stats["size-pack"]) + int(stats["size"])) / 1024
 
@@ -182,6 +195,7 @@ def main() -> int:
     parser.add_argument("--keep", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dir", type=Path, default=None)
+    parser.add_argument("--skip-history", action="store_true", help="time neither history nor site")
     parser.add_argument("--out", type=Path, default=HERE / "data" / "store-scale.json")
     args = parser.parse_args()
     directory = args.dir or Path(tempfile.mkdtemp(prefix="perfguard-scale-"))
@@ -189,17 +203,21 @@ def main() -> int:
     doc: dict[str, Any] = {
         "commits": args.commits,
         "results": args.results,
-        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
+        "machine": f"{cpu_model()}, {os.cpu_count()} CPUs",
         "date": time.strftime("%Y-%m-%d"),
     }
-    doc |= build(directory, args.commits, args.results, args.seed)
+    built = directory / "build.json"  # a second call with the same --dir measures again
+    if not built.exists():
+        built.write_text(json.dumps(build(directory, args.commits, args.results, args.seed)))
+    doc |= json.loads(built.read_text())
     remote, repo = directory / "remote.git", directory / "main"
     doc["branch_mb"] = packed_mb(remote)
     doc["pr_fetch"] = pr_fetch(directory, "pr")
     git(repo, "fetch", "-q", "--depth=1", "origin", "perfguard-baselines")
     branch = ["--branch", "FETCH_HEAD"]
-    doc["history_s"] = timed([*CLI, "history", *branch, "-o", str(directory / "h.md")], repo)
-    doc["site_s"] = timed([*CLI, "site", *branch, "-o", str(directory / "site")], repo)
+    if not args.skip_history:
+        doc["history_s"] = timed([*CLI, "history", *branch, "-o", str(directory / "h.md")], repo)
+        doc["site_s"] = timed([*CLI, "site", *branch, "-o", str(directory / "site")], repo)
     doc["retain_s"] = timed([*CLI, "baselines", "retain", "--keep", str(args.keep)], repo)
     doc["branch_mb_retained"] = packed_mb(remote)
     doc["pr_fetch_retained"] = pr_fetch(directory, "pr2")

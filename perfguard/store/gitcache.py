@@ -50,6 +50,10 @@ def open_cache(root: Path, remote: str) -> Cache:
     if not (git_dir / "HEAD").is_file():
         git_dir.mkdir(parents=True, exist_ok=True)
         run_git(git_dir, "init", "--quiet", "--bare", str(git_dir))
+        # git's automatic housekeeping in the foreground: run in the background, it rewrites
+        # the shallow file while the next fetch reads it ("shallow file has changed")
+        run_git(git_dir, "config", "gc.autoDetach", "false")
+        run_git(git_dir, "config", "maintenance.autoDetach", "false")
     run_git(git_dir, "config", "remote.origin.url", remote_url(root, remote))
     return Cache(git_dir, remote)
 
