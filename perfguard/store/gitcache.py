@@ -16,18 +16,26 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from perfguard.store.summary import read_blobs
-
 
 class SyncError(Exception):
     """A git step of pull or push failed; the message says which and what git said."""
 
 
 def run_git(
-    root: Path, *args: str, env: dict[str, str] | None = None, check: bool = True
+    root: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    check: bool = True,
+    stdin: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
+    """`git ARGS` in `root`; with `check`, a failure is a `SyncError` with git's last line."""
     done = subprocess.run(
-        ["git", *args], cwd=root, env={**os.environ, **(env or {})}, capture_output=True, text=True
+        ["git", *args],
+        cwd=root,
+        env={**os.environ, **(env or {})},
+        input=stdin,
+        capture_output=True,
+        text=True,
     )
     if check and done.returncode != 0:
         what = (done.stderr or done.stdout).strip().splitlines()
@@ -96,7 +104,7 @@ def fetch_tip(cache: Cache, branch: str) -> str | None:
 
 
 FETCH_BY_ID = (
-    *("git", "-c", "fetch.negotiationAlgorithm=noop", "fetch", "--quiet", "origin"),
+    *("-c", "fetch.negotiationAlgorithm=noop", "fetch", "--quiet", "origin"),
     *("--no-tags", "--no-write-fetch-head", "--recurse-submodules=no", "--filter=blob:none"),
     "--stdin",
 )
@@ -113,17 +121,40 @@ def blobs(cache: Cache, ids: Sequence[str]) -> dict[str, bytes]:
     )
     missing = [i for i in dict.fromkeys(ids) if i not in present]
     if missing:
-        done = subprocess.run(
-            [*FETCH_BY_ID],
-            cwd=cache.git_dir,
-            env={**os.environ, **auth_env()},
-            input="\n".join(missing) + "\n",
-            capture_output=True,
-            text=True,
+        done = run_git(
+            cache.git_dir,
+            *FETCH_BY_ID,
+            env=auth_env(),
+            check=False,
+            stdin="\n".join(missing) + "\n",
         )
         if done.returncode != 0:
             raise SyncError(f"git fetch {cache.remote} (files by id) failed: {done.stderr.strip()}")
     return read_blobs(cache.git_dir, ids)
+
+
+def read_blobs(root: Path, ids: Sequence[str]) -> dict[str, bytes]:
+    """The content of git objects, read by one `git cat-file --batch` process."""
+    if not ids:
+        return {}
+    wanted = list(dict.fromkeys(ids))
+    done = subprocess.run(
+        ["git", "cat-file", "--batch"],
+        cwd=root,
+        input=("\n".join(wanted) + "\n").encode(),
+        capture_output=True,
+        check=True,
+    )
+    out, data, at = {}, done.stdout, 0
+    for oid in wanted:
+        header_end = data.index(b"\n", at)
+        header = data[at:header_end].split()
+        if len(header) != 3:
+            raise subprocess.CalledProcessError(1, "git cat-file", output=data[at:header_end])
+        size = int(header[2])
+        out[oid] = data[header_end + 1 : header_end + 1 + size]
+        at = header_end + 1 + size + 1
+    return out
 
 
 def tree_files(root: Path, commit: str | None) -> dict[str, str]:
@@ -164,15 +195,7 @@ def commit_tree(
             run_git(root, "update-index", "--add", "--cacheinfo", f"100644,{blob},{path}", env=env)
         if remove:  # mode 0 removes a path (--force-remove would want a work tree)
             lines = "".join(f"0 {'0' * 40}\t{path}\n" for path in remove)
-            subprocess.run(
-                ["git", "update-index", "--index-info"],
-                cwd=root,
-                env={**os.environ, **env},
-                input=lines,
-                capture_output=True,
-                text=True,
-                check=True,
-            )
+            run_git(root, "update-index", "--index-info", env=env, stdin=lines)
         tree = run_git(root, "write-tree", env=env).stdout.strip()
     args: Sequence[str] = ("commit-tree", tree, "-m", message)
     if parent is not None and not root_commit:

@@ -21,14 +21,11 @@ import contextlib
 import hashlib
 import io
 import math
-import os
-import secrets
-import subprocess
 import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from perfguard.records import Metrics, Run, VariantResult
 
@@ -59,7 +56,6 @@ COUNTER_METRICS = (
 )
 """The exact counts kept as rows too (graph breaks and recompiles are metrics already)."""
 METRIC_FIELDS = tuple(f.name for f in fields(Metrics))
-BAND_PERCENTILE = {"latency_p50_ms": 50.0, "latency_p95_ms": 95.0, "latency_p99_ms": 99.0}
 
 
 class SummaryError(ValueError):
@@ -73,7 +69,11 @@ def blob_id(content: bytes) -> str:
 
 
 def _band(result: VariantResult, metric: str) -> tuple[float, float]:
-    q = BAND_PERCENTILE.get(metric)
+    """The lowest and highest of a latency percentile's per-repeat figures (the percentiles
+    the latency tests use, `LATENCY_METRICS`); NaN for other metrics."""
+    from perfguard.stats.thresholds import LATENCY_METRICS
+
+    q = cast("dict[str, float]", LATENCY_METRICS).get(metric)
     per_repeat = result.block_quantiles(q) if q is not None else []
     if len(per_repeat) < 2:
         return math.nan, math.nan
@@ -177,14 +177,10 @@ def part_path(root: Path, machine: str, commit: str) -> Path:
 
 def write_part(root: Path, run: Run, record_content: bytes) -> Path:
     """Write the part of `run` (stored as `record_content`) beside the records, atomically."""
+    from perfguard.store.baselines import write_bytes_atomic
+
     path = part_path(root, run.machine, run.commit or "")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.{secrets.token_hex(8)}.tmp"
-    try:
-        tmp.write_bytes(part_bytes(run, blob_id(record_content)))
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_bytes_atomic(path, part_bytes(run, blob_id(record_content)))
     return path
 
 
@@ -269,14 +265,11 @@ def load_branch(root: Path, ref: str) -> Summary:
     record itself where its part is missing or stale. A broken record raises
     `BaselineError` naming it; a broken part is passed over for its record."""
     from perfguard.store.baselines import BaselineError
-    from perfguard.store.gitcache import tree_files
-    from perfguard.store.sync import baseline_content_problem, by_key, summary_key
+    from perfguard.store.gitcache import read_blobs, tree_files
+    from perfguard.store.sync import baseline_content_problem, records_by_key, summary_key
 
     files = tree_files(root, ref)
-    records = {
-        key: max(paths, key=lambda p: p.endswith(".gz"))
-        for key, paths in by_key(list(files)).items()
-    }
+    records = records_by_key(list(files))
     parts = {key: path for path in files if (key := summary_key(path)) is not None}
     blobs = read_blobs(root, [files[p] for p in parts.values()])
     tables, used, rebuilt, missing = [], 0, 0, []
@@ -304,27 +297,3 @@ def load_branch(root: Path, ref: str) -> Summary:
         tables.append(frame(rows_of(run, files[path])))
         rebuilt += 1
     return Summary(_concat(tables), used, rebuilt)
-
-
-def read_blobs(root: Path, ids: Sequence[str]) -> dict[str, bytes]:
-    """The content of git objects, read by one `git cat-file --batch` process."""
-    if not ids:
-        return {}
-    wanted = list(dict.fromkeys(ids))
-    done = subprocess.run(
-        ["git", "cat-file", "--batch"],
-        cwd=root,
-        input=("\n".join(wanted) + "\n").encode(),
-        capture_output=True,
-        check=True,
-    )
-    out, data, at = {}, done.stdout, 0
-    for oid in wanted:
-        header_end = data.index(b"\n", at)
-        header = data[at:header_end].split()
-        if len(header) != 3:
-            raise subprocess.CalledProcessError(1, "git cat-file", output=data[at:header_end])
-        size = int(header[2])
-        out[oid] = data[header_end + 1 : header_end + 1 + size]
-        at = header_end + 1 + size + 1
-    return out

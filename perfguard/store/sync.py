@@ -130,6 +130,14 @@ def by_key(paths: Sequence[str]) -> dict[tuple[str, str], list[str]]:
     return out
 
 
+def records_by_key(paths: Sequence[str]) -> dict[tuple[str, str], str]:
+    """The one baseline file of each (machine, sha) among `paths`: the compressed one where
+    an older plain one of the same commit is still there."""
+    return {
+        key: max(found, key=lambda p: p.endswith(".gz")) for key, found in by_key(paths).items()
+    }
+
+
 Selection = Callable[[set[tuple[str, str]]], tuple[set[tuple[str, str]], set[tuple[str, str]]]]
 """Given the (machine, sha) of every baseline on the branch: those whose records, and those
 whose summary parts, a pull takes."""
@@ -153,10 +161,7 @@ def pull(
     """
     cache = gitcache.open_cache(root, remote)
     remote_files = gitcache.tree_files(cache.git_dir, gitcache.fetch_tip(cache, branch))
-    records = {
-        key: max(paths, key=lambda p: p.endswith(".gz"))
-        for key, paths in by_key(list(remote_files)).items()
-    }
+    records = records_by_key(list(remote_files))
     want_records, want_parts = only(set(records)) if only else (set(records), set(records))
     local = _local_files(baseline_dir)
     have = set(by_key(list(local)))
