@@ -185,7 +185,8 @@ def test_retain_keeps_the_newest_records_every_part_and_no_history(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from perfguard.cli import main
-    from perfguard.store.retention import main_line, retain
+    from perfguard.history.series import main_line
+    from perfguard.store.retention import retain
     from tests.gitrepo import commit
 
     repo = clone(remote, tmp_path / "repo")
@@ -232,7 +233,7 @@ def test_retain_keeps_the_newest_records_every_part_and_no_history(
     found = load_branch(fresh, "origin/perfguard-baselines")
     assert len({c for _, c, _ in found.measured()}) == 7
     # a retain whose tip moved meanwhile is made again on the new tip: nothing is lost
-    again = retain(repo, keep=1, line=main_line(late, "main"))
+    again = retain(repo, keep=1, line=main_line(late, "main", limit=None) or [])
     assert again.pushed and f"{MACHINE}/{newest}.json.gz" in again.kept
 
 
@@ -261,7 +262,7 @@ def test_a_push_that_lands_while_retain_rewrites_the_branch_is_kept(
         return tip
 
     monkeypatch.setattr(gitcache, "fetch_tip", fetch_then_someone_pushes)
-    done = retention.retain(repo, keep=1, line=list(reversed(shas)))
+    done = retention.retain(repo, keep=1, line=shas)  # oldest first
     assert done.pushed and done.attempts == 2
     files = git(
         tmp_path, "--git-dir", str(remote), "ls-tree", "-r", "--name-only", "perfguard-baselines"

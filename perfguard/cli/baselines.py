@@ -105,11 +105,12 @@ def cmd_baselines_push(args: argparse.Namespace) -> int:
 
 
 def cmd_baselines_retain(args: argparse.Namespace) -> int:
-    from perfguard.store.retention import main_line, retain
+    from perfguard.history.series import main_line
+    from perfguard.store.retention import retain
     from perfguard.store.sync import SyncError
 
     root = _sync_root(Path.cwd())
-    line = main_line(root, args.main_branch)
+    line = main_line(root, args.main_branch, limit=None)  # every record can be placed
     if not line:
         raise InputError(
             f"no branch {args.main_branch!r} (or origin/{args.main_branch}) in this checkout: "

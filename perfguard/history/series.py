@@ -104,13 +104,17 @@ def load_branch(root: Path, ref: str) -> Summary:
         raise BaselineError(f"{ref}: {exc}") from None
 
 
-def main_line(root: Path | None, main_branch: str) -> list[str] | None:
-    """Main's first-parent commits, oldest first; None when there is no repository or branch."""
+def main_line(
+    root: Path | None, main_branch: str, limit: int | None = MAX_COMMITS
+) -> list[str] | None:
+    """Main's first-parent commits, oldest first, the newest `limit` of them (None: all);
+    None when there is no repository or branch."""
     if root is None:
         return None
+    count = [] if limit is None else [f"--max-count={limit}"]
     for ref in (main_branch, f"origin/{main_branch}"):
         done = subprocess.run(
-            ["git", "rev-list", "--first-parent", f"--max-count={MAX_COMMITS}", ref, "--"],
+            ["git", "rev-list", "--first-parent", *count, ref, "--"],
             cwd=root,
             capture_output=True,
             text=True,

@@ -28,16 +28,6 @@ class Retained:
     attempts: int = 1
 
 
-def main_line(root: Path, main_branch: str) -> list[str]:
-    """Main's first-parent commits in the checkout, newest first (`main_branch`, else
-    `origin/<main_branch>`); empty when there is neither."""
-    for ref in (main_branch, f"origin/{main_branch}"):
-        done = gitcache.run_git(root, "rev-list", "--first-parent", ref, "--", check=False)
-        if done.returncode == 0 and done.stdout.strip():
-            return done.stdout.split()
-    return []
-
-
 def retain(
     root: Path,
     *,
@@ -49,7 +39,8 @@ def retain(
     attempts: int = 8,
 ) -> Retained:
     """Keep on the branch the records of the `keep` newest commits of each machine along
-    main's first-parent `line` (newest first), every summary part, and none of the branch's
+    main's first-parent `line` (oldest first, as `history.series.main_line` gives it), every
+    summary part, and none of the branch's
     history: the branch becomes one commit with that tree, so its size is bounded by what it
     holds now. A record of a commit not on `line` is kept (it cannot be placed: a save
     newer than this checkout's main, say).
@@ -74,6 +65,7 @@ def retain(
             placed = sorted(
                 (sha for m, sha in records if m == machine and sha in position),
                 key=position.__getitem__,
+                reverse=True,  # newest first
             )
             for sha in placed[keep:]:
                 removed.extend(records[(machine, sha)])
