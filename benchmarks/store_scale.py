@@ -98,8 +98,25 @@ def scaled(template: Any, test: str, factor: float) -> Any:
     )
 
 
-def build(directory: Path, commits: int, results: int, seed: int) -> dict[str, Any]:
+def synthetic_run(template: Any, rng: random.Random, sha: str, index: int, results: int) -> Any:
+    """Commit `index`'s baseline: `results` copies of `template`, each its own test, scaled
+    by a random factor."""
     from perfguard.records import BaselineRef, Run
+
+    return Run(
+        commit=sha,
+        machine="cpu-bench",
+        environment={"python": platform.python_version(), "device": "cpu"},
+        results=tuple(
+            scaled(template, f"tests/test_models.py::test_model_{i}", rng.uniform(0.97, 1.03))
+            for i in range(results)
+        ),
+        baseline=BaselineRef(commit=None, reason="not compared"),
+        created=f"2026-01-01T00:00:{index % 60:02d}+00:00",
+    )
+
+
+def build(directory: Path, commits: int, results: int, seed: int) -> dict[str, Any]:
     from perfguard.store import BaselineStore
     from perfguard.store.sync import push
 
@@ -119,17 +136,7 @@ def build(directory: Path, commits: int, results: int, seed: int) -> dict[str, A
     for c in range(commits):
         git(repo, "commit", "-q", "--allow-empty", "-m", f"c{c}")
         sha = git(repo, "rev-parse", "HEAD")
-        run = Run(
-            commit=sha,
-            machine="cpu-bench",
-            environment={"python": platform.python_version(), "device": "cpu"},
-            results=tuple(
-                scaled(template, f"tests/test_models.py::test_model_{i}", rng.uniform(0.97, 1.03))
-                for i in range(results)
-            ),
-            baseline=BaselineRef(commit=None, reason="not compared"),
-            created=f"2026-01-01T00:00:{c % 60:02d}+00:00",
-        )
+        run = synthetic_run(template, rng, sha, c, results)
         t0 = time.monotonic()
         store.save(run)
         t1 = time.monotonic()

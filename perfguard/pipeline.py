@@ -29,6 +29,7 @@ from perfguard.stats.verdicts import Thresholds, add_note, compare_runs, withhol
 from perfguard.stats.why import with_why
 from perfguard.store.baselines import BaselineError, BaselineStore, Saved, write_json_atomic
 from perfguard.store.history import load_history, noise_floor, with_trends
+from perfguard.store.objects import ObjectStore, open_store
 
 
 class PipelineError(Exception):
@@ -38,7 +39,7 @@ class PipelineError(Exception):
 @dataclass(frozen=True)
 class FinishSettings:
     root: Path
-    baseline_dir: Path
+    baseline_dir: Path | str  # a folder, or an object store's URL (`s3://bucket/prefix`)
     machine: str
     compare: str = "auto"  # "auto", "none" or a git revision
     main_branch: str = "main"
@@ -72,7 +73,7 @@ class Outcome:
     run: Run
     report_path: Path | None
     json_path: Path | None
-    saved_path: Path | None
+    saved_path: Path | str | None  # a file, or an object store URL
     messages: tuple[str, ...]
     error: str | None = None  # the comparison or the save could not be done
 
@@ -94,7 +95,7 @@ def check_can_save(state: GitState | None, allow_dirty: bool) -> str | None:
 
 
 def choose_baseline(
-    settings: FinishSettings, state: GitState | None, store: BaselineStore
+    settings: FinishSettings, state: GitState | None, store: BaselineStore | ObjectStore
 ) -> BaselineChoice:
     if settings.compare == "none":
         return BaselineChoice(None, "comparison disabled (--perfguard-compare=none)")
@@ -137,7 +138,7 @@ def finish_run(
     base commit again, in a fresh pair of processes.
     """
     state = git_state(settings.root)
-    store = BaselineStore(settings.baseline_dir)
+    store = open_store(settings.baseline_dir)
     messages: list[str] = []
     error: str | None = None
     created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
@@ -228,11 +229,11 @@ def _save(
     run: Run,
     settings: FinishSettings,
     state: GitState | None,
-    store: BaselineStore,
+    store: BaselineStore | ObjectStore,
     messages: list[str],
     failures: list[str],
     comparing_failed: bool,
-) -> Path | None:
+) -> Path | str | None:
     """Store the run as HEAD's baseline, unless it must not be (said in `messages`)."""
     refusal = _save_refusal(run, settings, comparing_failed=comparing_failed)
     if refusal:
@@ -286,7 +287,7 @@ def _compare_stored(
     run: Run,
     settings: FinishSettings,
     state: GitState | None,
-    store: BaselineStore,
+    store: BaselineStore | ObjectStore,
     messages: list[str],
     remeasure: Remeasure | None = None,
 ) -> Run:
@@ -341,7 +342,11 @@ def _compare_stored(
 
 
 def _with_stored_context(
-    run: Run, commit: str, settings: FinishSettings, store: BaselineStore, messages: list[str]
+    run: Run,
+    commit: str,
+    settings: FinishSettings,
+    store: BaselineStore | ObjectStore,
+    messages: list[str],
 ) -> Run:
     """Same-job A/B: each p50 comparison's note also says how this tree compares with the
     base commit's stored baseline, when there is one: context for the reader (a stored

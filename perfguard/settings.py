@@ -74,7 +74,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         name="baseline_dir",
         flag="--perfguard-baseline-dir",
-        help="where baselines live",
+        help="where baselines live: a folder, or an object store's URL (s3://bucket/prefix, "
+        "with perfguard[s3])",
         shown_default="baselines under the rootdir",
         metavar="DIR",
     ),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,3 +26,33 @@ def remote(tmp_path: Path) -> Path:
     commit(seed, "init")
     git(seed, "push", "-q", "origin", "HEAD:main")
     return bare
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[str]:
+    """A real S3-compatible server on 127.0.0.1 for the session (`tests.s3server`); its
+    endpoint URL. Skips where moto or s3fs is not installed (they come with the dev extra)."""
+    pytest.importorskip("s3fs")
+    pytest.importorskip("moto.moto_server.werkzeug_app")
+    from tests.s3server import serve
+
+    endpoint, stop = serve()
+    yield endpoint
+    stop()
+
+
+@pytest.fixture
+def s3_url(s3_server: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """`s3://<a new bucket>/baselines` on the test server, with the environment a runner
+    gives the S3 client (endpoint, credentials, region)."""
+    import boto3
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", s3_server)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "perfguard-test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "perfguard-test")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(name, raising=False)
+    bucket = f"t{uuid.uuid4().hex[:20]}"
+    boto3.client("s3", endpoint_url=s3_server).create_bucket(Bucket=bucket)
+    return f"s3://{bucket}/baselines"

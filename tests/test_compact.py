@@ -126,7 +126,7 @@ def test_a_version_4_baseline_loads_and_its_commits_next_save_compacts_it(
     assert loaded is not None and loaded.results[0].block_stats is not None
     assert compare_runs(loaded, old) == compare_runs(old, old)
     saved = store.save(run([result("t.py::a", "eager", 1.1)], commit=SHA))
-    assert saved.path.name == f"{SHA}.json.gz" and saved.kept == 1
+    assert Path(saved.path).name == f"{SHA}.json.gz" and saved.kept == 1
     assert not plain.exists()
     again = store.load(MACHINE, SHA)
     assert again is not None and sorted(r.test for r in again.results) == ["t.py::a", "t.py::b"]

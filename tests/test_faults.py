@@ -239,7 +239,7 @@ def test_push_refuses_files_that_do_not_validate(remote: Path, tmp_path: Path) -
     good = BaselineStore(repo / "baselines").save(
         run([result("t.py::a", "eager", 1.0)], commit="5" * 40)
     )
-    bad = good.path.parent / ("6" * 40 + ".json")
+    bad = Path(good.path).parent / ("6" * 40 + ".json")
     bad.write_text('{"schema_version": 1, "machine": "cpu-x", "results": [{"test": 1}]}')
     with pytest.raises(SyncError, match=f"{'6' * 40}.json"):
         push(repo, repo / "baselines")
@@ -532,12 +532,12 @@ def test_stale_temp_files_are_cleaned_at_the_next_save_and_files_are_readable(
     tmp_path: Path,
 ) -> None:
     store = BaselineStore(tmp_path / "b")
-    first = store.save(run([result("t.py::a", "eager", 1.0)], commit="8" * 40)).path
+    first = Path(store.save(run([result("t.py::a", "eager", 1.0)], commit="8" * 40)).path)
     stale = first.parent / f".{'9' * 40}.json.abc123.tmp"
     stale.write_text("{half")
     umask = os.umask(0o022)
     try:
-        second = store.save(run([result("t.py::a", "eager", 1.0)], commit="9" * 40)).path
+        second = Path(store.save(run([result("t.py::a", "eager", 1.0)], commit="9" * 40)).path)
     finally:
         os.umask(umask)
     assert not stale.exists()

@@ -82,11 +82,16 @@ def test_init_outside_git_is_a_one_line_error(
     assert "git repository" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("ab", [False, True])
-def test_the_written_workflow_passes_zizmor_and_actionlint(tmp_path: Path, ab: bool) -> None:
+@pytest.mark.parametrize(
+    ("ab", "store"), [(False, None), (True, None), (True, "s3://perf-bucket/baselines")]
+)
+def test_the_written_workflow_passes_zizmor_and_actionlint(
+    tmp_path: Path, ab: bool, store: str | None
+) -> None:
     folder = tmp_path / ".github" / "workflows"
     folder.mkdir(parents=True)
-    (folder / "perfguard.yml").write_text(render_workflow(InitOptions(ab=ab), tmp_path))
+    options = InitOptions(ab=ab, store=store)
+    (folder / "perfguard.yml").write_text(render_workflow(options, tmp_path))
     zizmor = shutil.which("zizmor") or str(Path(ROOT / ".venv/bin/zizmor"))
     done = subprocess.run(
         [zizmor, "--offline", "--persona=pedantic", str(folder)], capture_output=True, text=True

@@ -16,9 +16,8 @@ from tests.gitrepo import clone, commit, git
 
 
 def save(repo: Path, sha: str, test: str = "t.py::a") -> Path:
-    return (
-        BaselineStore(repo / "baselines").save(run([result(test, "eager", 1.0)], commit=sha)).path
-    )
+    saved = BaselineStore(repo / "baselines").save(run([result(test, "eager", 1.0)], commit=sha))
+    return Path(saved.path)
 
 
 def test_two_clones_pushing_at_once_both_land(remote: Path, tmp_path: Path) -> None:

@@ -9,11 +9,12 @@ from typing import Any
 
 from perfguard.cli.common import EXIT_OK
 from perfguard.errors import InputError
-from perfguard.store.baselines import BaselineStore
+from perfguard.store.location import is_url, location
+from perfguard.store.objects import open_store
 
 
 def cmd_baselines_list(args: argparse.Namespace) -> int:
-    store = BaselineStore(args.dir)
+    store = open_store(args.dir)
     infos = store.list(args.machine)
     if not infos:
         print(f"no baselines under {args.dir}")
@@ -25,7 +26,7 @@ def cmd_baselines_list(args: argparse.Namespace) -> int:
 
 
 def cmd_baselines_prune(args: argparse.Namespace) -> int:
-    removed = BaselineStore(args.dir).prune(args.keep, args.machine, dry_run=args.dry_run)
+    removed = open_store(args.dir).prune(args.keep, args.machine, dry_run=args.dry_run)
     verb = "would remove" if args.dry_run else "removed"
     for info in removed:
         print(f"{verb} {info.path}")
@@ -34,9 +35,9 @@ def cmd_baselines_prune(args: argparse.Namespace) -> int:
 
 
 def cmd_baselines_compact(args: argparse.Namespace) -> int:
-    done = BaselineStore(args.dir).compact(args.machine)
+    done = open_store(args.dir).compact(args.machine)
     for c in done:
-        print(f"{c.old} -> {c.new.name}: {c.before:,} -> {c.after:,} bytes")
+        print(f"{c.old} -> {str(c.new).rsplit('/', 1)[-1]}: {c.before:,} -> {c.after:,} bytes")
     before, after = sum(c.before for c in done), sum(c.after for c in done)
     print(
         f"compacted {len(done)} baseline(s) under {args.dir}"
@@ -148,8 +149,25 @@ def register(sub: Any) -> None:
     _register_branch(bsub)
 
 
+def _folder(value: str) -> Path:
+    """A local baseline folder: pull and push copy between it and a git branch."""
+    where = location(value)
+    if is_url(where):
+        raise argparse.ArgumentTypeError(
+            f"{value} is an object store: baselines there are read and written in place "
+            "(--perfguard-baseline-dir, and --dir of list, prune, history and site); pull and "
+            "push copy between a folder and a git branch"
+        )
+    return Path(where)
+
+
 def _dir_and_machine(parser: Any) -> None:
-    parser.add_argument("--dir", type=Path, default=Path("baselines"), help="baseline directory")
+    parser.add_argument(
+        "--dir",
+        type=location,
+        default=Path("baselines"),
+        help="baseline directory, or an object store's URL (s3://bucket/prefix)",
+    )
     parser.add_argument("--machine", help="only this machine key")
 
 
@@ -190,7 +208,7 @@ def _register_branch(bsub: Any) -> None:
         ("push", cmd_baselines_push, "add local baselines to"),
     ):
         sp = bsub.add_parser(name, help=f"{what} a git branch of a remote")
-        sp.add_argument("--dir", type=Path, default=Path("baselines"), help="baseline directory")
+        sp.add_argument("--dir", type=_folder, default=Path("baselines"), help="baseline directory")
         _remote_and_branch(sp)
         sp.set_defaults(func=func)
     pull = bsub.choices["pull"]

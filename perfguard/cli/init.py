@@ -24,6 +24,7 @@ def cmd_init(args: argparse.Namespace) -> int:
         ab=args.pr == "ab",
         main_branch=args.main_branch,
         force=args.force,
+        store=args.store,
     )
     try:
         done = init(state.root, options)
@@ -61,5 +62,11 @@ def register(sub: Any) -> None:
         "half the GPU time, but a busy runner can fool it)",
     )
     p.add_argument("--main-branch", default="main", help="the main branch (main)")
+    p.add_argument(
+        "--store",
+        metavar="URL",
+        help="keep the baselines in an object store (s3://bucket/prefix) instead of the "
+        "perfguard-baselines branch of the repository",
+    )
     p.add_argument("--force", action="store_true", help="replace files that exist")
     p.set_defaults(func=cmd_init)

@@ -13,6 +13,7 @@ from perfguard.cli.common import EXIT_OK, EXIT_REGRESSION
 from perfguard.errors import InputError
 from perfguard.records import Run, VariantResult
 from perfguard.store.baselines import read_run_file, write_json_atomic
+from perfguard.store.location import location
 
 
 def check_shards(runs: Sequence[tuple[Path, Run]]) -> None:
@@ -230,7 +231,7 @@ def register(sub: Any) -> None:
         help="compare the merged run as one: auto, a git revision, or none "
         "(default: keep each shard's own comparisons)",
     )
-    p.add_argument("--baseline-dir", type=Path, default=Path("baselines"))
+    p.add_argument("--baseline-dir", type=location, default=Path("baselines"))
     p.add_argument("--main-branch", default="main")
     p.add_argument("--report", type=Path, help="with --compare: write the Markdown report here")
     p.add_argument(

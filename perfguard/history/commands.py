@@ -18,17 +18,19 @@ from typing import TYPE_CHECKING, Any
 from perfguard.errors import InputError
 from perfguard.history.changepoints import Detection
 from perfguard.records import SHA
+from perfguard.store.location import location
 
 if TYPE_CHECKING:
     from perfguard.history.alert import Bisected
     from perfguard.history.analysis import History
 
 
-def _repo_root(start: Path) -> Path | None:
+def _repo_root(start: Path | str) -> Path | None:
     """The repository of `start` (the baseline folder), else of the working directory."""
     from perfguard.git import git_state
 
-    for place in (start, Path.cwd()):
+    places = [Path.cwd()] if isinstance(start, str) else [start, Path.cwd()]
+    for place in places:
         state = git_state(place) if place.exists() else None
         if state is not None:
             return state.root
@@ -212,7 +214,12 @@ def _bisected(path: Path) -> Bisected:
 
 
 def add_source_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--dir", type=Path, default=Path("baselines"), help="baseline directory")
+    p.add_argument(
+        "--dir",
+        type=location,
+        default=Path("baselines"),
+        help="baseline directory, or an object store's URL (s3://bucket/prefix)",
+    )
     p.add_argument(
         "--branch",
         metavar="REF",

@@ -80,11 +80,15 @@ class Ordered:
     table: pd.DataFrame | None = None  # their rows of the summary table
 
 
-def load_folder(directory: Path) -> Summary:
-    """The summary table of every baseline under `directory`; a broken record is an error
-    that names it."""
+def load_folder(directory: Path | str) -> Summary:
+    """The summary table of every baseline under `directory` (or an object store's URL); a
+    broken record is an error that names it."""
     from perfguard.store import summary
 
+    if isinstance(directory, str):
+        from perfguard.store.objects import ObjectStore
+
+        return ObjectStore(directory).summary()
     if not directory.is_dir():
         raise BaselineError(f"{directory}: no such baseline folder (perfguard baselines pull?)")
     return summary.load_folder(directory)

@@ -35,6 +35,7 @@ class InitOptions:
     ab: bool = True  # pull requests: measure beside the base commit (same-job A/B)
     main_branch: str = "main"
     force: bool = False  # replace files that exist
+    store: str | None = None  # an object store's URL (s3://bucket/prefix) instead of a branch
 
 
 @dataclass
@@ -75,6 +76,10 @@ def _check(options: InitOptions) -> None:
     tests = Path(options.tests)
     if tests.is_absolute() or ".." in tests.parts or not re.fullmatch(r"[\w./-]+", options.tests):
         raise InitError(f"--tests must be a folder inside the repository, got {options.tests!r}")
+    if options.store is not None and not re.fullmatch(
+        r"s3://[a-z0-9][a-z0-9.-]{1,62}(/[\w./-]*)?", options.store
+    ):
+        raise InitError(f"--store must be an s3://bucket/prefix URL, got {options.store!r}")
     if not re.fullmatch(r"[\w./-]+", options.main_branch):
         raise InitError(f"--main-branch must be a branch name, got {options.main_branch!r}")
 
@@ -86,6 +91,7 @@ def render_workflow(options: InitOptions, root: Path) -> str:
         labels=json.dumps(list(options.labels)),
         shards=options.shards,
         ab=options.ab,
+        store=(options.store or "").rstrip("/"),
         version=__version__,
         project_install=_project_install(root),
     )

@@ -60,7 +60,7 @@ class Options:
     enabled: bool
     variants: tuple[str, ...] | None  # None: the built-in default, unless a marker says
     variants_source: str
-    baseline_dir: Path
+    baseline_dir: Path | str  # a folder, or an object store's URL
     machine: str | None
     save: bool
     allow_dirty: bool
@@ -182,6 +182,22 @@ def _choice(config: pytest.Config, opt: Setting, choices: tuple[str, ...]) -> st
     return str(value)
 
 
+def _baseline_location(root: Path, value: object, flag: str) -> Path | str:
+    """The baseline folder under the rootdir, or an object store's URL, checked that its
+    client is installed (a missing one is a usage error before anything is measured)."""
+    from perfguard.store.location import location
+    from perfguard.store.objects import ObjectStore, ObjectStoreError
+
+    where = location(str(value or "baselines"))
+    if isinstance(where, Path):
+        return root / where
+    try:
+        ObjectStore(where)
+    except ObjectStoreError as exc:
+        raise pytest.UsageError(f"{flag}: {exc}") from None
+    return where
+
+
 def resolve(config: pytest.Config) -> Options:
     """Read and validate every option; a bad value is a usage error naming where it came from."""
     by_name = {o.name: o for o in OPTIONS}
@@ -212,7 +228,7 @@ def resolve(config: pytest.Config) -> Options:
         enabled=bool(config.getoption("--perfguard")),
         variants=variants,
         variants_source=variants_source,
-        baseline_dir=root / (baseline_dir or "baselines"),
+        baseline_dir=_baseline_location(root, baseline_dir, by_name["baseline_dir"].flag),
         machine=str(machine) if machine else None,
         save=bool(_raw(config, by_name["save"])[0]),
         allow_dirty=bool(_raw(config, by_name["allow_dirty"])[0]),

@@ -97,13 +97,14 @@ def start(
     from perfguard.ab.worktree import Worktree
     from perfguard.git import GitError, ab_reference, resolve
     from perfguard.pytest_plugin.options import trace_dir
-    from perfguard.store.baselines import BaselineStore
+    from perfguard.store.baselines import BaselineError
+    from perfguard.store.objects import open_store
 
     ref = options.ab or "auto"
     try:
         if ref == "auto":
             machine = options.machine
-            store = BaselineStore(options.baseline_dir)
+            store = open_store(options.baseline_dir)
             choice = ab_reference(
                 root,
                 (lambda sha: store.has(machine, sha)) if machine else (lambda _sha: False),
@@ -117,7 +118,7 @@ def start(
             commit = resolve(root, ref)
             reason = f"same-job A/B against --perfguard-ab={ref} ({commit[:10]})"
         worktree = Worktree(root, commit)
-    except GitError as exc:
+    except (GitError, BaselineError) as exc:  # BaselineError: a store that cannot be listed
         raise pytest.UsageError(f"--perfguard-ab: {exc}") from None
     driver = Driver(
         worktree.rootdir,

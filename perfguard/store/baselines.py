@@ -23,7 +23,10 @@ from perfguard.store.schema import SchemaError, upgrade
 from perfguard.store.summary import write_part
 
 if TYPE_CHECKING:
+    import pandas as pd
     from filelock import BaseFileLock
+
+    from perfguard.store.summary import Summary
 
 LOCK_NAME = ".perfguard.lock"
 SUFFIXES = (".json.gz", ".json")
@@ -145,9 +148,10 @@ def _remove_stale_temp_files(folder: Path) -> None:
 
 @dataclass(frozen=True)
 class Saved:
-    """What a save stored: the file, and how the results in it came together."""
+    """What a save stored: the file (or an object store's URL), and how the results in it
+    came together."""
 
-    path: Path
+    path: Path | str
     measured: int  # results of the run being saved
     kept: int = 0  # results kept from the file that was there (not measured this time)
     updated: bool = False  # a baseline of this commit was there before
@@ -184,10 +188,11 @@ def key_problem(machine: str, commit: str) -> str | None:
 
 @dataclass(frozen=True)
 class Compacted:
-    """A plain baseline file rewritten compact: the two files and their sizes in bytes."""
+    """A plain baseline file rewritten compact: the two files (or URLs) and their sizes in
+    bytes."""
 
-    old: Path
-    new: Path
+    old: Path | str
+    new: Path | str
     before: int
     after: int
 
@@ -198,7 +203,7 @@ class BaselineInfo:
     commit: str
     created: str | None
     tests: int
-    path: Path
+    path: Path | str  # a file, or an object store's URL
 
 
 class BaselineStore:
@@ -332,9 +337,34 @@ class BaselineStore:
                 infos = sorted(self.list(m), key=lambda i: i.created or "", reverse=True)
                 for info in infos[keep:]:
                     if not dry_run:
-                        info.path.unlink()  # its row of the summary table stays: history
+                        Path(info.path).unlink()  # its row of the summary table stays: history
                     removed.append(info)
         return removed
+
+    def history_parts(self, machine: str, shas: list[str], last: int) -> list[pd.DataFrame]:
+        """The summary rows of the first `last` of `shas` (newest first) that have a record
+        or a part: a record's part where it is current, else made again from the record (and
+        written); a part pulled without its record (`baselines pull --for`) as it is, a
+        broken one passed over."""
+        from perfguard.store.summary import SummaryError, folder_part, part_path, read_part
+
+        found: list[pd.DataFrame] = []
+        for sha in shas:
+            record = self.find(machine, sha)
+            if record is not None:
+                found.append(folder_part(self.root, machine, record)[0])
+            elif (pulled := part_path(self.root, machine, sha)).is_file():
+                with contextlib.suppress(SummaryError):
+                    found.append(read_part(pulled.read_bytes(), str(pulled)))
+            if len(found) == last:
+                break
+        return found
+
+    def summary(self, machine: str | None = None) -> Summary:
+        """The summary table of every baseline here (`summary.load_folder`)."""
+        from perfguard.store.summary import load_folder
+
+        return load_folder(self.root, machine)
 
     def list(self, machine: str | None = None) -> list[BaselineInfo]:
         """Every stored baseline; an unreadable one raises, naming the file."""

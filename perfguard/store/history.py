@@ -6,7 +6,6 @@ and for trend charts. One row per commit, test, variant and metric.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -16,17 +15,19 @@ import numpy as np
 
 from perfguard.git import first_parent_commits
 from perfguard.records import Comparison, Metrics, Run
-from perfguard.store.baselines import BaselineStore
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from perfguard.store.baselines import BaselineStore
+    from perfguard.store.objects import ObjectStore
 
 HISTORY_COLUMNS = ("position", "commit", "created", "test", "variant", "metric", "value")
 METRICS = tuple(Metrics.__dataclass_fields__)
 
 
 def load_history(
-    store: BaselineStore,
+    store: BaselineStore | ObjectStore,
     machine: str,
     root: Path,
     *,
@@ -43,20 +44,7 @@ def load_history(
     """
     import pandas as pd
 
-    from perfguard.store.summary import SummaryError, folder_part, part_path, read_part
-
-    found: list[pd.DataFrame] = []
-    for sha in first_parent_commits(root, start, search_depth):
-        record = store.find(machine, sha)
-        if record is not None:
-            found.append(folder_part(store.root, machine, record)[0])
-        elif (pulled := part_path(store.root, machine, sha)).is_file():
-            # a part pulled without its record (`baselines pull --for`); a broken one is
-            # passed over (the noise floor is learned from the others)
-            with contextlib.suppress(SummaryError):
-                found.append(read_part(pulled.read_bytes(), str(pulled)))
-        if len(found) == last:
-            break
+    found = store.history_parts(machine, first_parent_commits(root, start, search_depth), last)
     tables = []
     for position, part in enumerate(reversed(found)):
         rows = part[part["metric"].isin(METRICS)]

@@ -1,0 +1,474 @@
+"""Baselines in an object store: `s3://bucket/prefix`, the same layout as a folder.
+
+    <prefix>/<machine>/<full sha>.json.gz
+    <prefix>/.summary/<machine>/<full sha>.parquet
+
+A team whose baselines outgrow a git branch names a URL where it would name the folder
+(`--perfguard-baseline-dir`, `perfguard baselines|history|site --dir`). Nothing is mirrored:
+a run lists the machine's records (one request per 1,000), reads the one record it compares
+with and the summary parts of its recent history, and writes its own record and part.
+
+The guarantees are the folder's. A write is one PUT, which the store applies whole or not at
+all. Two jobs that save the same commit at once (shards of one run) both keep their results:
+a save reads the record and its ETag, merges, and writes only if the record is still the one
+it read (S3's conditional `If-Match`, or `If-None-Match: *` for a new record); when another
+save landed first, it reads again and merges again. A summary part is written after its
+record and checked against it, so the last writer leaves a part that matches the record.
+
+Conditional writes are what S3 (and S3-compatible servers: MinIO, Cloudflare R2, Ceph)
+offer; through fsspec they are written here for `s3://` alone, so other fsspec URLs (`gs://`,
+`az://`) are read but refuse a write, naming why. A `file://` URL is a folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from perfguard.records import Run
+from perfguard.store.baselines import (
+    SUFFIXES,
+    BaselineError,
+    BaselineInfo,
+    BaselineStore,
+    Compacted,
+    Saved,
+    baseline_bytes,
+    key_problem,
+    merge_into,
+    parse_run,
+    split_name,
+)
+from perfguard.store.summary import (
+    SUMMARY_DIR,
+    Summary,
+    SummaryError,
+    blob_id,
+    frame,
+    part_bytes,
+    read_part,
+    rows_of,
+)
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+WRITABLE = ("s3", "s3a")
+"""The fsspec protocols whose conditional writes this module makes (S3's If-Match)."""
+
+
+def open_store(where: str | Path) -> BaselineStore | ObjectStore:
+    """The store at a location that `location.location` gave."""
+    return ObjectStore(where) if isinstance(where, str) else BaselineStore(where)
+
+
+class ObjectStoreError(BaselineError):
+    """An object store that cannot be used as asked; the message says why and what to do."""
+
+
+class Conflict(Exception):
+    """A conditional write found the object changed since it was read."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One object of the store: its path under the prefix and its ETag."""
+
+    path: str
+    etag: str
+
+
+class ObjectStore:
+    """The baselines under one URL. Same methods as `BaselineStore` where a command uses
+    them; paths are the URL's."""
+
+    def __init__(self, url: str, *, attempts: int = 8) -> None:
+        self.url = url.rstrip("/")
+        self.attempts = attempts
+        self.protocol = self.url.split("://", 1)[0].lower()
+        try:
+            import fsspec
+
+            # a client of its own: credentials and endpoint are read from the environment now
+            self.fs, self.prefix = fsspec.core.url_to_fs(self.url, skip_instance_cache=True)
+        except ImportError as exc:
+            package = _package(self.protocol, exc)
+            install = "'perfguard[s3]'" if self.protocol in WRITABLE else package
+            raise ObjectStoreError(
+                f"{self.url}: reading it needs the {package} package, which is not "
+                f"installed: pip install {install}"
+            ) from None
+        except ValueError as exc:  # fsspec: an unknown protocol
+            raise ObjectStoreError(f"{self.url}: not a store fsspec knows ({exc})") from None
+        self.prefix = self.prefix.rstrip("/")
+        self._listing: dict[str, Entry] | None = None
+        self._bucket_checked = False
+
+    @property
+    def root(self) -> str:
+        return self.url
+
+    def where(self, path: str) -> str:
+        """The URL of a path under the prefix (for messages)."""
+        return f"{self.url}/{path}"
+
+    # --- the store's calls, with its errors made into one line each
+
+    def _call(self, what: str, call: Callable[[], Any]) -> Any:
+        try:
+            return call()
+        except Conflict:
+            raise
+        except FileNotFoundError:
+            raise
+        except ObjectStoreError:
+            raise
+        except Exception as exc:  # botocore, aiohttp and fsspec raise many kinds
+            raise ObjectStoreError(f"{self.url}: {what} failed: {_reason(exc)}") from None
+
+    def entries(self, refresh: bool = False) -> dict[str, Entry]:
+        """Every object under the prefix: path -> entry (listed once, then remembered)."""
+        if self._listing is None or refresh:
+            self.fs.invalidate_cache()
+            try:
+                found = self._call("listing", lambda: self.fs.find(self.prefix, detail=True))
+            except FileNotFoundError:
+                raise self._no_bucket() from None
+            cut = len(self.prefix) + 1
+            self._listing = {
+                name[cut:]: Entry(name[cut:], str(info.get("ETag") or info.get("etag") or ""))
+                for name, info in found.items()
+                if info.get("type", "file") == "file" and name.startswith(self.prefix + "/")
+            }
+        return self._listing
+
+    def _no_bucket(self) -> ObjectStoreError:
+        return ObjectStoreError(
+            f"{self.url}: no such bucket (create it, or check the name and the endpoint: "
+            "AWS_ENDPOINT_URL_S3 for an S3-compatible server)"
+        )
+
+    def read(self, paths: list[str]) -> dict[str, bytes]:
+        """The bytes of `paths` under the prefix, fetched together."""
+        if not paths:
+            return {}
+        names = [f"{self.prefix}/{p}" for p in paths]
+        got = self._call("reading", lambda: self.fs.cat(names, on_error="raise"))
+        cut = len(self.prefix) + 1
+        return {name[cut:]: content for name, content in got.items()}
+
+    def _info(self, path: str) -> Entry | None:
+        self.fs.invalidate_cache(f"{self.prefix}/{path}")
+        try:
+            info = self._call("reading", lambda: self.fs.info(f"{self.prefix}/{path}"))
+        except FileNotFoundError:
+            return None
+        return Entry(path, str(info.get("ETag") or ""))
+
+    def _put(self, path: str, content: bytes, *, etag: str | bool | None = False) -> str:
+        """Write `content` at `path`; return its ETag. `etag`: False writes unconditionally,
+        None only if there is no object yet, a string only if the object still has it.
+        `Conflict` when the condition does not hold."""
+        if self.protocol not in WRITABLE:
+            raise ObjectStoreError(
+                f"{self.url}: perfguard writes baselines to s3:// stores only (a save must not "
+                f"lose a concurrent one, and the conditional writes that ensure it are made "
+                f"for S3's API); {self.protocol}:// is read-only here"
+            )
+        condition: dict[str, str] = {}
+        if etag is None:
+            condition = {"IfNoneMatch": "*"}
+        elif isinstance(etag, str):
+            condition = {"IfMatch": etag}
+        name = f"{self.prefix}/{path}"
+        try:
+            out = self.fs.pipe_file(name, content, **condition)
+        except Exception as exc:
+            if _is_conflict(exc):
+                raise Conflict(path) from None
+            if isinstance(exc, FileNotFoundError):
+                raise self._no_bucket() from None
+            raise ObjectStoreError(f"{self.url}: writing {path} failed: {_reason(exc)}") from None
+        self._listing = None
+        return str((out or {}).get("ETag") or "")
+
+    def _remove(self, paths: list[str]) -> None:
+        if paths:
+            names = [f"{self.prefix}/{p}" for p in paths]
+            self._call("removing", lambda: self.fs.rm(names))
+            self._listing = None
+
+    # --- what `BaselineStore` offers
+
+    def machines(self) -> list[str]:
+        return sorted({key[0] for key in self._records()})
+
+    def _records(self, machine: str | None = None) -> dict[tuple[str, str], str]:
+        """(machine, sha) -> path of each record (the compressed one first)."""
+        found: dict[tuple[str, str], str] = {}
+        for path in self.entries():
+            parts = path.split("/")
+            named = split_name(parts[-1]) if len(parts) == 2 else None
+            if named is None or key_problem(parts[0], named[0]) is not None:
+                continue  # not a record (a stray object, or a summary part)
+            if machine is not None and parts[0] != machine:
+                continue
+            key = (parts[0], named[0])
+            if key not in found or named[1] == SUFFIXES[0]:
+                found[key] = path
+        return found
+
+    def find(self, machine: str, commit: str) -> str | None:
+        """The record of `commit`: from the listing when the store was listed, else by
+        asking for the object itself (a run never lists the whole store)."""
+        if key_problem(machine, commit) is not None:
+            return None
+        if self._listing is not None:
+            return self._records(machine).get((machine, commit))
+        for suffix in SUFFIXES:
+            path = f"{machine}/{commit}{suffix}"
+            if self._info(path) is not None:
+                return path
+        if not self._bucket_checked:  # a mistyped bucket must not read as "no baseline"
+            bucket = self.prefix.split("/", 1)[0]
+            if not self._call("reading", functools.partial(self.fs.exists, bucket)):
+                raise self._no_bucket()
+            self._bucket_checked = True
+        return None
+
+    def has(self, machine: str, commit: str) -> bool:
+        return self.find(machine, commit) is not None
+
+    def load(self, machine: str, commit: str) -> Run | None:
+        path = self.find(machine, commit)
+        if path is None:
+            return None
+        try:
+            content = self.read([path])[path]
+        except FileNotFoundError:
+            return None  # removed since the listing (a prune)
+        return parse_run(content, self.where(path))
+
+    def save(self, run: Run, *, replace_all: bool = False) -> Saved:
+        """Store `run` as its commit's baseline: merged with the stored one (never shrunk),
+        written only if that is still the stored one; read, merged and tried again when
+        another save landed first."""
+        if run.commit is None:
+            raise BaselineError("cannot store a baseline without a commit (not a git checkout?)")
+        if not run.results:
+            raise BaselineError("nothing was measured, so there is nothing to store")
+        problem = key_problem(run.machine, run.commit)
+        if problem:
+            raise BaselineError(problem)
+        path = f"{run.machine}/{run.commit}{SUFFIXES[0]}"
+        plain = f"{run.machine}/{run.commit}{SUFFIXES[1]}"
+        for attempt in range(1, self.attempts + 1):
+            entry = self._info(path)
+            older = None if entry is not None else self._info(plain)
+            merged, kept = run, 0
+            before = entry or older
+            if before is not None:
+                stored = parse_run(self.read([before.path])[before.path], self.where(before.path))
+                if not replace_all:
+                    merged, kept = merge_into(stored, run)
+            content = baseline_bytes(merged)
+            try:
+                etag = self._put(path, content, etag=entry.etag if entry else None)
+            except Conflict:
+                time.sleep(0.05 * attempt)  # another save landed first: merge with it
+                continue
+            self._write_part(merged, content, path, etag)
+            if older is not None:
+                self._remove([plain])  # the older, plain record of the commit: replaced
+            return Saved(self.where(path), len(merged.results) - kept, kept, before is not None)
+        raise ObjectStoreError(
+            f"{self.where(path)}: {self.attempts} saves of this commit landed while this one "
+            "tried; save again"
+        )
+
+    def _write_part(self, run: Run, content: bytes, path: str, etag: str) -> None:
+        """Write the summary part of the record just written (`etag`), then make sure the
+        record is still that one; if a later save replaced it, write the part of that."""
+        for _ in range(self.attempts):
+            self._put(_part(run.machine, run.commit or ""), part_bytes(run, blob_id(content)))
+            now = self._info(path)
+            if now is None or now.etag == etag:
+                return
+            content = self.read([path])[path]
+            run, etag = parse_run(content, self.where(path)), now.etag
+
+    def files(self, machine: str | None = None) -> Iterator[tuple[str, str]]:
+        """(machine, path) of every record."""
+        for (m, _sha), path in sorted(self._records(machine).items()):
+            yield m, path
+
+    def prune(
+        self, keep: int, machine: str | None = None, dry_run: bool = False
+    ) -> list[BaselineInfo]:
+        """Delete all but the `keep` newest records of each machine (the summary stays)."""
+        if keep < 0:
+            raise BaselineError(f"--keep must be >= 0, got {keep}")
+        removed: list[BaselineInfo] = []
+        for m in [machine] if machine else self.machines():
+            infos = sorted(self.list(m), key=lambda i: i.created or "", reverse=True)
+            removed.extend(infos[keep:])
+        if not dry_run:
+            self._remove([str(info.path).removeprefix(self.url + "/") for info in removed])
+        return removed
+
+    def compact(self, machine: str | None = None) -> list[Compacted]:
+        """Rewrite every plain `<sha>.json` record as `<sha>.json.gz` (through `save`, so a
+        concurrent save of the commit is kept)."""
+        done = []
+        for _m, path in list(self.files(machine)):
+            if not path.endswith(SUFFIXES[1]):
+                continue
+            content = self.read([path])[path]
+            run = parse_run(content, self.where(path))
+            saved = self.save(run)
+            after = len(baseline_bytes(run))
+            done.append(Compacted(self.where(path), saved.path, len(content), after))
+        return done
+
+    # --- the summary table
+
+    def history_parts(self, machine: str, shas: list[str], last: int) -> list[pd.DataFrame]:
+        """The summary rows of the first `last` of `shas` (newest first) that have a record
+        or a part: the parts fetched together, a record read only where its part is missing
+        or broken."""
+        found: list[pd.DataFrame] = []
+        for start in range(0, len(shas), last):
+            batch = [sha for sha in shas[start : start + last] if not key_problem(machine, sha)]
+            names = [f"{self.prefix}/{_part(machine, sha)}" for sha in batch]
+            got = self._call("reading", functools.partial(self.fs.cat, names, on_error="omit"))
+            lost = [sha for sha, name in zip(batch, names, strict=True) if name not in got]
+            if lost:
+                self.entries()  # commits without a part: list once, not ask for each
+            records = self._records(machine) if lost else {}
+            rebuilt = self._parts(
+                {
+                    (machine, sha): records[(machine, sha)]
+                    for sha in lost
+                    if (machine, sha) in records
+                }
+            )
+            for sha, name in zip(batch, names, strict=True):
+                table = rebuilt.get((machine, sha))
+                if name in got:
+                    with contextlib.suppress(SummaryError):  # a broken part is passed over
+                        table = read_part(got[name], self.where(_part(machine, sha)))
+                if table is not None:
+                    found.append(table)
+                if len(found) == last:
+                    return found
+        return found
+
+    def _parts(self, wanted: dict[tuple[str, str], str | None]) -> dict[tuple[str, str], Any]:
+        """(machine, sha) -> its rows, for each of `wanted` (-> its record's path, or None):
+        from its part, else from its record (and the part written again where it can be)."""
+        entries = self.entries()
+        have = [_part(*key) for key in wanted if _part(*key) in entries]
+        content = self.read(have)
+        tables: dict[tuple[str, str], Any] = {}
+        missing = []
+        for key, record in wanted.items():
+            path = _part(*key)
+            try:
+                if path in content:
+                    tables[key] = read_part(content[path], self.where(path))
+                    continue
+            except SummaryError:
+                pass
+            if record is not None:
+                missing.append((key, record))
+        records = self.read([record for _, record in missing])
+        for key, record in missing:
+            run = parse_run(records[record], self.where(record))
+            tables[key] = frame(rows_of(run, blob_id(records[record])))
+            if self.protocol in WRITABLE:
+                self._put(_part(*key), part_bytes(run, blob_id(records[record])))
+        return tables
+
+    def summary(self, machine: str | None = None) -> Summary:
+        """The table of every baseline under the URL (history, site, alert): every part,
+        and the record of each commit whose part is missing or broken."""
+        records = self._records(machine)
+        parts = {
+            key
+            for path in self.entries()
+            if (key := _part_key(path)) is not None and machine in (None, key[0])
+        }
+        wanted: dict[tuple[str, str], str | None] = {key: None for key in parts}
+        wanted.update(records)
+        tables = self._parts(wanted)
+        rebuilt = sum(1 for key in records if _part(*key) not in self.entries())
+        from perfguard.store.summary import _concat
+
+        return Summary(_concat(list(tables.values())), len(tables) - rebuilt, rebuilt)
+
+    def list(self, machine: str | None = None) -> list[BaselineInfo]:
+        """Every stored baseline (each record read); an unreadable one raises, naming it."""
+        files = list(self.files(machine))
+        content = self.read([path for _m, path in files])
+        out = []
+        for m, path in files:
+            run = parse_run(content[path], self.where(path))
+            sha = path.split("/")[1].split(".", 1)[0]
+            tests = len({r.test for r in run.results})
+            out.append(BaselineInfo(m, sha, run.created, tests, self.where(path)))
+        return out
+
+
+def _package(protocol: str, exc: ImportError) -> str:
+    """The package that fsspec needs for `protocol` (its registry knows: s3fs, gcsfs...)."""
+    try:
+        from fsspec.registry import known_implementations
+    except ImportError:
+        return "fsspec"
+    known = known_implementations.get(protocol, {}).get("class", "")
+    return str(known).split(".")[0] or exc.name or "fsspec"
+
+
+def _part(machine: str, sha: str) -> str:
+    return f"{SUMMARY_DIR}/{machine}/{sha}.parquet"
+
+
+def _part_key(path: str) -> tuple[str, str] | None:
+    parts = path.split("/")
+    if len(parts) != 3 or parts[0] != SUMMARY_DIR or not parts[2].endswith(".parquet"):
+        return None
+    key = (parts[1], parts[2].removesuffix(".parquet"))
+    return None if key_problem(*key) else key
+
+
+def _is_conflict(exc: BaseException) -> bool:
+    """Whether a failed write is S3's answer to a condition that no longer holds (412
+    PreconditionFailed; 409 ConditionalRequestConflict when two conditional writes race)."""
+    if isinstance(exc, FileExistsError):
+        return True
+    seen: BaseException | None = exc
+    while seen is not None:
+        code = getattr(seen, "response", {}).get("Error", {}).get("Code")
+        if code in ("PreconditionFailed", "ConditionalRequestConflict"):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return "pre-conditions you specified" in str(exc)
+
+
+def _reason(exc: BaseException) -> str:
+    """One line for a store's failure, with what to do where the cause is known."""
+    kind = type(exc).__name__
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else kind
+    if kind in ("NoCredentialsError", "PartialCredentialsError") or "credentials" in text.lower():
+        return (
+            f"{text}: no usable credentials (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
+            "AWS_PROFILE, or give the runner a role)"
+        )
+    if isinstance(exc, PermissionError) or "AccessDenied" in text or "Forbidden" in text:
+        return f"{text}: access denied (the credentials may not read or write this prefix)"
+    return f"{text} ({kind})"
