@@ -47,9 +47,10 @@ class Counting:
         fs.connect(refresh=True)
         fs.s3.meta.events.register("after-call.s3", self.after)
 
-    def after(self, http_response: Any, parsed: Any, **_: Any) -> None:
+    def after(self, http_response: Any, parsed: Any, model: Any, **_: Any) -> None:
         self.requests += 1
-        self.bytes += int(http_response.headers.get("content-length") or 0)
+        if model.name != "HeadObject":  # a HEAD's content-length is the object's, unsent
+            self.bytes += int(http_response.headers.get("content-length") or 0)
 
 
 def main() -> int:

@@ -157,10 +157,32 @@ class ObjectStore:
         """The bytes of `paths` under the prefix, fetched together."""
         if not paths:
             return {}
+        got = self._fetch(paths)
+        for content in got.values():
+            if isinstance(content, BaseException):
+                raise content
+        return {path: content for path, content in got.items() if isinstance(content, bytes)}
+
+    def _fetch(self, paths: list[str]) -> dict[str, bytes | BaseException]:
+        """The bytes of each of `paths` under the prefix, or what reading it raised: one GET
+        each, together (fsspec's `cat` would first ask for each object's details)."""
         names = [f"{self.prefix}/{p}" for p in paths]
-        got = self._call("reading", lambda: self.fs.cat(names, on_error="raise"))
-        cut = len(self.prefix) + 1
-        return {name[cut:]: content for name, content in got.items()}
+        count = len(names)
+        got = self._call(
+            "reading",
+            functools.partial(
+                self.fs.cat_ranges, names, [None] * count, [None] * count, on_error="return"
+            ),
+        )
+        out: dict[str, bytes | BaseException] = {}
+        for path, content in zip(paths, got, strict=True):
+            if isinstance(content, FileNotFoundError) or not isinstance(content, BaseException):
+                out[path] = content
+            else:
+                out[path] = ObjectStoreError(
+                    f"{self.url}: reading {path} failed: {_reason(content)}"
+                )
+        return out
 
     def _info(self, path: str) -> Entry | None:
         self.fs.invalidate_cache(f"{self.prefix}/{path}")
@@ -344,9 +366,12 @@ class ObjectStore:
         found: list[pd.DataFrame] = []
         for start in range(0, len(shas), last):
             batch = [sha for sha in shas[start : start + last] if not key_problem(machine, sha)]
-            names = [f"{self.prefix}/{_part(machine, sha)}" for sha in batch]
-            got = self._call("reading", functools.partial(self.fs.cat, names, on_error="omit"))
-            lost = [sha for sha, name in zip(batch, names, strict=True) if name not in got]
+            fetched = self._fetch([_part(machine, sha) for sha in batch])
+            for content in fetched.values():
+                if isinstance(content, ObjectStoreError):
+                    raise content  # a refused request (credentials), not a missing part
+            got = {p: c for p, c in fetched.items() if isinstance(c, bytes)}
+            lost = [sha for sha in batch if _part(machine, sha) not in got]
             if lost:
                 self.entries()  # commits without a part: list once, not ask for each
             records = self._records(machine) if lost else {}
@@ -357,11 +382,11 @@ class ObjectStore:
                     if (machine, sha) in records
                 }
             )
-            for sha, name in zip(batch, names, strict=True):
+            for sha in batch:
                 table = rebuilt.get((machine, sha))
-                if name in got:
+                if (name := _part(machine, sha)) in got:
                     with contextlib.suppress(SummaryError):  # a broken part is passed over
-                        table = read_part(got[name], self.where(_part(machine, sha)))
+                        table = read_part(got[name], self.where(name))
                 if table is not None:
                     found.append(table)
                 if len(found) == last:
