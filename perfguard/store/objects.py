@@ -1,3 +1,5 @@
+# long module: one class, the folder store's methods over S3's calls; split, the parts would share
+# its private listing, ETags and conditional writes
 """Baselines in an object store: `s3://bucket/prefix`, the same layout as a folder.
 
     <prefix>/<machine>/<full sha>.json.gz
