@@ -44,18 +44,19 @@ from perfguard.store.baselines import (
     key_problem,
     merge_into,
     parse_run,
-    split_name,
 )
 from perfguard.store.summary import (
     SUMMARY_DIR,
     Summary,
     SummaryError,
     blob_id,
+    concat_parts,
     frame,
     part_bytes,
     read_part,
     rows_of,
 )
+from perfguard.store.sync import records_by_key, summary_key
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -109,6 +110,7 @@ class ObjectStore:
             raise ObjectStoreError(f"{self.url}: not a store fsspec knows ({exc})") from None
         self.prefix = self.prefix.rstrip("/")
         self._listing: dict[str, Entry] | None = None
+        self._found: dict[tuple[str, str], str] = {}  # records found by asking for them
         self._bucket_checked = False
 
     @property
@@ -124,12 +126,8 @@ class ObjectStore:
     def _call(self, what: str, call: Callable[[], Any]) -> Any:
         try:
             return call()
-        except Conflict:
-            raise
-        except FileNotFoundError:
-            raise
-        except ObjectStoreError:
-            raise
+        except (Conflict, FileNotFoundError, ObjectStoreError):
+            raise  # a missing object, a lost race, or already said in one line
         except Exception as exc:  # botocore, aiohttp and fsspec raise many kinds
             raise ObjectStoreError(f"{self.url}: {what} failed: {_reason(exc)}") from None
 
@@ -218,14 +216,19 @@ class ObjectStore:
             if isinstance(exc, FileNotFoundError):
                 raise self._no_bucket() from None
             raise ObjectStoreError(f"{self.url}: writing {path} failed: {_reason(exc)}") from None
-        self._listing = None
+        self._forget()
         return str((out or {}).get("ETag") or "")
 
     def _remove(self, paths: list[str]) -> None:
         if paths:
             names = [f"{self.prefix}/{p}" for p in paths]
             self._call("removing", lambda: self.fs.rm(names))
-            self._listing = None
+            self._forget()
+
+    def _forget(self) -> None:
+        """After a write: what was listed or found may have changed."""
+        self._listing = None
+        self._found.clear()
 
     # --- what `BaselineStore` offers
 
@@ -233,19 +236,10 @@ class ObjectStore:
         return sorted({key[0] for key in self._records()})
 
     def _records(self, machine: str | None = None) -> dict[tuple[str, str], str]:
-        """(machine, sha) -> path of each record (the compressed one first)."""
-        found: dict[tuple[str, str], str] = {}
-        for path in self.entries():
-            parts = path.split("/")
-            named = split_name(parts[-1]) if len(parts) == 2 else None
-            if named is None or key_problem(parts[0], named[0]) is not None:
-                continue  # not a record (a stray object, or a summary part)
-            if machine is not None and parts[0] != machine:
-                continue
-            key = (parts[0], named[0])
-            if key not in found or named[1] == SUFFIXES[0]:
-                found[key] = path
-        return found
+        """(machine, sha) -> path of each record (the compressed one first); a stray object
+        is not one."""
+        found = records_by_key(list(self.entries()))
+        return {key: path for key, path in found.items() if machine in (None, key[0])}
 
     def find(self, machine: str, commit: str) -> str | None:
         """The record of `commit`: from the listing when the store was listed, else by
@@ -254,9 +248,12 @@ class ObjectStore:
             return None
         if self._listing is not None:
             return self._records(machine).get((machine, commit))
+        if (machine, commit) in self._found:
+            return self._found[(machine, commit)]
         for suffix in SUFFIXES:
             path = f"{machine}/{commit}{suffix}"
             if self._info(path) is not None:
+                self._found[(machine, commit)] = path
                 return path
         if not self._bucket_checked:  # a mistyped bucket must not read as "no baseline"
             bucket = self.prefix.split("/", 1)[0]
@@ -383,7 +380,7 @@ class ObjectStore:
                     for sha in lost
                     if (machine, sha) in records
                 }
-            )
+            )[0]
             for sha in batch:
                 table = rebuilt.get((machine, sha))
                 if (name := _part(machine, sha)) in got:
@@ -395,9 +392,12 @@ class ObjectStore:
                     return found
         return found
 
-    def _parts(self, wanted: dict[tuple[str, str], str | None]) -> dict[tuple[str, str], Any]:
+    def _parts(
+        self, wanted: dict[tuple[str, str], str | None]
+    ) -> tuple[dict[tuple[str, str], Any], int]:
         """(machine, sha) -> its rows, for each of `wanted` (-> its record's path, or None):
-        from its part, else from its record (and the part written again where it can be)."""
+        from its part, else from its record (and the part written again where it can be);
+        and how many were made from their record."""
         entries = self.entries()
         have = [_part(*key) for key in wanted if _part(*key) in entries]
         content = self.read(have)
@@ -419,7 +419,7 @@ class ObjectStore:
             tables[key] = frame(rows_of(run, blob_id(records[record])))
             if self.protocol in WRITABLE:
                 self._put(_part(*key), part_bytes(run, blob_id(records[record])))
-        return tables
+        return tables, len(missing)
 
     def summary(self, machine: str | None = None) -> Summary:
         """The table of every baseline under the URL (history, site, alert): every part,
@@ -428,15 +428,12 @@ class ObjectStore:
         parts = {
             key
             for path in self.entries()
-            if (key := _part_key(path)) is not None and machine in (None, key[0])
+            if (key := summary_key(path)) is not None and machine in (None, key[0])
         }
         wanted: dict[tuple[str, str], str | None] = {key: None for key in parts}
         wanted.update(records)
-        tables = self._parts(wanted)
-        rebuilt = sum(1 for key in records if _part(*key) not in self.entries())
-        from perfguard.store.summary import _concat
-
-        return Summary(_concat(list(tables.values())), len(tables) - rebuilt, rebuilt)
+        tables, rebuilt = self._parts(wanted)
+        return Summary(concat_parts(list(tables.values())), len(tables) - rebuilt, rebuilt)
 
     def list(self, machine: str | None = None) -> list[BaselineInfo]:
         """Every stored baseline (each record read); an unreadable one raises, naming it."""
@@ -463,14 +460,6 @@ def _package(protocol: str, exc: ImportError) -> str:
 
 def _part(machine: str, sha: str) -> str:
     return f"{SUMMARY_DIR}/{machine}/{sha}.parquet"
-
-
-def _part_key(path: str) -> tuple[str, str] | None:
-    parts = path.split("/")
-    if len(parts) != 3 or parts[0] != SUMMARY_DIR or not parts[2].endswith(".parquet"):
-        return None
-    key = (parts[1], parts[2].removesuffix(".parquet"))
-    return None if key_problem(*key) else key
 
 
 def _is_conflict(exc: BaseException) -> bool:

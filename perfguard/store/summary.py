@@ -208,7 +208,8 @@ def summary_of_runs(runs: Iterable[Run]) -> Summary:
     return Summary(frame(row for run in runs for row in rows_of(run, "")))
 
 
-def _concat(tables: list[pd.DataFrame]) -> pd.DataFrame:
+def concat_parts(tables: list[pd.DataFrame]) -> pd.DataFrame:
+    """The rows of `tables` (parts) as one table, with the table's columns when none has any."""
     import pandas as pd
 
     tables = [t for t in tables if not t.empty]
@@ -238,7 +239,7 @@ def load_folder(root: Path, machine: str | None = None) -> Summary:
             with contextlib.suppress(SummaryError):  # nothing to make it again from
                 tables.append(read_part(path.read_bytes(), str(path)))
                 used += 1
-    return Summary(_concat(tables), used, rebuilt)
+    return Summary(concat_parts(tables), used, rebuilt)
 
 
 def folder_part(root: Path, machine: str, record: Path) -> tuple[pd.DataFrame, bool]:
@@ -296,4 +297,4 @@ def load_branch(root: Path, ref: str) -> Summary:
             raise BaselineError(f"{ref}:{path}: {problem}")
         tables.append(frame(rows_of(run, files[path])))
         rebuilt += 1
-    return Summary(_concat(tables), used, rebuilt)
+    return Summary(concat_parts(tables), used, rebuilt)
