@@ -280,6 +280,15 @@ def test_the_plugin_refuses_a_store_it_cannot_open(pytester: Any) -> None:
     done.stderr.fnmatch_lines(["*--perfguard-baseline-dir: gs://bucket/baselines*gcsfs*"])
 
 
+def test_a_session_that_does_not_measure_never_opens_the_store(pytester: Any) -> None:
+    # the store named in the ini file is perfguard's business: a plain pytest run must not
+    # need its client, nor pay for starting one
+    pytester.makeini("[pytest]\nperfguard_baseline_dir = gs://bucket/baselines\n")
+    pytester.makepyfile("def test_a():\n    pass\n")
+    done = pytester.runpytest_subprocess()
+    assert done.ret == 0
+
+
 def test_a_folder_is_still_a_folder(tmp_path: Path) -> None:
     assert location(f"file://{tmp_path}") == tmp_path
     assert isinstance(open_store(location(str(tmp_path))), BaselineStore)

@@ -182,15 +182,19 @@ def _choice(config: pytest.Config, opt: Setting, choices: tuple[str, ...]) -> st
     return str(value)
 
 
-def _baseline_location(root: Path, value: object, flag: str) -> Path | str:
-    """The baseline folder under the rootdir, or an object store's URL, checked that its
-    client is installed (a missing one is a usage error before anything is measured)."""
+def _baseline_location(root: Path, value: object, flag: str, check: bool) -> Path | str:
+    """The baseline folder under the rootdir, or an object store's URL; with `check` (a
+    session that measures and compares), checked that its client is installed: a missing one
+    is a usage error before anything is measured. Other sessions (plain pytest, a measuring
+    worker) never open the store, and do not start its client (half a second)."""
     from perfguard.store.location import location
     from perfguard.store.objects import ObjectStore, ObjectStoreError
 
     where = location(str(value or "baselines"))
     if isinstance(where, Path):
         return root / where
+    if not check:
+        return where
     try:
         ObjectStore(where)
     except ObjectStoreError as exc:
@@ -217,6 +221,7 @@ def resolve(config: pytest.Config) -> Options:
     machine, _ = _raw(config, by_name["machine"])
     threads_raw, _ = _raw(config, by_name["threads"])
     worker = bool(os.environ.get(ENV_ADDRESS))
+    enabled = bool(config.getoption("--perfguard"))
     ab_raw, ab_source = _raw(config, by_name["ab"])
     ab = None if worker or not ab_raw else str(ab_raw)
     compare = str(_raw(config, by_name["compare"])[0])
@@ -225,10 +230,12 @@ def resolve(config: pytest.Config) -> Options:
             f"{ab_source} and --perfguard-compare choose two different baselines; use one"
         )
     return Options(
-        enabled=bool(config.getoption("--perfguard")),
+        enabled=enabled,
         variants=variants,
         variants_source=variants_source,
-        baseline_dir=_baseline_location(root, baseline_dir, by_name["baseline_dir"].flag),
+        baseline_dir=_baseline_location(
+            root, baseline_dir, by_name["baseline_dir"].flag, check=enabled and not worker
+        ),
         machine=str(machine) if machine else None,
         save=bool(_raw(config, by_name["save"])[0]),
         allow_dirty=bool(_raw(config, by_name["allow_dirty"])[0]),
