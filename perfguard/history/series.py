@@ -83,15 +83,11 @@ class Ordered:
 def load_folder(directory: Path | str) -> Summary:
     """The summary table of every baseline under `directory` (or an object store's URL); a
     broken record is an error that names it."""
-    from perfguard.store import summary
+    from perfguard.store.objects import open_store
 
-    if isinstance(directory, str):
-        from perfguard.store.objects import ObjectStore
-
-        return ObjectStore(directory).summary()
-    if not directory.is_dir():
+    if isinstance(directory, Path) and not directory.is_dir():
         raise BaselineError(f"{directory}: no such baseline folder (perfguard baselines pull?)")
-    return summary.load_folder(directory)
+    return open_store(directory).summary()
 
 
 def load_branch(root: Path, ref: str) -> Summary:
