@@ -8,9 +8,10 @@ the tests do), and saves a synthetic main of `--commits` commits, each a baselin
 write of the compact record, then its summary part). The results are copies of one real
 measurement of a 30-µs model at the default budget (`benchmarks.store_scale`).
 
-It reports: the median save; a PR run's reads of the store (as `finish_run` makes them: the
-listing, the base's record, the summary parts of the 20 baselines before it) in requests,
-bytes and seconds, against one record's bytes; `perfguard history` over the whole store
+It reports: the median save; a PR run's reads of the store (as `finish_run` makes them),
+measured beside its base (the base's record alone) and compared with the stored baseline (the
+base's record and the summary parts of the 20 baselines before it), in requests, bytes and
+seconds, against one record's bytes; `perfguard history` over the whole store
 (seconds); and the bytes stored per result. A local server has no network latency: on AWS,
 each request costs some 10-30 ms more, and the parts are fetched concurrently.
 """
@@ -98,9 +99,17 @@ def main() -> int:
     part = f".summary/cpu-bench/{sha}.parquet"
     part_bytes = len(store.read([part])[part])
 
-    # a PR run on top of main's tip: the reads `finish_run` makes of the store
+    # a PR run on top of main's tip: the reads `finish_run` makes of the store. Measured
+    # beside its base (--perfguard-ab, the workflow's PR path): the base's record, context
     git(repo, "checkout", "-q", "-b", "pr")
     git(repo, "commit", "-q", "--allow-empty", "-m", "pr")
+    ab = ObjectStore(url)
+    ab_counting = Counting()
+    ab_counting.attach(ab)
+    t0 = time.monotonic()
+    assert ab.load("cpu-bench", sha) is not None
+    ab_s = time.monotonic() - t0
+    # compared with the stored baseline: its record, and the noise floor's and trend's parts
     pr = ObjectStore(url)
     counting = Counting()
     counting.attach(pr)
@@ -130,10 +139,14 @@ def main() -> int:
         "part_bytes_per_result": round(part_bytes / args.results, 1),
         "save_s_median": round(statistics.median(saves), 3),
         "save_s_max": round(max(saves), 3),
+        "pr_ab_reads_requests": ab_counting.requests,
+        "pr_ab_reads_bytes": ab_counting.bytes,
+        "pr_ab_reads_s": round(ab_s, 3),
         "pr_reads_requests": counting.requests,
         "pr_reads_bytes": counting.bytes,
         "pr_reads_s": round(pr_s, 3),
         "pr_reads_over_one_record": round(counting.bytes / record_bytes, 1),
+        "pr_ab_reads_over_one_record": round(ab_counting.bytes / record_bytes, 2),
         "history_s": round(history_s, 2),
     }
     print(json.dumps(figures, indent=1))

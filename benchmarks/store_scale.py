@@ -179,13 +179,16 @@ def timed(cmd: list[str], cwd: Path) -> float:
     return time.monotonic() - t0
 
 
-def pr_fetch(directory: Path, name: str) -> dict[str, float]:
-    """A PR branched off main~2: `pull --for auto` in a fresh clone."""
-    pr = directory / name
+def pr_fetch(directory: Path, name: str, history: int) -> dict[str, float]:
+    """A PR branched off main~2: `pull --for auto --history N` in a fresh clone (0: what a
+    PR measured beside its base reads, its base's record; 20: a run compared with the stored
+    baseline, with the noise floor and trend of the 20 baselines before it)."""
+    pr = directory / f"{name}-{history}"
     git(directory, "clone", "-q", str(directory / "remote.git"), str(pr))
     git(pr, "checkout", "-q", "-b", "feature", "main~2")
     git(pr, "commit", "-q", "--allow-empty", "-m", "feature")
-    seconds = timed([*CLI, "baselines", "pull", "--for", "auto"], pr)
+    pull = [*CLI, "baselines", "pull", "--for", "auto", "--history", str(history)]
+    seconds = timed(pull, pr)
     cache = pr / ".git" / "perfguard" / "baselines.git"
     record = next((pr / "baselines").glob("*/*.json.gz"))
     return {
@@ -219,7 +222,7 @@ def main() -> int:
     doc |= json.loads(built.read_text())
     remote, repo = directory / "remote.git", directory / "main"
     doc["branch_mb"] = packed_mb(remote)
-    doc["pr_fetch"] = pr_fetch(directory, "pr")
+    doc["pr_fetch"] = {n: pr_fetch(directory, "pr", n) for n in (0, 20)}
     git(repo, "fetch", "-q", "--depth=1", "origin", "perfguard-baselines")
     branch = ["--branch", "FETCH_HEAD"]
     if not args.skip_history:
@@ -227,7 +230,7 @@ def main() -> int:
         doc["site_s"] = timed([*CLI, "site", *branch, "-o", str(directory / "site")], repo)
     doc["retain_s"] = timed([*CLI, "baselines", "retain", "--keep", str(args.keep)], repo)
     doc["branch_mb_retained"] = packed_mb(remote)
-    doc["pr_fetch_retained"] = pr_fetch(directory, "pr2")
+    doc["pr_fetch_retained"] = {n: pr_fetch(directory, "pr2", n) for n in (0, 20)}
     args.out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     print(json.dumps(doc, indent=1))
     return 0

@@ -177,6 +177,17 @@ def test_pull_for_a_run_fetches_its_base_record_and_the_history_parts_alone(
     history = load_history(BaselineStore(pr / "baselines"), MACHINE, pr, start=shas[5], last=20)
     assert sorted(history["commit"].unique()) == sorted(shas[3:6])
 
+    # what a PR measured beside its base takes: the base's record, no summary part
+    again = clone(remote, tmp_path / "again")
+    git(again, "checkout", "-q", "-b", "feature", shas[5])
+    commit(again, "feature work")
+    monkeypatch.chdir(again)
+    assert main(["baselines", "pull", "--for", "auto", "--history", "0"]) == 0
+    assert "pulled 2 baseline(s)" in capsys.readouterr().out
+    assert not (again / "baselines" / SUMMARY_DIR).exists()
+    assert main(["baselines", "pull", "--for", "auto", "--history", "-1"]) == 2
+    assert "--history must be 0 or more" in capsys.readouterr().err
+
 
 def test_retain_keeps_the_newest_records_every_part_and_no_history(
     remote: Path,
@@ -269,3 +280,61 @@ def test_a_push_that_lands_while_retain_rewrites_the_branch_is_kept(
     ).splitlines()
     assert f"{MACHINE}/{racing}.json.gz" in files  # not on main's line: kept
     assert f"{MACHINE}/{shas[2]}.json.gz" in files and f"{MACHINE}/{shas[0]}.json.gz" not in files
+
+
+def test_the_table_keeps_fractions_to_float32_precision_and_whole_numbers_exactly() -> None:
+    import numpy as np
+
+    from perfguard.store.summary import stored
+
+    assert stored(0.1) == float(np.float32(0.1)) and stored(0.1) != 0.1
+    assert stored(123_456_789_012_345.0) == 123_456_789_012_345.0  # a count: exact
+    assert 0 < abs(stored(1e-300) / 1e-300 - 1) < 2**-23  # float64's range, not float32's
+    for special in (0.0, float("inf"), -2.5):
+        assert stored(special) == special
+    assert np.isnan(stored(float("nan")))
+
+
+def test_parts_are_dictionary_encoded_and_older_plain_parts_still_read(tmp_path: Path) -> None:
+    import pandas as pd
+
+    from perfguard.store.summary import _Buffer, _fastparquet, blob_id, frame, rows_of
+
+    store = BaselineStore(tmp_path)
+    old, new = _runs(2)
+    store.save(new)
+    table = read_part(part_path(tmp_path, MACHINE, new.commit or "").read_bytes(), "new")
+    assert isinstance(table["test"].dtype, pd.CategoricalDtype)
+    # a part as perfguard wrote them before: plain text columns, figures at full precision
+    store.save(old)
+    record = store.find(MACHINE, old.commit or "")
+    assert record is not None
+    buffer = _Buffer()
+    rows = frame(rows_of(old, blob_id(record.read_bytes())))
+    _fastparquet().write("p", rows, write_index=False, open_with=lambda *_: buffer)
+    part_path(tmp_path, MACHINE, old.commit or "").write_bytes(buffer.written)
+    found = load_folder(tmp_path)
+    assert (found.parts_read, found.rebuilt) == (2, 0)
+    assert isinstance(found.table["test"].dtype, pd.CategoricalDtype)
+    assert sorted(found.table["commit"].unique()) == sorted([old.commit, new.commit])
+    assert len(_series(found)) == len(_series(summary_of_runs([old, new])))
+
+
+def test_series_follow_mains_order_per_machine_and_leave_out_commits_off_it() -> None:
+    shas = [f"{i + 1:040x}" for i in range(4)]
+    runs = [
+        run([result("t.py::a", "eager", 1.0 + i, seed=i)], commit=sha, machine=machine)
+        for i, sha in enumerate(shas)
+        for machine in ("m-one", "m-two")
+    ]
+    runs.append(run([result("t.py::b", "eager", 9.0)], commit=shas[1], machine="m-two"))
+    line = [shas[3], shas[0], shas[1]]  # main's order; shas[2] is a branch's commit
+    ordered = order_runs(summary_of_runs(reversed(runs)), line, "main")
+    assert ordered.left_out == 1
+    series = {s.key: s for s in build_series(ordered)}
+    one = series[("m-one", "t.py::a", "eager", "latency_p50_ms")]
+    assert one.commits == tuple(line)
+    assert [round(v) for v in one.values] == [4, 1, 2]  # ~1 + its index, in main's order
+    assert [p.commit for p in one.points] == list(line) and one.low and one.created
+    assert series[("m-two", "t.py::b", "eager", "latency_p50_ms")].commits == (shas[1],)
+    assert list(series) == sorted(series)  # sorted by machine, test, variant, metric

@@ -126,3 +126,18 @@ def test_mains_history_alert_and_site_run_on_main_only_with_their_own_permission
     assert pages["needs"] == "history"  # and so main only
     assert pages["permissions"] == {"pages": "write", "id-token": "write"}
     assert all("run" not in step for step in pages["steps"])
+
+
+def test_a_pull_request_fetches_its_bases_record_alone(workflow: dict[Any, Any]) -> None:
+    """Measured beside its base, a PR needs the base's record (context) and no history: the
+    summary parts are fetched where main compares with the stored baseline."""
+    jobs = workflow["jobs"]
+    pulls = {
+        name: [s for s in jobs[name]["steps"] if "baselines pull" in str(s.get("run", ""))]
+        for name in ("measure", "compare")
+    }
+    (measure,) = pulls["measure"]
+    assert '--history "$HISTORY"' in measure["run"]
+    assert measure["env"]["HISTORY"] == "${{ github.event_name == 'push' && '20' || '0' }}"
+    (compare,) = pulls["compare"]
+    assert compare["if"] == "github.event_name == 'push'"

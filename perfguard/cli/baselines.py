@@ -66,6 +66,8 @@ def cmd_baselines_pull(args: argparse.Namespace) -> int:
     choices: list[str] = []
     only = None
     if args.for_run is not None:
+        if args.history < 0:
+            raise InputError(f"--history must be 0 or more, got {args.history}")
         only = for_run(
             root,
             args.for_run,
@@ -81,7 +83,8 @@ def cmd_baselines_pull(args: argparse.Namespace) -> int:
     for line in choices:
         print(f"baseline for {line}")
     print(
-        f"pulled {len(result.added)} baseline(s) from {args.remote}/{args.branch} into {args.dir}"
+        f"pulled {len(result.added)} baseline(s) from {args.remote}/{args.branch} "
+        f"into {args.dir}"
         + (f", and {result.summaries} summary part(s)" if result.summaries else "")
     )
     for path in result.kept:
@@ -231,7 +234,8 @@ def _register_branch(bsub: Any) -> None:
         "--history",
         type=int,
         default=20,
-        help="with --for: summary parts taken for the noise floor and trend (20)",
+        help="with --for: summary parts taken for the noise floor and trend (20; 0: the "
+        "record alone, which is all a run measured beside its base (--perfguard-ab) reads)",
     )
     retain = bsub.add_parser(
         "retain",

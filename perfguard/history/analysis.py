@@ -77,10 +77,10 @@ def analyze(
             found.append(
                 ChangePoint(
                     *s.key,
-                    previous=s.points[step.index - 1].commit,
-                    commit=s.points[step.index].commit,
+                    previous=s.commits[step.index - 1],
+                    commit=s.commits[step.index],
                     index=step.index,
-                    points_after=len(s.points) - step.index,
+                    points_after=len(s.commits) - step.index,
                     before=step.before,
                     after=step.after,
                     change_pct=step.change_pct,

@@ -118,6 +118,8 @@ def find_steps(values: Sequence[float], settings: Detection | None = None) -> li
     data = np.asarray(values, dtype=float)
     if data.size < 2 * settings.min_size or not np.all(np.isfinite(data)) or np.any(data <= 0):
         return []
+    if np.ptp(data) == 0:  # a constant series (a model's memory, often) has no step
+        return []
     logs = np.log(data)
     cps = candidates(logs, settings)
     while cps:

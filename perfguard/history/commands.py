@@ -41,6 +41,7 @@ def load_history(args: argparse.Namespace) -> History:
     """The history the options ask for: folder or branch, in main's order, analyzed."""
     from perfguard.history.analysis import analyze
     from perfguard.history.series import (
+        SERIES_METRICS,
         build_series,
         load_branch,
         load_folder,
@@ -52,9 +53,9 @@ def load_history(args: argparse.Namespace) -> History:
     if args.branch:
         if root is None:
             raise InputError("--branch reads the baselines from git: run inside the repository")
-        found = load_branch(root, args.branch)
+        found = load_branch(root, args.branch, SERIES_METRICS)
     else:
-        found = load_folder(args.dir)
+        found = load_folder(args.dir, SERIES_METRICS)
     if args.machine:
         found = found.of_machine(args.machine)
     baselines = found.measured()

@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING
 
 from perfguard.records import Run
 from perfguard.store.baselines import BaselineError
-from perfguard.store.summary import COLUMNS
 
 if TYPE_CHECKING:
+    import numpy as np
     import pandas as pd
 
     from perfguard.store.summary import Summary
@@ -48,19 +48,48 @@ class Point:
 
 @dataclass(frozen=True)
 class Series:
+    """One series, oldest first, kept as columns (a year of a large suite is millions of
+    points: `points` makes them one by one where they are wanted)."""
+
     machine: str
     test: str
     variant: str
     metric: str
-    points: tuple[Point, ...]  # oldest first
+    commits: tuple[str, ...]
+    values: tuple[float, ...]
+    created: tuple[str | None, ...] = ()  # () or one per point, as low and high
+    low: tuple[float | None, ...] = ()  # the spread of the values over the run's repeats
+    high: tuple[float | None, ...] = ()
+
+    @classmethod
+    def of(
+        cls, machine: str, test: str, variant: str, metric: str, points: Sequence[Point]
+    ) -> Series:
+        return cls(
+            machine,
+            test,
+            variant,
+            metric,
+            tuple(p.commit for p in points),
+            tuple(p.value for p in points),
+            tuple(p.created for p in points),
+            tuple(p.low for p in points),
+            tuple(p.high for p in points),
+        )
 
     @property
     def key(self) -> tuple[str, str, str, str]:
         return (self.machine, self.test, self.variant, self.metric)
 
     @property
-    def values(self) -> list[float]:
-        return [p.value for p in self.points]
+    def points(self) -> tuple[Point, ...]:
+        n = len(self.values)
+        created = self.created or (None,) * n
+        low, high = self.low or (None,) * n, self.high or (None,) * n
+        return tuple(
+            Point(c, t, v, lo, hi)
+            for c, t, v, lo, hi in zip(self.commits, created, self.values, low, high, strict=True)
+        )
 
 
 @dataclass(frozen=True)
@@ -80,17 +109,17 @@ class Ordered:
     table: pd.DataFrame | None = None  # their rows of the summary table
 
 
-def load_folder(directory: Path | str) -> Summary:
-    """The summary table of every baseline under `directory` (or an object store's URL); a
-    broken record is an error that names it."""
+def load_folder(directory: Path | str, metrics: Sequence[str] | None = None) -> Summary:
+    """The summary table of every baseline under `directory` (or an object store's URL), the
+    rows of `metrics` alone when given; a broken record is an error that names it."""
     from perfguard.store.objects import open_store
 
     if isinstance(directory, Path) and not directory.is_dir():
         raise BaselineError(f"{directory}: no such baseline folder (perfguard baselines pull?)")
-    return open_store(directory).summary()
+    return open_store(directory).summary(metrics=metrics)
 
 
-def load_branch(root: Path, ref: str) -> Summary:
+def load_branch(root: Path, ref: str, metrics: Sequence[str] | None = None) -> Summary:
     """The summary table of every baseline on git revision `ref` (e.g.
     `origin/perfguard-baselines`), read as git objects: the parts, and the records whose part
     is missing or stale, validated as `baselines pull` does; a record that is not a baseline
@@ -99,7 +128,7 @@ def load_branch(root: Path, ref: str) -> Summary:
     from perfguard.store.sync import SyncError
 
     try:
-        return summary.load_branch(root, ref)
+        return summary.load_branch(root, ref, metrics)
     except (SyncError, subprocess.CalledProcessError) as exc:
         raise BaselineError(f"{ref}: {exc}") from None
 
@@ -150,36 +179,92 @@ def order_runs(
 
 
 def build_series(ordered: Ordered, metrics: Sequence[str] = SERIES_METRICS) -> list[Series]:
-    """One series per machine, test, variant and metric that has at least one value."""
+    """One series per machine, test, variant and metric that has at least one value, sorted
+    by those; its points in main's order. Done on the table's columns at once: a year of a
+    suite of 1,000 results is some five million rows."""
+    import numpy as np
+
     table = ordered.table
     if table is None or table.empty or not ordered.runs:
         return []
-    order = {(r.machine, r.commit): i for i, r in enumerate(ordered.runs)}
     rows = table[table["metric"].isin(list(metrics))]
-    points: dict[tuple[str, str, str, str], list[tuple[int, Point]]] = {}
-    for machine, commit, created, test, variant, metric, value, low, high in zip(
-        *(rows[c] for c in COLUMNS[:-1]), strict=True
-    ):
-        at = order.get((machine, commit))
-        if at is None:
-            continue  # not on main's line
-        points.setdefault((machine, test, variant, metric), []).append(
-            (at, Point(commit, created or None, float(value), _or_none(low), _or_none(high)))
+    codes = {c: _codes(rows[c]) for c in ("machine", "commit", "test", "variant", "metric")}
+    at = _positions(ordered, codes["machine"], codes["commit"])
+    keep = at >= 0  # not on main's line: left out
+    keys = [codes[c][0][keep] for c in ("machine", "test", "variant", "metric")]
+    at = at[keep]
+    order = np.lexsort((at, *reversed(keys)))
+    keys = [k[order] for k in keys]
+    starts = np.flatnonzero(np.any([np.diff(k, prepend=-1) != 0 for k in keys], axis=0))
+    ends = np.append(starts[1:], len(order))
+    picked = np.flatnonzero(keep)[order]
+    commits = codes["commit"][1][codes["commit"][0][picked]]
+    created = rows["created"].to_numpy(dtype=object)[picked]
+    created[created == ""] = None  # a baseline of unknown date
+    value, low, high = (rows[c].to_numpy(dtype=float)[picked] for c in ("value", "low", "high"))
+    names = [codes[c][1] for c in ("machine", "test", "variant", "metric")]
+    out = []
+    for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
+        machine, test, variant, metric = (str(n[k[a]]) for n, k in zip(names, keys, strict=True))
+        out.append(
+            Series(
+                machine,
+                test,
+                variant,
+                metric,
+                commits=tuple(commits[a:b].tolist()),
+                values=tuple(value[a:b].tolist()),
+                created=tuple(created[a:b].tolist()),
+                low=_or_none(low[a:b]),
+                high=_or_none(high[a:b]),
+            )
         )
-    return [
-        Series(*key, points=tuple(p for _, p in sorted(pts, key=lambda a: a[0])))
-        for key, pts in sorted(points.items())
-    ]
+    return out
 
 
-def _or_none(value: float) -> float | None:
-    return None if math.isnan(value) else float(value)
+def _codes(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """(codes, names) of a column: names sorted, so codes sort as the names do."""
+    import numpy as np
+    import pandas as pd
+
+    codes, names = pd.factorize(column, sort=True)
+    return codes, np.asarray(names, dtype=object)
+
+
+def _positions(
+    ordered: Ordered,
+    machines: tuple[np.ndarray, np.ndarray],
+    commits: tuple[np.ndarray, np.ndarray],
+) -> np.ndarray:
+    """Each row's place in main's order (-1: a baseline not on main's line)."""
+    import numpy as np
+
+    machine_at = {str(m): i for i, m in enumerate(machines[1])}
+    commit_at = {str(c): i for i, c in enumerate(commits[1])}
+    table = np.full((len(machine_at), len(commit_at)), -1, dtype=np.int64)
+    for i, r in enumerate(ordered.runs):
+        if r.machine in machine_at and r.commit in commit_at:
+            table[machine_at[r.machine], commit_at[r.commit]] = i
+    found: np.ndarray = table[machines[0], commits[0]]
+    return found
+
+
+def _or_none(values: np.ndarray) -> tuple[float | None, ...]:
+    """NaN (no spread) as None; () when the whole series has none."""
+    import numpy as np
+
+    missing = np.isnan(values)
+    if missing.all():
+        return ()
+    if not missing.any():
+        return tuple(values.tolist())
+    return tuple(None if math.isnan(v) else v for v in values.tolist())
 
 
 def speedups(series: Sequence[Series]) -> list[Series]:
     """Per machine, test and variant: eager's p50 over the variant's, commit by commit."""
     eager = {
-        (s.machine, s.test): {p.commit: p.value for p in s.points}
+        (s.machine, s.test): dict(zip(s.commits, s.values, strict=True))
         for s in series
         if s.variant == "eager" and s.metric == "latency_p50_ms"
     }
@@ -188,13 +273,14 @@ def speedups(series: Sequence[Series]) -> list[Series]:
         reference = eager.get((s.machine, s.test))
         if s.metric != "latency_p50_ms" or s.variant == "eager" or not reference:
             continue
-        pts = tuple(
-            Point(p.commit, p.created, reference[p.commit] / p.value)
-            for p in s.points
-            if p.commit in reference and p.value > 0
-        )
+        created = s.created or (None,) * len(s.commits)
+        pts = [
+            Point(c, t, reference[c] / v)
+            for c, t, v in zip(s.commits, created, s.values, strict=True)
+            if c in reference and v > 0
+        ]
         if pts:
-            out.append(Series(s.machine, s.test, s.variant, "speedup_over_eager", pts))
+            out.append(Series.of(s.machine, s.test, s.variant, "speedup_over_eager", pts))
     return out
 
 
@@ -204,8 +290,8 @@ def dump_json(series: Series) -> dict[str, object]:
         "test": series.test,
         "variant": series.variant,
         "metric": series.metric,
-        "commits": [p.commit for p in series.points],
-        "values": [p.value for p in series.points],
+        "commits": list(series.commits),
+        "values": list(series.values),
     }
 
 

@@ -9,16 +9,21 @@ plotly.js is written beside the pages, so the site opens offline (and on GitHub 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import html
+import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perfguard.history.analysis import ChangePoint, History, commit_range
 from perfguard.history.series import Series, speedups
 from perfguard.report.format import metric_value, pct, sci
+
+if TYPE_CHECKING:
+    import numpy as np
 
 PLOTLY_JS = "plotly.min.js"
 ROWS = (  # (title, metrics plotted in that row, scale)
@@ -29,14 +34,21 @@ ROWS = (  # (title, metrics plotted in that row, scale)
     ("peak memory (MiB)", ("peak_memory_bytes",), 1.0 / 2**20),
     ("drift, max abs", ("drift_max_abs",), 1.0),
 )
+SPACING = 0.06  # between rows, a share of the figure's height
+PLOT_CONFIG = {"displaylogo": False, "responsive": True}
+Figure = dict[str, Any]  # a plotly.js trace or layout, as JSON
 DASH = {"latency_p50_ms": "solid", "latency_p95_ms": "dash", "latency_p99_ms": "dot"}
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf")
-# on a click, open the point's commit (its customdata) in a new tab
+# on a click, open the point's commit (the page's list of commits, by the point's x) in a new
+# tab; on a hover, write the commit under the plot
 CLICK_SCRIPT = (
     "var d=document.getElementById('{plot_id}');"
-    "d.on('plotly_click',function(e){var p=e.points[0];"
-    "if(p&&p.customdata&&window.PERFGUARD_COMMIT_URL){"
-    "window.open(window.PERFGUARD_COMMIT_URL.replace('{sha}',p.customdata),'_blank');}});"
+    "var sha=function(e){var p=e.points[0];return p&&(window.PERFGUARD_COMMITS||[])[p.x];};"
+    "d.on('plotly_click',function(e){var s=sha(e);"
+    "if(s&&window.PERFGUARD_COMMIT_URL){"
+    "window.open(window.PERFGUARD_COMMIT_URL.replace('{sha}',s),'_blank');}});"
+    "d.on('plotly_hover',function(e){var s=sha(e);"
+    "if(s){document.getElementById('{plot_id}-sha').textContent='commit '+s;}});"
 )
 
 
@@ -46,82 +58,203 @@ def page_name(test: str) -> str:
     return f"{readable or 'test'}-{hashlib.sha1(test.encode()).hexdigest()[:8]}.html"
 
 
-def _traces(s: Series, x: list[int], scale: float, colour: str) -> list[Any]:
-    """A series' line, and the band of its repeats' spread where it has one."""
-    import plotly.graph_objects as go
+def _traces(s: Series, at: list[int], scale: float, colour: str, row: int) -> list[Figure]:
+    """A series' line, and the band of its repeats' spread where it has one, on `row`. `at`:
+    each point's place on the commit axis. A trace holds its values from its first commit to
+    its last, a gap where a commit has none, and no coordinates (`x0`, `dx`): a site of a long
+    main is millions of points, and their commits, written out, were most of its size."""
+    first = at[0]
+    base = {
+        "type": "scatter",
+        "xaxis": _axis("x", row),
+        "yaxis": _axis("y", row),
+        "x0": first,
+        "dx": 1,
+        "legendgroup": s.machine,
+    }
 
-    traces = []
-    banded = [(xi, p) for xi, p in zip(x, s.points, strict=True) if p.low is not None]
-    if banded:
-        band_x = [xi for xi, _ in banded]
+    def placed(values: Sequence[float | None]) -> list[float]:
+        import numpy as np
+
+        out = np.full(at[-1] - first + 1, np.nan)
+        out[np.asarray(at) - first] = np.asarray(values, dtype=float)  # None: NaN, a gap
+        return _plotted(out, scale)
+
+    traces: list[Figure] = []
+    if s.low:  # the band: the highs (no line), then the lows filled up to them
+        edge = {"mode": "lines", "line": {"width": 0}, "hoverinfo": "skip", "showlegend": False}
+        highs = [v if hi is None and lo is not None else hi for v, lo, hi in _band(s)]
+        traces.append({**base, **edge, "y": placed(highs), "name": f"{s.machine} high"})
         traces.append(
-            go.Scatter(
-                x=band_x + band_x[::-1],
-                y=[(p.high or p.value) * scale for _, p in banded]
-                + [(p.low or p.value) * scale for _, p in banded][::-1],
-                fill="toself",
-                fillcolor=colour,
-                opacity=0.15,
-                line={"width": 0},
-                hoverinfo="skip",
-                name=f"{s.machine} {s.metric} spread of repeats",
-                legendgroup=s.machine,
-                showlegend=False,
-            )
+            {
+                **base,
+                **edge,
+                "y": placed(list(s.low)),
+                "fill": "tonexty",
+                "fillcolor": _faint(colour),
+                "name": f"{s.machine} {s.metric} spread of repeats",
+            }
         )
     traces.append(
-        go.Scatter(
-            x=x,
-            y=[p.value * scale for p in s.points],
-            customdata=[p.commit for p in s.points],
-            mode="lines+markers",
-            line={"color": colour, "dash": DASH.get(s.metric, "solid")},
-            marker={"size": 4},
-            name=f"{s.machine}: {s.metric}",
-            legendgroup=s.machine,
-            hovertemplate="%{customdata:.10}<br>%{y:.4g}<extra>%{fullData.name}</extra>",
-        )
+        {
+            **base,
+            "y": placed(s.values),
+            "mode": "lines+markers",
+            "line": {"color": colour, "dash": DASH.get(s.metric, "solid")},
+            "marker": {"size": 4},
+            "name": f"{s.machine}: {s.metric}",
+            "hovertemplate": "commit %{x}<br>%{y:.4g}<extra>%{fullData.name}</extra>",
+        }
     )
     return traces
 
 
+def _faint(colour: str, alpha: float = 0.15) -> str:
+    """`#rrggbb` as a see-through rgba() fill."""
+    r, g, b = (int(colour[i : i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({r},{g},{b},{alpha})"
+
+
+def _band(s: Series) -> list[tuple[float, float | None, float | None]]:
+    """(value, low, high) of each point."""
+    return list(zip(s.values, s.low, s.high or (None,) * len(s.values), strict=True))
+
+
+def _plotted(values: Sequence[float] | np.ndarray, scale: float) -> list[float]:
+    """`values` times `scale`, to six significant digits (a hover shows four): a site of a
+    long main is millions of points, and their last digits were half its size."""
+    import numpy as np
+
+    v = np.asarray(values, dtype=float) * scale  # NaN stays NaN: a gap
+    out = v.copy()
+    ok = np.isfinite(v) & (v != 0)
+    k = 5 - np.floor(np.log10(np.abs(v[ok])))
+    up, down = k >= 0, k < 0  # scaled by an exact power of ten either way
+    rounded = np.empty_like(k)
+    rounded[up] = np.round(v[ok][up] * 10.0 ** k[up]) / 10.0 ** k[up]
+    rounded[down] = np.round(v[ok][down] / 10.0 ** -k[down]) * 10.0 ** -k[down]
+    out[ok] = rounded
+    return list(out.tolist())
+
+
+def _axis(letter: str, row: int) -> str:
+    """plotly.js's name of row `row`'s axis as a trace names it: x, x2, x3..."""
+    return letter if row == 1 else f"{letter}{row}"
+
+
+def _layout(titles: Sequence[str]) -> Figure:
+    """Rows stacked top to bottom on one shared commit axis, as plotly's `make_subplots`
+    lays them out, written as plotly.js's layout (plotly's Python figure objects validate
+    every value, which took most of a large site's time)."""
+    n = len(titles)
+    height = (1.0 - SPACING * (n - 1)) / n
+    layout: Figure = {
+        "height": 230 * n + 80,
+        "margin": {"t": 40, "b": 40},
+        "hovermode": "closest",
+        "legend": {"traceorder": "normal"},  # a band's fill would reverse it
+        "annotations": [],
+        "shapes": [],
+    }
+    for row, title in enumerate(titles, start=1):
+        top = 1.0 - (row - 1) * (height + SPACING)
+        name = "" if row == 1 else str(row)
+        layout[f"xaxis{name}"] = {
+            "anchor": f"y{name}",
+            "domain": [0.0, 1.0],
+            **({"matches": _axis("x", n), "showticklabels": False} if row < n else {}),
+            **({"title": {"text": "commit of main (oldest first)"}} if row == n else {}),
+        }
+        layout[f"yaxis{name}"] = {"anchor": f"x{name}", "domain": [max(top - height, 0.0), top]}
+        layout["annotations"].append(
+            {
+                "text": title,
+                "x": 0.5,
+                "xanchor": "center",
+                "xref": "paper",
+                "y": top,
+                "yanchor": "bottom",
+                "yref": "paper",
+                "showarrow": False,
+                "font": {"size": 16},
+            }
+        )
+    return layout
+
+
+def _mark(layout: Figure, c: ChangePoint, x: float, row: int) -> None:
+    """A dashed line where change point `c` happened, with its change written at its top."""
+    colour = "#d62728" if c.kind == "regression" else "#2ca02c"
+    xref, yref = _axis("x", row), f"{_axis('y', row)} domain"
+    layout["shapes"].append(
+        {
+            "type": "line",
+            "xref": xref,
+            "yref": yref,
+            "x0": x,
+            "x1": x,
+            "y0": 0,
+            "y1": 1,
+            "line": {"color": colour, "dash": "dash"},
+        }
+    )
+    layout["annotations"].append(
+        {
+            "text": pct(c.change_pct).replace("\u00a0", " "),
+            "xref": xref,
+            "yref": yref,
+            "x": x,
+            "y": 1,
+            "xanchor": "left",
+            "yanchor": "top",
+            "showarrow": False,
+        }
+    )
+
+
 def _figure(
     variant_series: Sequence[Series],
-    commits: Sequence[str],
+    position: Mapping[str, int],
     change_points: Sequence[ChangePoint],
-) -> Any:
-    """One figure per variant: a row per kind of figure, shared commit axis."""
-    from plotly.subplots import make_subplots
-
+) -> tuple[list[Figure], Figure]:
+    """One figure per variant (traces, layout): a row per kind of figure, shared commit axis
+    (`position`: each commit's place on it)."""
     rows = [r for r in ROWS if any(s.metric in r[1] for s in variant_series)]
-    fig = make_subplots(
-        rows=len(rows),
-        cols=1,
-        shared_xaxes=True,
-        vertical_spacing=0.06,
-        subplot_titles=[r[0] for r in rows],
-    )
-    position = {sha: i for i, sha in enumerate(commits)}
+    layout = _layout([r[0] for r in rows])
+    traces: list[Figure] = []
     machines = sorted({s.machine for s in variant_series})
     for row, (_title, metrics, scale) in enumerate(rows, start=1):
         for s in (s for s in variant_series if s.metric in metrics):
             colour = COLOURS[machines.index(s.machine) % len(COLOURS)]
-            for trace in _traces(s, [position[p.commit] for p in s.points], scale, colour):
-                fig.add_trace(trace, row=row, col=1)
+            traces += _traces(s, [position[c] for c in s.commits], scale, colour, row)
         for c in (c for c in change_points if c.metric in metrics):
-            fig.add_vline(
-                x=position[c.commit] - 0.5,
-                line={"color": "#d62728" if c.kind == "regression" else "#2ca02c", "dash": "dash"},
-                annotation_text=pct(c.change_pct).replace("\u00a0", " "),
-                row=row,
-                col=1,
-            )
-    fig.update_layout(height=230 * len(rows) + 80, margin={"t": 40, "b": 40}, hovermode="closest")
-    fig.update_xaxes(title_text="commit of main (oldest first)", row=len(rows), col=1)
-    return fig
+            _mark(layout, c, position[c.commit] - 0.5, row)
+    return traces, layout
 
 
-def _page(title: str, body: str, commit_url: str | None) -> str:
+def _script_json(value: object) -> str:
+    """`value` as JSON that is inert inside a <script> element (test names are text from
+    the repository: `</script>` in one must not end the element)."""
+    text = json.dumps(value, separators=(",", ":"))
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def _plot_div(plot_id: str, traces: list[Figure], layout: Figure) -> str:
+    """A div and the script that draws the figure in it with plotly.js (loaded by the page),
+    a point's click opening its commit."""
+    click = CLICK_SCRIPT.replace("{plot_id}", plot_id)
+    return (
+        f'<div id="{plot_id}" class="plotly-graph-div" style="height:{layout["height"]}px;'
+        f'width:100%;"></div><p id="{plot_id}-sha" class="sha"></p>'
+        f'<script>Plotly.newPlot("{plot_id}",{_script_json(traces)},'
+        f"{_script_json(layout)},{_script_json(PLOT_CONFIG)}).then(function(){{{click}}});"
+        "</script>"
+    )
+
+
+@functools.cache
+def _template() -> Any:
+    """The page template, compiled once (a site is a page per test)."""
     import jinja2
 
     env = jinja2.Environment(
@@ -129,8 +262,14 @@ def _page(title: str, body: str, commit_url: str | None) -> str:
         autoescape=True,
         keep_trailing_newline=True,
     )
-    template = env.get_template("page.html.j2")
-    return template.render(title=title, body=body, commit_url=commit_url or "", plotly=PLOTLY_JS)
+    return env.get_template("page.html.j2")
+
+
+def _page(title: str, body: str, commit_url: str | None) -> str:
+    page: str = _template().render(
+        title=title, body=body, commit_url=commit_url or "", plotly=PLOTLY_JS
+    )
+    return page
 
 
 def _change_table(change_points: Sequence[ChangePoint], commit_url: str | None) -> str:
@@ -165,26 +304,27 @@ def _range_html(c: ChangePoint, commit_url: str | None) -> str:
     return "..".join(links)
 
 
-def _test_page(
-    test: str, series: Sequence[Series], history: History, commit_url: str | None
-) -> str:
-    import plotly.io as pio
+def _commits_script(commits: Sequence[str]) -> str:
+    """The page's commits, in the order of the plots' axis (a point's x is its place)."""
+    return f"<script>window.PERFGUARD_COMMITS={_script_json(list(commits))};</script>"
 
-    commits = list(dict.fromkeys(history.commits))
-    parts = [f"<p><a href='index.html'>all tests</a></p><h1>{html.escape(test)}</h1>"]
-    mine = [c for c in history.change_points if c.test == test]
+
+def _test_page(
+    test: str,
+    series: Sequence[Series],
+    change_points: Sequence[ChangePoint],
+    position: Mapping[str, int],
+    commit_url: str | None,
+    script: str,
+) -> str:
+    parts = [f"<p><a href='index.html'>all tests</a></p><h1>{html.escape(test)}</h1>", script]
+    mine = [c for c in change_points if c.test == test]
     parts.append(_change_table(mine, commit_url))
     for variant in sorted({s.variant for s in series}):
         variant_series = [s for s in series if s.variant == variant]
-        figure = _figure(variant_series, commits, [c for c in mine if c.variant == variant])
-        div = pio.to_html(
-            figure,
-            include_plotlyjs=False,
-            full_html=False,
-            div_id=f"plot-{hashlib.sha1(variant.encode()).hexdigest()[:10]}",
-            post_script=CLICK_SCRIPT,
-            config={"displaylogo": False, "responsive": True},
-        )
+        marks = [c for c in mine if c.variant == variant]
+        traces, layout = _figure(variant_series, position, marks)
+        div = _plot_div(f"plot-{hashlib.sha1(variant.encode()).hexdigest()[:10]}", traces, layout)
         parts.append(f"<h2>{html.escape(variant)}</h2><div class='plot'>{div}</div>")
     return _page(test, "\n".join(parts), commit_url)
 
@@ -195,12 +335,17 @@ def write_site(history: History, out: Path, *, commit_url: str | None = None) ->
 
     out.mkdir(parents=True, exist_ok=True)
     (out / PLOTLY_JS).write_text(plotly.offline.get_plotlyjs(), encoding="utf-8")
-    every = [*history.series, *speedups(history.series)]
-    tests = sorted({s.test for s in every})
+    by_test: dict[str, list[Series]] = {}
+    for s in [*history.series, *speedups(history.series)]:
+        by_test.setdefault(s.test, []).append(s)
+    tests = sorted(by_test)
+    commits = list(dict.fromkeys(history.commits))
+    position = {sha: i for i, sha in enumerate(commits)}
+    script = _commits_script(commits)
     written = []
     for test in tests:
         path = out / page_name(test)
-        page = _test_page(test, [s for s in every if s.test == test], history, commit_url)
+        page = _test_page(test, by_test[test], history.change_points, position, commit_url, script)
         path.write_text(page, encoding="utf-8")
         written.append(path)
     links = "".join(f"<li><a href='{page_name(t)}'>{html.escape(t)}</a></li>" for t in tests)

@@ -13,7 +13,7 @@ import json
 import os
 import secrets
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -360,11 +360,11 @@ class BaselineStore:
                 break
         return found
 
-    def summary(self, machine: str | None = None) -> Summary:
+    def summary(self, machine: str | None = None, metrics: Sequence[str] | None = None) -> Summary:
         """The summary table of every baseline here (`summary.load_folder`)."""
         from perfguard.store.summary import load_folder
 
-        return load_folder(self.root, machine)
+        return load_folder(self.root, machine, metrics)
 
     def list(self, machine: str | None = None) -> list[BaselineInfo]:
         """Every stored baseline; an unreadable one raises, naming the file."""

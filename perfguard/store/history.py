@@ -96,7 +96,9 @@ def noise_floor(
     if history.empty:
         return floors
     ordered = history.sort_values("position")
-    for (test, variant, metric), group in ordered.groupby(["test", "variant", "metric"]):
+    for (test, variant, metric), group in ordered.groupby(
+        ["test", "variant", "metric"], observed=True
+    ):
         values = group["value"].astype(float).to_numpy()
         if len(values) < 3:
             continue

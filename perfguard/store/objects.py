@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -421,7 +421,7 @@ class ObjectStore:
                 self._put(_part(*key), part_bytes(run, blob_id(records[record])))
         return tables, len(missing)
 
-    def summary(self, machine: str | None = None) -> Summary:
+    def summary(self, machine: str | None = None, metrics: Sequence[str] | None = None) -> Summary:
         """The table of every baseline under the URL (history, site, alert): every part,
         and the record of each commit whose part is missing or broken."""
         records = self._records(machine)
@@ -433,7 +433,8 @@ class ObjectStore:
         wanted: dict[tuple[str, str], str | None] = {key: None for key in parts}
         wanted.update(records)
         tables, rebuilt = self._parts(wanted)
-        return Summary(concat_parts(list(tables.values())), len(tables) - rebuilt, rebuilt)
+        table = concat_parts(list(tables.values()), metrics)
+        return Summary(table, len(tables) - rebuilt, rebuilt)
 
     def list(self, machine: str | None = None) -> list[BaselineInfo]:
         """Every stored baseline (each record read); an unreadable one raises, naming it."""

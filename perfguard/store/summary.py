@@ -56,6 +56,7 @@ COUNTER_METRICS = (
 )
 """The exact counts kept as rows too (graph breaks and recompiles are metrics already)."""
 METRIC_FIELDS = tuple(f.name for f in fields(Metrics))
+TEXT_COLUMNS = (*COLUMNS[:6], "record")
 
 
 class SummaryError(ValueError):
@@ -89,6 +90,17 @@ def _counts(result: VariantResult) -> dict[str, float]:
     return {k: float(v) for k, v in found.items() if v is not None}
 
 
+def stored(value: float) -> float:
+    """`value` as the table keeps it: a whole number exactly (counts, bytes), any other to
+    24 significant bits (float32's precision, about 7 digits, with float64's range). The
+    records keep every figure exact; the table's figures are for series, and their last
+    digits, random from run to run, would otherwise be most of its size."""
+    if not math.isfinite(value) or value.is_integer():
+        return value
+    mantissa, exponent = math.frexp(value)
+    return math.ldexp(round(mantissa * (1 << 24)), exponent - 24)
+
+
 def rows_of(run: Run, record: str) -> list[tuple[Any, ...]]:
     """The table's rows of one baseline (its `ok` results), made from the record whose blob
     id is `record`."""
@@ -109,9 +121,9 @@ def rows_of(run: Run, record: str) -> list[tuple[Any, ...]]:
                     r.test,
                     r.variant,
                     metric,
-                    float(value),
-                    low,
-                    high,
+                    stored(float(value)),
+                    stored(low),
+                    stored(high),
                     record,
                 )
             )
@@ -138,9 +150,15 @@ def _fastparquet() -> Any:
 
 
 def part_bytes(run: Run, record: str) -> bytes:
-    """A summary part's content: the rows of `run`, as one Parquet file."""
+    """A summary part's content: the rows of `run`, as one Parquet file. The text columns
+    are written dictionary-encoded (pandas categoricals), so that a reader makes each name
+    once, not once a row: reading a year of parts was mostly making strings."""
+    import pandas as pd
+
     fastparquet = _fastparquet()
     table = frame(rows_of(run.compact(), record))  # the rows of the record, as stored
+    for column in TEXT_COLUMNS:
+        table[column] = pd.Categorical(table[column].astype(object))
     buffer = _Buffer()
     fastparquet.write(
         "part", table, compression="ZSTD", write_index=False, open_with=lambda *_: buffer
@@ -208,21 +226,49 @@ def summary_of_runs(runs: Iterable[Run]) -> Summary:
     return Summary(frame(row for run in runs for row in rows_of(run, "")))
 
 
-def concat_parts(tables: list[pd.DataFrame]) -> pd.DataFrame:
-    """The rows of `tables` (parts) as one table, with the table's columns when none has any."""
+def concat_parts(tables: list[pd.DataFrame], metrics: Sequence[str] | None = None) -> pd.DataFrame:
+    """The rows of `tables` (parts) as one table, with the table's columns when none has any;
+    only the rows of `metrics` when given. Its text columns are categoricals (one string per
+    name, codes per row: a year of a large suite is millions of rows)."""
+    import numpy as np
+    import pandas as pd
+    from pandas.api.types import union_categoricals
+
+    if metrics is not None:
+        tables = [t[t["metric"].isin(list(metrics))] for t in tables]
+    tables = [t for t in tables if not t.empty]
+    if not tables:
+        return frame([])
+    columns: dict[str, Any] = {}
+    for column in COLUMNS:
+        if column in TEXT_COLUMNS:
+            columns[column] = union_categoricals(
+                [_categorical(t[column]) for t in tables], ignore_order=True
+            )
+        else:
+            columns[column] = np.concatenate([t[column].to_numpy(dtype=float) for t in tables])
+    return pd.DataFrame(columns)
+
+
+def _categorical(column: pd.Series) -> pd.Categorical:
     import pandas as pd
 
-    tables = [t for t in tables if not t.empty]
-    return pd.concat(tables, ignore_index=True) if tables else frame([])
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        found: pd.Categorical = column.array
+        return found
+    return pd.Categorical(column.astype(object))
 
 
 def _current(part: pd.DataFrame, record: str) -> bool:
     return part.empty or bool((part["record"] == record).all())
 
 
-def load_folder(root: Path, machine: str | None = None) -> Summary:
-    """The table of every baseline under `root`: each record's part, made again (and
-    written) where it is missing or stale. A broken record raises `BaselineError`."""
+def load_folder(
+    root: Path, machine: str | None = None, metrics: Sequence[str] | None = None
+) -> Summary:
+    """The table of every baseline under `root` (the rows of `metrics` alone, when given):
+    each record's part, made again (and written) where it is missing or stale. A broken
+    record raises `BaselineError`."""
     from perfguard.store.baselines import BaselineStore
 
     tables, used, rebuilt = [], 0, 0
@@ -239,7 +285,7 @@ def load_folder(root: Path, machine: str | None = None) -> Summary:
             with contextlib.suppress(SummaryError):  # nothing to make it again from
                 tables.append(read_part(path.read_bytes(), str(path)))
                 used += 1
-    return Summary(concat_parts(tables), used, rebuilt)
+    return Summary(concat_parts(tables, metrics), used, rebuilt)
 
 
 def folder_part(root: Path, machine: str, record: Path) -> tuple[pd.DataFrame, bool]:
@@ -260,8 +306,9 @@ def folder_part(root: Path, machine: str, record: Path) -> tuple[pd.DataFrame, b
     return frame(rows_of(run, record_id)), False
 
 
-def load_branch(root: Path, ref: str) -> Summary:
-    """The table of every baseline on git revision `ref`, read as git objects: a record's
+def load_branch(root: Path, ref: str, metrics: Sequence[str] | None = None) -> Summary:
+    """The table of every baseline on git revision `ref` (the rows of `metrics` alone, when
+    given), read as git objects: a record's
     part where it is current (matched by blob id from `git ls-tree`, no record read), the
     record itself where its part is missing or stale. A broken record raises
     `BaselineError` naming it; a broken part is passed over for its record."""
@@ -297,4 +344,4 @@ def load_branch(root: Path, ref: str) -> Summary:
             raise BaselineError(f"{ref}:{path}: {problem}")
         tables.append(frame(rows_of(run, files[path])))
         rebuilt += 1
-    return Summary(concat_parts(tables), used, rebuilt)
+    return Summary(concat_parts(tables, metrics), used, rebuilt)
