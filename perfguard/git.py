@@ -45,15 +45,44 @@ def _repo(path: Path) -> Any:
     except ImportError as exc:  # gitpython needs the git executable
         raise GitError(f"git is not usable here: {exc}") from None
     try:
-        return git.Repo(path, search_parent_directories=True)
+        repo = git.Repo(path, search_parent_directories=True)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
         raise GitError(f"{path} is not inside a git repository") from None
+    try:  # GitPython reads refs from files itself; git may still refuse the repository
+        repo.git.rev_parse("--git-dir")
+    except git.GitCommandError as exc:
+        raise GitRefused(_refusal(Path(repo.working_tree_dir or path), str(exc.stderr))) from None
+    return repo
+
+
+class GitRefused(GitError):
+    """git will not read a repository that is there (another user's checkout, say)."""
+
+
+def _refusal(where: Path, stderr: str) -> str:
+    """One line: what git said, and what to do."""
+    text = stderr.strip()
+    if text.startswith("stderr: '") and text.endswith("'"):  # as GitPython quotes it
+        text = text[len("stderr: '") : -1]
+    lines = [line.strip() for line in text.splitlines()]
+    said = next((line.removeprefix("fatal: ") for line in lines if line.startswith("fatal:")), "")
+    said = said or " ".join(line for line in lines if line) or "no reason given"
+    if "dubious ownership" in said:
+        return (
+            f"git refuses to read the repository at {where}: {said} (the checkout belongs to "
+            f"another user, as in CI containers); run `git config --global --add "
+            f"safe.directory {where}` first"
+        )
+    return f"git refuses to read the repository at {where}: {said}"
 
 
 def git_state(path: Path) -> GitState | None:
-    """HEAD's sha, branch and dirty state; None outside a git repository."""
+    """HEAD's sha, branch and dirty state; None outside a git repository. `GitRefused`
+    when git will not read the repository there (its message says what to do)."""
     try:
         repo = _repo(path)
+    except GitRefused:
+        raise
     except GitError:
         return None
     try:
@@ -65,6 +94,15 @@ def git_state(path: Path) -> GitState | None:
     dirty = head is not None and repo.is_dirty(untracked_files=False)
     shallow = Path(repo.git_dir, "shallow").exists()
     return GitState(Path(repo.working_tree_dir or path), head, branch, dirty, shallow)
+
+
+def git_state_or_refusal(path: Path) -> tuple[GitState | None, GitRefused | None]:
+    """`git_state`, with git's refusal returned rather than raised: a session that measured
+    keeps its results, and says why it could not compare or save."""
+    try:
+        return git_state(path), None
+    except GitRefused as exc:
+        return None, exc
 
 
 def resolve(path: Path, ref: str) -> str:

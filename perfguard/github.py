@@ -22,6 +22,7 @@ MARKER = "<!-- perfguard-report -->"  # the report's first line; finds our comme
 COMMENT_LIMIT = 65_536  # GitHub's limit on a comment's body, in characters
 DEFAULT_API = "https://api.github.com"
 USER_AGENT = "perfguard"
+MAX_PAGES = 1_000  # of a listing: 100,000 comments or issues, at 100 a page
 _NEXT = re.compile(r'<([^>]+)>;\s*rel="next"')
 
 
@@ -51,6 +52,13 @@ class Client:
 
     def __post_init__(self) -> None:
         self.api = self.api.rstrip("/")
+        if any(c.isspace() or not c.isprintable() for c in self.token):
+            # never echoed: http.client's own error would print the whole header
+            raise GitHubError(
+                "the token (GITHUB_TOKEN) holds a space, a newline or a control character: "
+                "it was copied with more than the token"
+            )
+        self._opener = urllib.request.build_opener(_SameHostRedirects(self.api))
 
     def _sleep(self, seconds: float) -> None:
         (self.sleep or time.sleep)(seconds)
@@ -91,7 +99,7 @@ class Client:
             if data is not None:
                 req.add_header("Content-Type", "application/json")
             try:
-                with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+                with self._opener.open(req, timeout=self.timeout_s) as resp:
                     raw = resp.read()
                     headers = {k: v for k, v in resp.headers.items()}
                     return (json.loads(raw) if raw else None), headers
@@ -124,6 +132,37 @@ class Client:
         raise GitHubError(f"{method} {path}: no answer after {self.attempts} attempts")
 
 
+def same_origin(url: str, api: str) -> bool:
+    there, home = urllib.parse.urlsplit(url), urllib.parse.urlsplit(api)
+    return (there.scheme, there.netloc) == (home.scheme, home.netloc)
+
+
+class _SameHostRedirects(urllib.request.HTTPRedirectHandler):
+    """Follows a redirect within the API's host (a renamed repository), and refuses one to
+    any other: urllib would copy the Authorization header, and the token with it, there."""
+
+    def __init__(self, api: str) -> None:
+        self.api = api
+
+    def redirect_request(
+        self,
+        req: urllib.request.Request,
+        fp: Any,
+        code: int,
+        msg: str,
+        headers: Any,
+        newurl: str,
+    ) -> urllib.request.Request | None:
+        if not same_origin(newurl, self.api):
+            where = urllib.parse.urlsplit(newurl)
+            raise GitHubError(
+                f"{req.get_method()} {urllib.parse.urlsplit(req.full_url).path}: the API "
+                f"redirected to another host ({where.scheme}://{where.hostname}): "
+                "refusing to send the token there"
+            )
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
 def _error_message(exc: urllib.error.HTTPError) -> str:
     try:
         body = json.loads(exc.read() or b"{}")
@@ -148,11 +187,11 @@ def _next_link(headers: Mapping[str, str], api: str) -> str | None:
     if not found:
         return None
     url = found.group(1)
-    there, home = urllib.parse.urlsplit(url), urllib.parse.urlsplit(api)
-    if (there.scheme, there.netloc) != (home.scheme, home.netloc):
+    if not same_origin(url, api):
+        there = urllib.parse.urlsplit(url)
         raise GitHubError(
-            f"the next page is on another host ({there.scheme}://{there.netloc}, "
-            f"not {home.netloc}): refusing to send the token there"
+            f"the next page is on another host ({there.scheme}://{there.hostname}, "
+            f"not {urllib.parse.urlsplit(api).hostname}): refusing to send the token there"
         )
     return url
 
@@ -198,8 +237,16 @@ class Posted:
 
 def pages(client: Client, url: str) -> Iterator[Mapping[str, Any]]:
     """Every object of a listing, following `Link: rel=next` across its pages."""
-    next_url: str | None = url
+    next_url: str | None = url if url.startswith(("http://", "https://")) else client.api + url
+    seen: set[str] = set()
     while next_url:
+        if next_url in seen or len(seen) >= MAX_PAGES:
+            why = "points back to a page already read" if next_url in seen else "goes on past"
+            raise GitHubError(
+                f"GET {url.split('?')[0]}: the listing's next-page link {why} "
+                f"({len(seen)} pages read, at most {MAX_PAGES}): stopped"
+            )
+        seen.add(next_url)
         page, headers = client.request("GET", next_url)
         if not isinstance(page, list):
             raise GitHubError(

@@ -20,7 +20,7 @@ from perfguard.git import (
     GitState,
     explicit_baseline,
     find_baseline,
-    git_state,
+    git_state_or_refusal,
 )
 from perfguard.health import Health
 from perfguard.records import BaselineRef, Run, VariantResult, trace_file_name
@@ -137,9 +137,8 @@ def finish_run(
     commit when the checkout has it, else in a fresh process; in same-job A/B, beside the
     base commit again, in a fresh pair of processes.
     """
-    state = git_state(settings.root)
+    state, refused = git_state_or_refusal(settings.root)  # a refusal is said below
     store = open_store(settings.baseline_dir)
-    messages: list[str] = []
     error: str | None = None
     created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     run = Run(
@@ -156,9 +155,10 @@ def finish_run(
         },
         health={} if health is None else health.to_json(),
     )
-    for warning in run.health_warnings:
-        messages.append(f"runner health: {warning}")
+    messages = [f"runner health: {warning}" for warning in run.health_warnings]
     try:
+        if refused is not None:
+            raise refused
         if same_job is not None:
             run = _compare_same_job(run, same_job, settings)
             messages.append(f"baseline: {same_job.commit[:10]} ({same_job.reason})")

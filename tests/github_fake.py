@@ -26,6 +26,10 @@ class FakeGitHub:
     app_token: bool = True  # like Actions' GITHUB_TOKEN: GET /user is refused
     next_root: str | None = None  # where `Link: rel="next"` points (default: this server)
     issues: list[dict[str, Any]] = field(default_factory=list)  # open issues and pull requests
+    redirect_root: str | None = None  # answer the next `redirects` requests with a 302 there
+    redirects: int = 0
+    looping: bool = False  # a listing's `Link: rel="next"` points at the page itself
+    authorizations: list[str] = field(default_factory=list)  # Authorization headers received
 
     def __enter__(self) -> FakeGitHub:
         fake = self
@@ -46,6 +50,14 @@ class FakeGitHub:
 
             def _handle(self, method: str) -> None:
                 fake.requests.append((method, self.path))
+                fake.authorizations.append(self.headers.get("Authorization") or "")
+                if fake.redirects > 0:
+                    fake.redirects -= 1
+                    self.send_response(302)
+                    self.send_header("Location", f"{fake.redirect_root}{self.path}")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 if fake.failures:
                     code = fake.failures.pop(0)
                     headers = {"Retry-After": "0"} if code in (403, 429) else {}
@@ -164,7 +176,10 @@ class FakeGitHub:
             page = int(query.get("page", ["1"])[0])
             chunk = self.comments[(page - 1) * per_page : page * per_page]
             headers = {}
-            if page * per_page < len(self.comments):
+            if self.looping:
+                itself = f"{self.url}{h.path}"
+                headers["Link"] = f'<{itself}>; rel="next"'
+            elif page * per_page < len(self.comments):
                 nxt = (
                     f"{self.next_root or self.url}{parts.path}?per_page={per_page}&page={page + 1}"
                 )

@@ -176,3 +176,50 @@ def test_the_token_never_follows_a_page_link_to_another_host(
         assert comment(tmp_path, "report") == 2
         assert elsewhere.requests == []
         assert "another host" in capsys.readouterr().err
+
+
+def test_a_redirect_to_another_host_never_carries_the_token(
+    github: FakeGitHub, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with FakeGitHub() as elsewhere:
+        # the same machine by another name, or another port: another host to the client
+        for root in (elsewhere.url.replace("127.0.0.1", "localhost"), elsewhere.url):
+            github.redirect_root, github.redirects = root, 1
+            assert comment(tmp_path, "report") == 2
+            assert elsewhere.requests == [] and elsewhere.authorizations == []
+            err = capsys.readouterr().err
+            assert "redirected to another host" in err and "refusing to send the token" in err
+            assert github.token not in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_redirect_within_the_api_keeps_the_token(github: FakeGitHub, tmp_path: Path) -> None:
+    # a renamed repository: GitHub answers 301 on its own host, and the call goes on
+    github.redirect_root, github.redirects = github.url, 1
+    assert comment(tmp_path, "report") == 0
+    assert github.comments and set(github.authorizations) == {f"Bearer {github.token}"}
+
+
+def test_a_next_page_link_that_loops_is_stopped_after_one_repeat(
+    github: FakeGitHub, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    github.add("one")
+    github.looping = True
+    assert comment(tmp_path, "report") == 2
+    listings = [path for method, path in github.requests if "/comments" in path]
+    assert len(listings) == 1
+    assert "points back to a page already read" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("token", ["ghs_abc\nX-Evil: 1", "ghs_abc def", "ghs_\x07abc"])
+def test_a_token_with_a_newline_or_space_is_refused_without_echoing_it(
+    github: FakeGitHub,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    token: str,
+) -> None:
+    monkeypatch.setenv("GITHUB_TOKEN", token)
+    assert comment(tmp_path, "report") == 2
+    err = capsys.readouterr().err
+    assert "holds a space, a newline or a control character" in err
+    assert "ghs_" not in err and github.requests == []

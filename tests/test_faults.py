@@ -576,3 +576,95 @@ def test_the_cli_says_a_full_disk_in_one_line(
     assert main(["compare", str(base), str(base), "--json", str(tmp_path / "o.json")]) == 2
     err = capsys.readouterr().err
     assert "No space left on device" in err and len(err.strip().splitlines()) == 1
+
+
+# ---- results files validated where they are read ---------------------------------------------
+
+
+def _doc_with(path: Path, change: str) -> None:
+    doc = run([result("t.py::a", "eager", 1.0)], commit="a" * 40).to_json()
+    doc["settings"] = {"thresholds": {"alpha": 0.01, "min_change_pct": 5.0}}
+    if change == "string threshold":
+        doc["settings"]["thresholds"]["min_change_pct"] = "5; rm -rf /"
+    elif change == "NaN threshold":
+        doc["settings"]["thresholds"]["min_change_pct"] = float("nan")
+    elif change == "thresholds a list":
+        doc["settings"]["thresholds"] = [1, 2]
+    elif change == "per-test override":
+        doc["settings"]["thresholds"]["per_test"] = {"t.py::a": {"alpha": 7}}
+    elif change == "warnings a number":
+        doc["health"] = {"warnings": 5}
+    elif change == "environment a string":
+        doc["baseline"]["environment"] = "gpu"
+    elif change == "negative latency":
+        doc["results"][0]["metrics"]["latency_p50_ms"] = -1.0
+    path.write_text(json.dumps(doc))  # NaN is written as NaN, which Python's json reads
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ("string threshold", "thresholds.min_change_pct must be a number"),
+        ("NaN threshold", "thresholds.min_change_pct must be between 0 and inf"),
+        ("thresholds a list", "thresholds must be an object"),
+        ("per-test override", "per_test['t.py::a'].alpha must be between 0 and 1"),
+        ("warnings a number", "health.warnings must be a list of strings"),
+        ("environment a string", "baseline.environment must be an object"),
+        ("negative latency", "latency_p50_ms must be 0 or more"),
+    ],
+)
+def test_a_results_file_of_the_wrong_shape_is_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], change: str, said: str
+) -> None:
+    path = tmp_path / "results.json"
+    _doc_with(path, change)
+    assert main(["report", str(path), "--exit-code"]) == 2  # never 1, read as a regression
+    err = capsys.readouterr().err
+    assert str(path) in err and said in err and len(err.strip().splitlines()) == 1
+    # a shard of that shape stops the merge, rather than switching the gate off
+    assert main(["merge", str(path), "-o", str(tmp_path / "m.json"), "--compare", "none"]) == 2
+    assert said in capsys.readouterr().err and not (tmp_path / "m.json").exists()
+
+
+# ---- a repository that git refuses to read --------------------------------------------------
+
+
+def test_a_repository_git_refuses_keeps_the_measurements_and_says_what_git_said(
+    three: Path,
+    pytester: pytest.Pytester,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a real refusal that any user can make (another user's checkout, the common one in CI
+    # containers, needs root to set up): git will not read a repository of a newer format
+    git(three, "config", "core.repositoryformatversion", "99")
+    done = measure(pytester, "--perfguard-json=out.json", "--perfguard-report=out.md")
+    said = "git refuses to read the repository at"
+    assert "Expected git repo version <= 1, found 99" in done.stdout.str()
+    assert done.stdout.str().count(said) == 1 and "Traceback" not in done.stdout.str()
+    doc = json.loads((three / "out.json").read_text())
+    assert len(doc["results"]) == 3 and (three / "out.md").exists()  # nothing measured lost
+    # saving asks for the commit: refused before anything is measured, in one line
+    refused = measure(pytester, "--perfguard-save")
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR
+    assert said in refused.stderr.str() and "Traceback" not in refused.stderr.str()
+    # and the commands that read git say it in one line, exit 2
+    monkeypatch.chdir(three)
+    capsys.readouterr()
+    assert main(["baselines", "pull"]) == 2
+    err = capsys.readouterr().err
+    assert said in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making another user's checkout needs root")
+def test_another_users_checkout_names_the_safe_directory_to_add(tmp_path: Path) -> None:
+    from perfguard.git import GitRefused, git_state
+
+    repo = tmp_path / "theirs"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    commit(repo, "A")
+    for path in [repo, *repo.rglob("*")]:
+        os.chown(path, 65534, 65534, follow_symlinks=False)
+    with pytest.raises(GitRefused, match=r"dubious ownership.*safe\.directory"):
+        git_state(repo)

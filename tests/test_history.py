@@ -295,3 +295,27 @@ def test_no_alert_when_main_has_no_new_regression(
         assert main(["alert", "--repo", fake.repo, "--newest", "5"]) == 0
         assert fake.issues == [] and fake.requests == []
     assert "no alert" in capsys.readouterr().out
+
+
+def test_an_alert_of_a_machine_key_with_a_space_or_an_arrow_is_found_again() -> None:
+    from perfguard.github import Client
+    from perfguard.history.alert import raise_alerts
+    from perfguard.history.analysis import ChangePoint, History
+    from perfguard.history.changepoints import Detection
+    from perfguard.history.series import Ordered
+
+    machine = "gpu box --> <b>x</b>"
+    previous, after = "a" * 40, "b" * 40
+    step = ChangePoint(
+        machine, TEST, "eager", "latency_p50_ms", previous, after, 5, 10, 1.0, 1.2, 20.0, 1e-9
+    )
+    history = History(Ordered((), "test"), (), (step,), Detection())
+    with FakeGitHub() as fake:
+        client = Client(fake.token, api=fake.url)
+        for _ in range(2):
+            raise_alerts(client, fake.repo, history, [step], line=[previous, after])
+        assert len(fake.issues) == 1  # the second run found the first one's issue
+        body = fake.issues[0]["body"]
+        hidden = body[: body.index("-->") + 3]
+        assert hidden.startswith("<!-- perfguard-alert machine=gpu%20box%20--%3E%20")
+        assert "<b>" not in body

@@ -254,3 +254,16 @@ def test_mentions_and_control_characters_in_test_data_are_neutralised() -> None:
     for bad in ("\x00", "\u202e", "\u2066", "\x1b", "\x07"):
         assert bad not in text
     assert "U+202E" in text  # shown, not hidden
+
+
+def test_test_ids_never_mention_reference_or_link_on_github() -> None:
+    """GitHub decodes entities before it links mentions, `#123` and bare URLs: a zero-width
+    space after the sign is what keeps them text (shown, never linked, nobody notified)."""
+    from perfguard.report.format import ZWSP, cell
+
+    text = cell("t.py::test_@alice_@octo/team_#123_https://evil.example/x_WWW.evil.example")
+    for linked in ("@alice", "@octo", "#123", "https://evil", "WWW.evil"):
+        assert linked not in text
+    assert f"@{ZWSP}alice" in text and f"#{ZWSP}123" in text
+    assert "&#64;" not in text and "&#35;" not in text  # entities: GitHub undoes them
+    assert cell("a_b").replace("&#95;", "_") == "a_b"  # markdown is still escaped

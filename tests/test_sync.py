@@ -92,6 +92,24 @@ def test_cli_push_and_pull(
     assert main(["baselines", "push", "--remote", "nowhere"]) == 2
 
 
+@pytest.mark.parametrize("command", ["pull", "push"])
+def test_a_remote_url_with_credentials_is_never_echoed_with_them(
+    remote: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    command: str,
+) -> None:
+    one = clone(remote, tmp_path / "one")
+    save(one, commit(one, "A"))
+    monkeypatch.chdir(one)
+    secret = "https://octo:ghp_s3cret@127.0.0.1:9/models.git"  # nothing listens on port 9
+    assert main(["baselines", command, "--remote", secret]) == 2
+    err = capsys.readouterr().err
+    assert "ghp_s3cret" not in err and "https://***@127.0.0.1:9/models.git" in err
+    assert len(err.strip().splitlines()) == 1
+
+
 def test_history_and_noise_floor(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     repo.mkdir()

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from perfguard import __version__
 from perfguard.cli.common import EXIT_INPUT, EXIT_OK, EXIT_REGRESSION
 from perfguard.errors import InputError
+from perfguard.git import GitError
 from perfguard.records import RecordError
 from perfguard.store.baselines import BaselineError
 
@@ -58,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parse_args(sys.argv[1:] if argv is None else argv)
         code: int = args.func(args)
         return code
-    except (InputError, BaselineError, RecordError) as exc:
+    except (InputError, BaselineError, RecordError, GitError) as exc:
         print(f"perfguard: error: {exc}", file=sys.stderr)
         return EXIT_INPUT
     except OSError as exc:

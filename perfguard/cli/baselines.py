@@ -9,6 +9,7 @@ from typing import Any
 
 from perfguard.cli.common import EXIT_OK
 from perfguard.errors import InputError
+from perfguard.store.gitcache import redacted
 from perfguard.store.location import is_url, location
 from perfguard.store.objects import open_store
 
@@ -83,7 +84,7 @@ def cmd_baselines_pull(args: argparse.Namespace) -> int:
     for line in choices:
         print(f"baseline for {line}")
     print(
-        f"pulled {len(result.added)} baseline(s) from {args.remote}/{args.branch} "
+        f"pulled {len(result.added)} baseline(s) from {redacted(args.remote)}/{args.branch} "
         f"into {args.dir}"
         + (f", and {result.summaries} summary part(s)" if result.summaries else "")
     )
@@ -102,7 +103,7 @@ def cmd_baselines_push(args: argparse.Namespace) -> int:
     except SyncError as exc:
         raise InputError(str(exc)) from None
     print(
-        f"pushed {len(result.added)} baseline(s) to {args.remote}/{args.branch}"
+        f"pushed {len(result.added)} baseline(s) to {redacted(args.remote)}/{args.branch}"
         + (f" after {result.attempts} attempts" if result.attempts > 1 else "")
     )
     return EXIT_OK
@@ -136,7 +137,7 @@ def cmd_baselines_retain(args: argparse.Namespace) -> int:
     for path in done.removed:
         print(f"{verb} {path}")
     print(
-        f"{verb} {len(done.removed)} record(s) of {args.remote}/{args.branch}, kept "
+        f"{verb} {len(done.removed)} record(s) of {redacted(args.remote)}/{args.branch}, kept "
         f"{len(done.kept)} and every summary part ({done.parts})"
         + ("; the branch is now one commit" if done.pushed else "")
     )

@@ -23,12 +23,12 @@ def cmd_comment(args: argparse.Namespace) -> int:
     if args.pr < 1:
         raise InputError(f"--pr must be a pull-request number, got {args.pr}")
     body = args.body_file.read_text(encoding="utf-8")
-    client = Client(
-        token,
-        api=os.environ.get("GITHUB_API_URL") or DEFAULT_API,
-        log=lambda line: print(line, file=sys.stderr),
-    )
     try:
+        client = Client(
+            token,
+            api=os.environ.get("GITHUB_API_URL") or DEFAULT_API,
+            log=lambda line: print(line, file=sys.stderr),
+        )
         posted = upsert_comment(client, args.repo, args.pr, body, author=args.author)
     except (GitHubError, ValueError) as exc:
         raise InputError(f"comment not posted: {exc}") from None

@@ -11,6 +11,7 @@ somebody closed stays closed: the regression was dealt with, or accepted.
 from __future__ import annotations
 
 import re
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,14 @@ from perfguard.report.format import cell, metric_value, pct, sci
 
 MARKER = "<!-- perfguard-alert machine={machine} commit={commit} -->"
 _MARKER = re.compile(r"<!-- perfguard-alert machine=(\S+) commit=([0-9a-f]{40}) -->")
+
+
+def marker(machine: str, commit: str) -> str:
+    """The hidden marker of an alert. The machine key is percent-encoded: a space in it would
+    not be found again (a new issue on every run), and `-->` would end the comment early."""
+    return MARKER.format(machine=urllib.parse.quote(machine, safe=""), commit=commit)
+
+
 NEAR = 3  # commits of main either side within which an open alert is the same regression
 REPO = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
 
@@ -70,7 +79,7 @@ def body(
 ) -> str:
     first = steps[0]
     lines = [
-        MARKER.format(machine=machine, commit=first.commit),
+        marker(machine, first.commit),
         f"## perfguard: main got slower on `{cell(machine)}`",
         "",
         f"Commits: {commit_range(first, commit_url)} (the step happened after the first and "
@@ -114,9 +123,10 @@ def _alerts(client: Client, repo: str, me: str) -> list[tuple[str, str, Mapping[
     for issue in pages(client, f"/repos/{repo}/issues?state=all&per_page=100"):
         if "pull_request" in issue or author_of(issue) != me:
             continue
-        marker = _MARKER.search(str(issue.get("body") or ""))
-        if marker:
-            found.append((marker.group(1), marker.group(2), issue))
+        found_marker = _MARKER.search(str(issue.get("body") or ""))
+        if found_marker:
+            machine = urllib.parse.unquote(found_marker.group(1))
+            found.append((machine, found_marker.group(2), issue))
     return found
 
 
@@ -196,6 +206,6 @@ def raise_alerts(
             raised.append(Raised("left closed", int(same[0]["number"]), "", heading))
             continue
         number = int(same[0]["number"]) if same else None
-        marker = MARKER.format(machine=machine, commit=commit)
-        raised.append(_post(client, repo, number, heading, with_marker(text, marker)))
+        hidden = marker(machine, commit)
+        raised.append(_post(client, repo, number, heading, with_marker(text, hidden)))
     return raised

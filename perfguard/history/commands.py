@@ -134,13 +134,13 @@ def cmd_alert(args: argparse.Namespace) -> int:
     token = os.environ.get("GITHUB_TOKEN", "").strip()
     if not token:
         raise InputError("GITHUB_TOKEN is not set: the alert needs a token to open issues with")
-    client = Client(
-        token,
-        api=os.environ.get("GITHUB_API_URL") or DEFAULT_API,
-        log=lambda line: print(line, file=sys.stderr),
-    )
     root = _repo_root(args.dir)
     try:
+        client = Client(
+            token,
+            api=os.environ.get("GITHUB_API_URL") or DEFAULT_API,
+            log=lambda line: print(line, file=sys.stderr),
+        )
         raised = raise_alerts(
             client,
             args.repo,

@@ -54,10 +54,13 @@ def pytest_configure(config: pytest.Config) -> None:
             "and shard across machines instead (see the README, 'Sharding')"
         )
     if options.enabled and options.save and not options.worker:
-        from perfguard.git import git_state
+        from perfguard.git import GitRefused, git_state
         from perfguard.pipeline import check_can_save
 
-        refusal = check_can_save(git_state(Path(config.rootpath)), options.allow_dirty)
+        try:
+            refusal = check_can_save(git_state(Path(config.rootpath)), options.allow_dirty)
+        except GitRefused as exc:
+            refusal = f"--perfguard-save: {exc}"
         if refusal:
             raise pytest.UsageError(refusal)
     state = SessionState(options, ProgressWriter(config, options.progress))

@@ -11,6 +11,8 @@ from typing import Any
 from perfguard.records.base import STATUSES, RecordError, Status, finite_or_none
 from perfguard.records.sketch import BlockStats, QuantileSketch, percentile
 
+_SIGNED = {"drift_cosine", "peak_memory_increase_bytes"}  # the metrics that may be below 0
+
 
 @dataclass(frozen=True, kw_only=True)
 class Metrics:
@@ -46,6 +48,10 @@ class Metrics:
                 object.__setattr__(self, f.name, int(checked))
             else:
                 object.__setattr__(self, f.name, checked)
+        for name in _SIGNED.symmetric_difference(f.name for f in fields(self)):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise RecordError(f"{name} must be 0 or more, got {value!r}")
         p50, p95, p99 = self.latency_p50_ms, self.latency_p95_ms, self.latency_p99_ms
         if p50 is not None and p95 is not None and p99 is not None and not p50 <= p95 <= p99:
             raise RecordError(f"percentiles out of order: p50={p50} p95={p95} p99={p99}")

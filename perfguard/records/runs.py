@@ -20,6 +20,10 @@ class BaselineRef:
     environment: Mapping[str, Any] | None = None  # the baseline's, to show both sides
     mode: str = "stored"  # "stored": a baseline file; "ab": measured in this job (same-job A/B)
 
+    def __post_init__(self) -> None:
+        if self.environment is not None and not isinstance(self.environment, Mapping):
+            raise RecordError(f"baseline.environment must be an object, got {self.environment!r}")
+
     def to_json(self) -> dict[str, Any]:
         return {
             "commit": self.commit,
@@ -32,6 +36,16 @@ class BaselineRef:
 def _check_commit(name: str, value: object) -> None:
     if value is not None and not (isinstance(value, str) and SHA.match(value)):
         raise RecordError(f"{name} must be a full commit sha or null, got {value!r}")
+
+
+def _check_health(health: Mapping[str, Any]) -> None:
+    warnings, facts = health.get("warnings"), health.get("facts")
+    if warnings is not None and not (
+        isinstance(warnings, list | tuple) and all(isinstance(w, str) for w in warnings)
+    ):
+        raise RecordError(f"health.warnings must be a list of strings, got {warnings!r}")
+    if facts is not None and not isinstance(facts, Mapping):
+        raise RecordError(f"health.facts must be an object, got {facts!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,6 +79,7 @@ class Run:
         for name in ("environment", "settings", "health"):
             if not isinstance(getattr(self, name), Mapping):
                 raise RecordError(f"{name} must be an object, got {getattr(self, name)!r}")
+        _check_health(self.health)
         object.__setattr__(self, "health", dict(self.health))
         object.__setattr__(self, "results", tuple(self.results))
         object.__setattr__(self, "baseline_results", tuple(self.baseline_results))

@@ -94,7 +94,11 @@ def count(value: float | None) -> str:
     return "–" if value is None else f"{int(value):,}"
 
 
-_CELL = re.compile(r"[\\`*_{}\[\]<>|#!~&@]")  # @: no mention, no notification
+_CELL = re.compile(r"[\\`*_{}\[\]<>|!~&]")
+# GitHub decodes entities before it links mentions (@user, @org/team), references (#123) and
+# bare URLs, so those are broken with a zero-width space instead: shown, never linked
+ZWSP = "\u200b"
+_LINKED = re.compile(r"[@#]|(?<=:)//|(?i:(?<=www)\.)")
 CELL_CHARS = 300  # longer text (a traceback pasted into a message) is cut, with an ellipsis
 # control characters, and the marks that reorder text on screen (bidi overrides and isolates,
 # as in "Trojan Source"): shown by their code point, never passed on
@@ -107,8 +111,8 @@ def cell(text: object) -> str:
     raw = _HIDDEN.sub(lambda m: f"U+{ord(m.group(0)):04X}", raw)
     if len(raw) > CELL_CHARS:
         raw = raw[: CELL_CHARS - 1] + "…"
-    escaped = _CELL.sub(lambda m: f"&#{ord(m.group(0))};", raw)
-    return escaped
+    unlinked = _LINKED.sub(lambda m: m.group(0)[0] + ZWSP + m.group(0)[1:], raw)
+    return _CELL.sub(lambda m: f"&#{ord(m.group(0))};", unlinked)
 
 
 def worst(verdicts: Iterable[str]) -> str:

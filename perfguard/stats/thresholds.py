@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from perfguard.records import Metric
+from perfguard.records import Metric, RecordError
 from perfguard.settings import THRESHOLD_KEYS, threshold_default
 
 LATENCY_METRICS: dict[Metric, float] = {
@@ -36,6 +37,18 @@ class Thresholds:
     drift_floor_rel: float = 1e-4  # ... or stay below this relative size, without a verdict
     per_test: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        for name, (kind, low, high) in _RULES.items():
+            _check_rule(name, getattr(self, name), kind, low, high)
+        if not isinstance(self.per_test, Mapping):
+            raise RecordError(f"thresholds.per_test must be an object, got {self.per_test!r}")
+        for test, overrides in self.per_test.items():
+            if not isinstance(overrides, Mapping):
+                raise RecordError(f"thresholds.per_test[{test!r}] must be an object")
+            for name, value in overrides.items():
+                if name in _RULES:
+                    _check_rule(f"per_test[{test!r}].{name}", value, *_RULES[name])
+
     def for_test(self, test: str) -> Thresholds:
         """These thresholds with one test's overrides (from its marker) applied."""
         overrides = self.per_test.get(test)
@@ -48,6 +61,8 @@ class Thresholds:
     @classmethod
     def from_json(cls, data: Mapping[str, Any] | None) -> Thresholds:
         """The thresholds a run recorded in its settings (unknown keys are ignored)."""
+        if data is not None and not isinstance(data, Mapping):
+            raise RecordError(f"thresholds must be an object, got {data!r}")
         known = {k: v for k, v in (data or {}).items() if k in cls.__dataclass_fields__}
         return cls(**known)
 
@@ -66,6 +81,36 @@ class Thresholds:
             "drift_floor_rel": self.drift_floor_rel,
             "per_test": {k: dict(v) for k, v in self.per_test.items()},
         }
+
+
+_RULES: dict[str, tuple[type, float, float]] = {  # name: (type, lowest, highest)
+    "alpha": (float, 0.0, 1.0),
+    "min_change_pct": (float, 0.0, math.inf),
+    "ab_min_change_pct": (float, 0.0, math.inf),
+    "min_repeats": (int, 1, math.inf),
+    "gate_p99": (bool, 0, 1),
+    "gate_ops": (bool, 0, 1),
+    "instructions_pct": (float, 0.0, math.inf),
+    "memory_tolerance_pct": (float, 0.0, math.inf),
+    "compile_ratio": (float, 0.0, math.inf),
+    "drift_growth": (float, 0.0, math.inf),
+    "drift_floor_rel": (float, 0.0, math.inf),
+}
+
+
+def _check_rule(name: str, value: object, kind: type, low: float, high: float) -> None:
+    """A threshold read from a file (a shard, a results file) is what the gate will use:
+    a string, a NaN or a negative one would be rendered raw, or switch the gate off."""
+    if kind is bool:
+        if not isinstance(value, bool):
+            raise RecordError(f"thresholds.{name} must be true or false, got {value!r}")
+        return
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise RecordError(f"thresholds.{name} must be a number, got {value!r}")
+    if kind is int and not (math.isfinite(value) and value == int(value)):
+        raise RecordError(f"thresholds.{name} must be a whole number, got {value!r}")
+    if not (math.isfinite(value) and low <= value <= high):
+        raise RecordError(f"thresholds.{name} must be between {low:g} and {high:g}, got {value!r}")
 
 
 NoiseFloor = Mapping[tuple[str, str, str], float]

@@ -86,8 +86,12 @@ def parse_run(content: bytes, where: str) -> Run:
             f"{where}: {hint} ({exc.msg} at line {exc.lineno}); move it aside and measure "
             "that commit again with --perfguard-save"
         ) from None
+    from perfguard.stats.thresholds import Thresholds
+
     try:
-        return Run.from_json(upgrade(doc))
+        run = Run.from_json(upgrade(doc))
+        Thresholds.from_json(run.settings.get("thresholds"))  # what a gate would use: checked
+        return run
     except SchemaError as exc:
         raise BaselineError(f"{where}: {exc}") from None
     except RecordError as exc:

@@ -18,7 +18,19 @@ from pathlib import Path
 
 
 class SyncError(Exception):
-    """A git step of pull or push failed; the message says which and what git said."""
+    """A git step of pull or push failed; the message says which and what git said (a URL's
+    credentials, `https://user:token@host`, never: they are replaced by `***`)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(redacted(message))
+
+
+_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/@\s]+@")
+
+
+def redacted(text: str) -> str:
+    """`text` with the user and password of every URL in it replaced by `***`."""
+    return _CREDENTIALS.sub(r"\1***@", text)
 
 
 def run_git(
