@@ -162,10 +162,24 @@ def test_push_never_lets_a_smaller_local_copy_replace_the_branchs(
     BaselineStore(second / "baselines").save(partial)
     with pytest.raises(SyncError, match="fewer results than the branch's copy"):
         push(second, second / "baselines")
+    # nor one whose results all failed where the branch's were measured
+    from perfguard.records import VariantResult
+
+    broken = run(
+        [
+            VariantResult(test=t, variant="eager", status="error", error="CUDA OOM")
+            for t in ("t.py::a", "t.py::b")
+        ],
+        commit=sha,
+    )
+    fourth = clone(remote, tmp_path / "fourth")
+    BaselineStore(fourth / "baselines").save(broken)
+    with pytest.raises(SyncError, match=r"2 result\(s\) that failed or were skipped"):
+        push(fourth, fourth / "baselines")
     third = clone(remote, tmp_path / "third")
     pull(third, third / "baselines")
     (path,) = (third / "baselines").glob(f"*/{sha}.json.gz")
-    assert len(read_run_file(path).results) == 2
+    assert [r.status for r in read_run_file(path).results] == ["ok", "ok"]
 
 
 def _plant(repo: Path, files: dict[str, bytes], branch: str = "perfguard-baselines") -> None:

@@ -119,3 +119,30 @@ def test_a_missing_extra_names_the_pip_install_line(monkeypatch: pytest.MonkeyPa
     assert cpu == "onnxruntime needs the package 'onnxruntime': pip install \"perfguard[onnx]\""
     cuda = need.unmet("onnxruntime", torch.device("cuda"))
     assert cuda is not None and 'pip install "perfguard[onnx-gpu]"' in cuda
+
+
+@pytest.mark.parametrize("store", [None, "s3://perf-bucket/baselines"])
+def test_the_jobs_that_hold_a_write_token_install_pinned_packages(
+    tmp_path: Path, store: str | None
+) -> None:
+    import yaml
+
+    doc = yaml.safe_load(render_workflow(InitOptions(store=store), tmp_path))
+    checked = 0
+    for name, job in doc["jobs"].items():
+        perms = job.get("permissions") or {}
+        if "write" not in perms.values():
+            continue
+        for step in job.get("steps", []):
+            for line in str(step.get("run", "")).splitlines():
+                if "pip install" not in line:
+                    continue
+                packages = [
+                    word
+                    for word in line.split("pip install", 1)[1].split()
+                    if not word.startswith("-") and word not in {"&&", "pip", "install"}
+                ]
+                unpinned = [p for p in packages if "==" not in p]
+                assert not unpinned, f"job {name} installs {unpinned} unpinned"
+                checked += 1
+    assert checked >= 2

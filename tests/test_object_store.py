@@ -147,6 +147,20 @@ def test_a_corrupt_record_names_itself_and_stays_untouched(where: Path | str) ->
         assert _get_raw(where, f"{MACHINE}/{SHA}.json") == content
 
 
+def test_the_summary_leaves_a_broken_record_out_and_names_it(where: Path | str) -> None:
+    good = run([result("t.py::a", "eager", 1.0)], commit="1" * 40)
+    open_store(where).save(good)
+    content = b'{"schema_version": 5, "machine": "m", "resul'
+    if isinstance(where, Path):
+        (where / MACHINE / f"{SHA}.json").write_bytes(content)
+    else:
+        _put_raw(where, f"{MACHINE}/{SHA}.json", content)
+    found = open_store(where).summary()
+    assert set(found.table["commit"]) == {"1" * 40}
+    (skipped,) = found.skipped
+    assert f"{MACHINE}/{SHA}.json" in skipped and "looks truncated" in skipped
+
+
 def test_prune_keeps_the_newest_records_and_the_summary(where: Path | str) -> None:
     store = open_store(where)
     shas = [f"{i:040x}" for i in range(1, 5)]

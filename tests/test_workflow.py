@@ -89,7 +89,7 @@ def test_the_git_credentials_never_outlive_their_step(workflow: dict[Any, Any]) 
         for step in job.get("steps", []):
             env = step.get("env") or {}
             if "github.token" in str(env):
-                needs = r"perfguard (comment|alert|baselines (pull|push))|gh api"
+                needs = r"perfguard (comment|alert|baselines (pull|push))|gh api|git fetch"
                 assert re.search(needs, step["run"]), (
                     f"job {name}, step {step.get('name')}: a token for a step that does not "
                     "need one"
@@ -141,3 +141,16 @@ def test_a_pull_request_fetches_its_bases_record_alone(workflow: dict[Any, Any])
     assert measure["env"]["HISTORY"] == "${{ github.event_name == 'push' && '20' || '0' }}"
     (compare,) = pulls["compare"]
     assert compare["if"] == "github.event_name == 'push'"
+
+
+def test_the_history_job_fetches_the_branch_of_a_private_repository(
+    workflow: dict[Any, Any],
+) -> None:
+    """The checkout keeps no credentials, so the fetch carries the token itself, in git's
+    environment for that one process (not in its arguments, which `ps` shows)."""
+    (fetch,) = [
+        s for s in workflow["jobs"]["history"]["steps"] if "git fetch" in str(s.get("run", ""))
+    ]
+    assert fetch["env"]["GITHUB_TOKEN"] == "${{ github.token }}"
+    assert 'GIT_CONFIG_VALUE_0="AUTHORIZATION: basic $auth"' in fetch["run"]
+    assert "git -c" not in fetch["run"] and "GITHUB_ENV" not in fetch["run"]

@@ -56,6 +56,8 @@ def load_history(args: argparse.Namespace) -> History:
         found = load_branch(root, args.branch, SERIES_METRICS)
     else:
         found = load_folder(args.dir, SERIES_METRICS)
+    for line in found.skipped:
+        print(f"note: left out {line}", file=sys.stderr)
     if args.machine:
         found = found.of_machine(args.machine)
     baselines = found.measured()

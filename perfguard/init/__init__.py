@@ -84,9 +84,25 @@ def _check(options: InitOptions) -> None:
         raise InitError(f"--main-branch must be a branch name, got {options.main_branch!r}")
 
 
+def pinned(names: str) -> str:
+    """`names` (space-separated packages) each pinned to the version installed here, as the
+    jobs that hold a write token install them: a package released tomorrow must not run with
+    that token unreviewed. A package not installed here stays unpinned."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = []
+    for name in names.split():
+        try:
+            out.append(f"{name}=={version(name)}")
+        except PackageNotFoundError:
+            out.append(name)
+    return " ".join(out)
+
+
 def render_workflow(options: InitOptions, root: Path) -> str:
     _check(options)
     return _template("perfguard.yml.j2").render(
+        pin=pinned,
         tests=options.tests,
         labels=json.dumps(list(options.labels)),
         shards=options.shards,

@@ -393,11 +393,12 @@ class ObjectStore:
         return found
 
     def _parts(
-        self, wanted: dict[tuple[str, str], str | None]
+        self, wanted: dict[tuple[str, str], str | None], skipped: list[str] | None = None
     ) -> tuple[dict[tuple[str, str], Any], int]:
         """(machine, sha) -> its rows, for each of `wanted` (-> its record's path, or None):
         from its part, else from its record (and the part written again where it can be);
-        and how many were made from their record."""
+        and how many were made from their record. A broken record raises, or with `skipped`
+        is left out and named there."""
         entries = self.entries()
         have = [_part(*key) for key in wanted if _part(*key) in entries]
         content = self.read(have)
@@ -415,11 +416,17 @@ class ObjectStore:
                 missing.append((key, record))
         records = self.read([record for _, record in missing])
         for key, record in missing:
-            run = parse_run(records[record], self.where(record))
+            try:
+                run = parse_run(records[record], self.where(record))
+            except BaselineError as exc:
+                if skipped is None:
+                    raise
+                skipped.append(str(exc).splitlines()[0])
+                continue
             tables[key] = frame(rows_of(run, blob_id(records[record])))
             if self.protocol in WRITABLE:
                 self._put(_part(*key), part_bytes(run, blob_id(records[record])))
-        return tables, len(missing)
+        return tables, len(missing) - len(skipped or ())
 
     def summary(self, machine: str | None = None, metrics: Sequence[str] | None = None) -> Summary:
         """The table of every baseline under the URL (history, site, alert): every part,
@@ -432,9 +439,10 @@ class ObjectStore:
         }
         wanted: dict[tuple[str, str], str | None] = {key: None for key in parts}
         wanted.update(records)
-        tables, rebuilt = self._parts(wanted)
+        skipped: list[str] = []
+        tables, rebuilt = self._parts(wanted, skipped)
         table = concat_parts(list(tables.values()), metrics)
-        return Summary(table, len(tables) - rebuilt, rebuilt)
+        return Summary(table, len(tables) - rebuilt, rebuilt, tuple(skipped))
 
     def list(self, machine: str | None = None) -> list[BaselineInfo]:
         """Every stored baseline (each record read); an unreadable one raises, naming it."""

@@ -209,9 +209,11 @@ class Summary:
     table: pd.DataFrame
     parts_read: int = 0  # parts used as they were
     rebuilt: int = 0  # records read because their part was missing or stale
+    skipped: tuple[str, ...] = ()  # "where: why" of the broken records left out
 
     def of_machine(self, machine: str) -> Summary:
-        return Summary(self.table[self.table["machine"] == machine], self.parts_read, self.rebuilt)
+        rows = self.table[self.table["machine"] == machine]
+        return Summary(rows, self.parts_read, self.rebuilt, self.skipped)
 
     def measured(self) -> list[tuple[str, str, str]]:
         """(machine, commit, created) of every baseline with rows."""
@@ -268,13 +270,17 @@ def load_folder(
 ) -> Summary:
     """The table of every baseline under `root` (the rows of `metrics` alone, when given):
     each record's part, made again (and written) where it is missing or stale. A broken
-    record raises `BaselineError`."""
-    from perfguard.store.baselines import BaselineStore
+    record is left out and named in `skipped`, as `baselines pull` leaves it."""
+    from perfguard.store.baselines import BaselineError, BaselineStore
 
-    tables, used, rebuilt = [], 0, 0
+    tables, used, rebuilt, skipped = [], 0, 0, []
     files = list(BaselineStore(root).files(machine))
     for m, f in files:
-        table, current = folder_part(root, m, f)
+        try:
+            table, current = folder_part(root, m, f)
+        except BaselineError as exc:  # one broken record must not stop a year of history
+            skipped.append(str(exc).splitlines()[0])
+            continue
         tables.append(table)
         used += current
         rebuilt += not current
@@ -285,7 +291,7 @@ def load_folder(
             with contextlib.suppress(SummaryError):  # nothing to make it again from
                 tables.append(read_part(path.read_bytes(), str(path)))
                 used += 1
-    return Summary(concat_parts(tables, metrics), used, rebuilt)
+    return Summary(concat_parts(tables, metrics), used, rebuilt, tuple(skipped))
 
 
 def folder_part(root: Path, machine: str, record: Path) -> tuple[pd.DataFrame, bool]:
@@ -310,9 +316,8 @@ def load_branch(root: Path, ref: str, metrics: Sequence[str] | None = None) -> S
     """The table of every baseline on git revision `ref` (the rows of `metrics` alone, when
     given), read as git objects: a record's
     part where it is current (matched by blob id from `git ls-tree`, no record read), the
-    record itself where its part is missing or stale. A broken record raises
-    `BaselineError` naming it; a broken part is passed over for its record."""
-    from perfguard.store.baselines import BaselineError
+    record itself where its part is missing or stale. A broken record is left out and named
+    in `skipped`; a broken part is passed over for its record."""
     from perfguard.store.gitcache import read_blobs, tree_files
     from perfguard.store.sync import baseline_content_problem, records_by_key, summary_key
 
@@ -338,10 +343,12 @@ def load_branch(root: Path, ref: str, metrics: Sequence[str] | None = None) -> S
             tables.append(read_part(blobs[files[parts[key]]], f"{ref}:{parts[key]}"))
             used += 1
     content = read_blobs(root, [files[path] for _, path in missing])
+    skipped = []
     for _key, path in missing:
         run, problem = baseline_content_problem(path, content[files[path]])
-        if run is None:
-            raise BaselineError(f"{ref}:{path}: {problem}")
+        if run is None:  # left out, as `baselines pull` leaves it
+            skipped.append(f"{ref}:{path}: {problem}")
+            continue
         tables.append(frame(rows_of(run, files[path])))
         rebuilt += 1
-    return Summary(concat_parts(tables, metrics), used, rebuilt)
+    return Summary(concat_parts(tables, metrics), used, rebuilt, tuple(skipped))

@@ -363,11 +363,21 @@ def _refuse_shrinking(
         if run is None:
             continue  # a broken copy on the branch may be replaced
         lost = {r.key for r in run.results} - {r.key for r in ours[path].results}
+        # a measured result must not give way to an error or skip of the same item either
+        ok = {r.key for r in ours[path].results if r.status == "ok"}
+        failed = {r.key for r in run.results if r.status == "ok"} - ok - lost
         if lost:
             test, variant = min(lost)
             problems.append(
                 f"{path} has fewer results than the branch's copy ({len(lost)} missing, e.g. "
                 f"{test} [{variant}]): save the whole suite, or pull and measure again"
+            )
+        elif failed:
+            test, variant = min(failed)
+            problems.append(
+                f"{path} has {len(failed)} result(s) that failed or were skipped where the "
+                f"branch's copy has them measured (e.g. {test} [{variant}]): fix them and "
+                "save again, or pull and measure again"
             )
     if problems:
         raise SyncError("nothing pushed; " + "; ".join(problems))
