@@ -252,7 +252,7 @@ def _save(
         failures.append(f"baseline not saved: {exc}")
         return None
     except OSError as exc:
-        failures.append(f"baseline not saved: {_unwritable(None, exc)}")
+        failures.append(f"baseline not saved: {_unwritable(settings.baseline_dir, exc)}")
         return None
     messages.append(_saved_message(done))
     return done.path
@@ -278,7 +278,8 @@ def _saved_message(done: Saved) -> str:
     return f"saved baseline {done.path}" + (" (replacing the earlier save)" if done.updated else "")
 
 
-def _unwritable(path: Path | None, exc: OSError) -> str:
+def _unwritable(path: Path | str | None, exc: OSError) -> str:
+    """One line naming what was written (an fsync that fails on a full disk names no file)."""
     where = path or exc.filename
     return f"could not write {where}: {exc.strerror or exc}"
 

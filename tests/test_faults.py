@@ -682,3 +682,33 @@ def test_another_users_checkout_names_the_safe_directory_to_add(tmp_path: Path) 
         os.chown(path, 65534, 65534, follow_symlinks=False)
     with pytest.raises(GitRefused, match=r"dubious ownership.*safe\.directory"):
         git_state(repo)
+
+
+def test_save_replace_alone_is_a_usage_error_not_ignored(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_three=THREE)
+    done = measure(pytester, "--perfguard-save-replace")
+    assert done.ret == pytest.ExitCode.USAGE_ERROR
+    done.stderr.fnmatch_lines(["*--perfguard-save-replace*saves nothing alone*"])
+
+
+def test_a_full_disk_during_a_save_names_the_baseline_folder(
+    three: Path, pytester: pytest.Pytester
+) -> None:
+    pytester.makeconftest(
+        """
+import errno, os, pytest
+
+def _full(fd):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session):
+    os.fsync = _full  # the disk fills up as the session ends
+"""
+    )
+    git(three, "add", "-A")
+    commit(three, "conftest")
+    done = measure(pytester, "--perfguard-save", "--perfguard-baseline-dir=stored")
+    out = done.stdout.str() + done.stderr.str()
+    assert "could not write None" not in out
+    done.stdout.fnmatch_lines(["*baseline not saved: could not write */stored: No space left*"])

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -202,6 +203,19 @@ def _baseline_location(root: Path, value: object, flag: str, check: bool) -> Pat
     return where
 
 
+def _refuse_conflicts(config: Any, by_name: Mapping[str, Setting], ab_source: str | None) -> None:
+    """Options that make no sense together, or alone: a usage error, before measuring."""
+    if _raw(config, by_name["save_replace"])[0] and not _raw(config, by_name["save"])[0]:
+        raise pytest.UsageError(
+            "--perfguard-save-replace says how --perfguard-save stores the baseline; it saves "
+            "nothing alone: add --perfguard-save"
+        )
+    if ab_source is not None and config.getoption("--perfguard-compare") is not None:
+        raise pytest.UsageError(
+            f"{ab_source} and --perfguard-compare choose two different baselines; use one"
+        )
+
+
 def resolve(config: pytest.Config) -> Options:
     """Read and validate every option; a bad value is a usage error naming where it came from."""
     by_name = {o.name: o for o in OPTIONS}
@@ -225,10 +239,7 @@ def resolve(config: pytest.Config) -> Options:
     ab_raw, ab_source = _raw(config, by_name["ab"])
     ab = None if worker or not ab_raw else str(ab_raw)
     compare = str(_raw(config, by_name["compare"])[0])
-    if ab is not None and config.getoption("--perfguard-compare") is not None:
-        raise pytest.UsageError(
-            f"{ab_source} and --perfguard-compare choose two different baselines; use one"
-        )
+    _refuse_conflicts(config, by_name, ab_source if ab is not None else None)
     return Options(
         enabled=enabled,
         variants=variants,
