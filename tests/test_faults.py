@@ -476,10 +476,11 @@ def _ab_session(pytester: pytest.Pytester, tmp_path: Path) -> tuple[subprocess.P
     commit(pytester.path, "B")
     pids = tmp_path / "pids"
     pids.mkdir()
+    (tmp_path / "tmp").mkdir()
     driver = subprocess.Popen(
         [sys.executable, "-m", "pytest", *FAST, "--perfguard", f"--perfguard-ab={base}"],
         cwd=pytester.path,
-        env={**os.environ, "PIDS": str(pids)},
+        env={**os.environ, "PIDS": str(pids), "TMPDIR": str(tmp_path / "tmp")},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -521,8 +522,8 @@ def test_sigterm_ends_an_ab_session_with_its_workers_and_worktree(
     assert len(git(pytester.path, "worktree", "list").splitlines()) == 1
 
 
-def test_after_kill_9_the_workers_go_and_the_next_start_prunes_the_worktree(
-    pytester: pytest.Pytester, tmp_path: Path
+def test_after_kill_9_the_workers_go_and_the_next_start_prunes_what_it_left(
+    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from perfguard.ab.worktree import prune_stale
 
@@ -534,9 +535,12 @@ def test_after_kill_9_the_workers_go_and_the_next_start_prunes_the_worktree(
     listed = git(pytester.path, "worktree", "list").splitlines()
     assert len(listed) == 2  # left behind by the kill
     stale = Path(listed[1].split()[0])
+    left = {p.name.rpartition("-")[0] for p in (tmp_path / "tmp").glob("perfguard-ab-*")}
+    assert {"perfguard-ab", "perfguard-ab-logs"} <= left  # the worktree's folder, the logs
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "tmp"))
     assert prune_stale(pytester.path) == [stale]
     assert len(git(pytester.path, "worktree", "list").splitlines()) == 1
-    assert not stale.parent.exists()
+    assert list((tmp_path / "tmp").glob("perfguard-*")) == []
 
 
 # ---- 10. smaller ---------------------------------------------------------------------------------

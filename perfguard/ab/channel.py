@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import os
 import secrets
-import tempfile
+import sys
 from multiprocessing.connection import Client, Connection, Listener
 from pathlib import Path
 from typing import Any
+
+from perfguard.ab import scratch
 
 ENV_ADDRESS = "PERFGUARD_AB_ADDRESS"
 ENV_KEY = "PERFGUARD_AB_KEY"
@@ -22,14 +24,36 @@ ENV_ITEMS = "PERFGUARD_AB_ITEMS"  # file: the node ids to run, in the driver's o
 Message = dict[str, Any]
 
 
+SOCKET_PATH_MAX = 103
+"""The longest socket path every POSIX system binds (macOS 104 bytes, Linux 108, with the
+terminating NUL)."""
+
+ABSTRACT = "@"
+"""How an abstract socket's address (a leading NUL, which no environment variable holds) is
+written in the worker's environment."""
+
+
+def _address(folder: Path) -> str | None:
+    """The socket's address: a file in `folder`; in Linux's abstract namespace when that
+    path is too long to bind (a deep TMPDIR), where the key alone keeps others out."""
+    if os.name != "posix":
+        return None  # the platform's default family
+    path = str(folder / "driver.sock")
+    if len(os.fsencode(path)) <= SOCKET_PATH_MAX or not sys.platform.startswith("linux"):
+        return path  # (elsewhere a too-long path fails with the system's own message)
+    return f"\0perfguard-ab-{secrets.token_hex(8)}"
+
+
 def open_listener() -> tuple[Listener, dict[str, str], Path]:
     """A listener, the environment variables a worker needs to reach it, and its folder
     (remove it once the worker has connected)."""
     key = secrets.token_bytes(32)
-    folder = Path(tempfile.mkdtemp(prefix="perfguard-ab-sock-"))
-    address = str(folder / "driver.sock") if os.name == "posix" else None
-    listener = Listener(address, authkey=key)
-    return listener, {ENV_ADDRESS: str(listener.address), ENV_KEY: key.hex()}, folder
+    folder = scratch.make(f"{scratch.PREFIX}sock-")
+    listener = Listener(_address(folder), authkey=key)
+    address = listener.address  # an abstract one as bytes
+    if isinstance(address, bytes):
+        address = ABSTRACT + address[1:].decode()
+    return listener, {ENV_ADDRESS: str(address), ENV_KEY: key.hex()}, folder
 
 
 def connect_from_env() -> Connection | None:
@@ -38,4 +62,6 @@ def connect_from_env() -> Connection | None:
     key = os.environ.get(ENV_KEY)
     if not address or not key:
         return None
+    if address.startswith(ABSTRACT):
+        address = "\0" + address[len(ABSTRACT) :]
     return Client(address, authkey=bytes.fromhex(key))

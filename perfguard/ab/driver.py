@@ -14,12 +14,12 @@ from __future__ import annotations
 import functools
 import random
 import shutil
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from perfguard.ab import scratch
 from perfguard.ab.side import Launch, Side, SideOutcome, WorkerExitedError
 from perfguard.stats.sequential import LOOKS, should_stop
 
@@ -69,7 +69,7 @@ class Driver:
     ) -> None:
         """`worker_args(rootdir)`: the pytest arguments of a worker in that tree; `traces`:
         where both workers write their Chrome traces (beside the session's report)."""
-        self._logs = Path(tempfile.mkdtemp(prefix="perfguard-ab-logs-"))
+        self._logs = scratch.make(f"{scratch.PREFIX}logs-")
         self.a = Side(
             "A", base_label, base_rootdir, worker_args(base_rootdir), self._logs / "base.log"
         )
@@ -220,5 +220,7 @@ class Driver:
             side.hang_up()
         for side in (self.a, self.b):
             side.stop(at_once=at_once)
-        if not self.crashed:
+        if self.crashed:
+            scratch.give_up(self._logs)
+        else:
             shutil.rmtree(self._logs, ignore_errors=True)

@@ -1,44 +1,29 @@
 """A detached git worktree of the base revision, removed however the session ends.
 
 A session killed with SIGKILL cannot clean up: its worktree stays in `git worktree list`
-with its folder. Each folder carries the pid of the session that made it, and the next
-session in the repository removes those whose session is gone (`prune_stale`).
+with its folder. Each folder carries the pid of the session that made it (`scratch`), and the
+next session in the repository removes those whose session is gone (`prune_stale`), with
+whatever else killed A/B sessions left in the temporary directory.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from perfguard.ab import scratch
 from perfguard.git import GitError, _repo
-
-PREFIX = "perfguard-ab-"
-OWNER = "owner.pid"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process: alive
-        return True
-    return True
 
 
 def _stale(tree: Path) -> bool:
-    """A perfguard worktree whose session is gone (or that never recorded one)."""
-    if tree.name != "tree" or not tree.parent.name.startswith(PREFIX):
+    """A perfguard worktree whose session is gone (or that never recorded one: it is
+    listed by git only once its owner is written)."""
+    if tree.name != "tree" or not tree.parent.name.startswith(scratch.PREFIX):
         return False
-    try:
-        pid = int((tree.parent / OWNER).read_text().strip())
-    except (OSError, ValueError):
-        return True  # no owner recorded: nobody can be using it
-    return not _alive(pid)
+    pid = scratch.owner(tree.parent)
+    return pid is None or not scratch.alive(pid)
 
 
 def _listed(repo: Any) -> list[Path]:
@@ -59,6 +44,7 @@ def prune_stale(root: Path) -> list[Path]:
                     repo.git.worktree("remove", "--force", str(tree))
                 shutil.rmtree(tree.parent, ignore_errors=True)
                 gone.append(tree)
+        scratch.prune()  # logs and sockets, and other repositories' worktree folders
         repo.git.worktree("prune")
     return gone
 
@@ -71,8 +57,7 @@ class Worktree:
         top = Path(self.repo.working_tree_dir or root).resolve()
         self.commit = commit
         prune_stale(root)
-        self._folder = Path(tempfile.mkdtemp(prefix=PREFIX))
-        (self._folder / OWNER).write_text(f"{os.getpid()}\n")
+        self._folder = scratch.make()
         self.path = self._folder / "tree"
         try:
             self.repo.git.worktree("add", "--detach", str(self.path), commit)

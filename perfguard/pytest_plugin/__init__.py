@@ -10,7 +10,7 @@ runs with `--perfguard`.
 from __future__ import annotations
 
 import random
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any
 
@@ -23,35 +23,38 @@ from perfguard.pytest_plugin.marker import read_marker
 from perfguard.pytest_plugin.options import add_options, resolve
 from perfguard.pytest_plugin.progress import ProgressWriter
 from perfguard.pytest_plugin.roles import role_for
+from perfguard.pytest_plugin.signals import HeldImport, interrupt_on_sigterm
 from perfguard.pytest_plugin.state import SessionState
 
 state_key = pytest.StashKey[SessionState]()
+undo_key = pytest.StashKey[list[Callable[[], None]]]()
+"""What `pytest_configure` changed in the process (signal handlers, import hooks)."""
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
 
 
-def _xdist_workers(config: pytest.Config) -> int:
+def _under_xdist(config: pytest.Config) -> bool:
+    """A pytest-xdist worker, or a session that starts them (`-n N`, or `--dist` with
+    `--tx`, xdist's own rule once it has read its options)."""
     if hasattr(config, "workerinput"):
-        return 2  # we are inside an xdist worker
+        return True
     try:
-        n = config.getoption("numprocesses")
-    except ValueError:
-        return 0
-    if n in (None, 0, "0"):
-        return 0
-    return 2 if not isinstance(n, int) else n
+        return config.getoption("dist") != "no" and bool(config.getoption("tx"))
+    except ValueError:  # xdist is not installed
+        return False
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER_HELP)
     options = resolve(config)
-    if options.enabled and _xdist_workers(config) > 0:
+    if options.enabled and _under_xdist(config):
         raise pytest.UsageError(
-            "--perfguard cannot run under pytest-xdist (-n): measurements on one device must "
-            "not overlap. Run the perf tests in one process (drop -n, or add -p no:xdist), "
-            "and shard across machines instead (see the README, 'Sharding')"
+            "--perfguard cannot run under pytest-xdist (-n, --dist): measurements on one "
+            "device must not overlap. Run the perf tests in one process (drop -n and --dist, "
+            "or add -p no:xdist), and shard across machines instead (see the README, "
+            "'Sharding')"
         )
     if options.enabled and options.save and not options.worker:
         from perfguard.git import GitRefused, git_state
@@ -76,8 +79,18 @@ def pytest_configure(config: pytest.Config) -> None:
         from perfguard.ab.worker import WorkerLink
 
         state.worker = WorkerLink.from_env()
+    if options.enabled:
+        undo = [HeldImport("torch").install()]
+        if not options.worker and state.counting is None:
+            undo.append(interrupt_on_sigterm())
+        config.stash[undo_key] = undo
     config.stash[state_key] = state
     config.pluginmanager.register(role_for(state), "perfguard-session")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for undo in config.stash.get(undo_key, []):
+        undo()
 
 
 @pytest.hookimpl(trylast=True)
@@ -131,6 +144,8 @@ def _seed(seed: int) -> None:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, Any, None]:
     outcome = yield
+    if outcome.excinfo is not None:  # an interrupt: pytest says so itself
+        return
     state = collector.config.stash.get(state_key, None)
     if state is not None and outcome.get_result().failed:
         state.collection_errors += 1

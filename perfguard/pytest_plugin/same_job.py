@@ -7,8 +7,6 @@ and, instead of calling each perf test itself, has the two workers run it (see
 
 from __future__ import annotations
 
-import signal
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,27 +38,15 @@ class AbSession:
     items: list[str]  # the perf items' node ids, in the order this session runs them
     base_results: list[VariantResult] = field(default_factory=list)
     base_environment: dict[str, Any] | None = None
-    previous_sigterm: Any = None  # the SIGTERM handler before this session's
 
     def close(
         self, *, interrupted: bool = False, before_removal: Callable[[], None] | None = None
     ) -> None:
         """Stop the workers and remove the worktree (`before_removal` runs between)."""
-        try:
-            self.driver.close(at_once=interrupted)
-            if before_removal is not None:
-                before_removal()
-            self.worktree.remove()
-        finally:
-            if self.previous_sigterm is not None:
-                signal.signal(signal.SIGTERM, self.previous_sigterm)
-                self.previous_sigterm = None
-
-
-def _interrupt_on_sigterm(signum: int, frame: Any) -> None:
-    """SIGTERM (a cancelled CI job, `kill`) unwinds the session like Ctrl-C, so that the
-    workers are stopped and the worktree removed on the way out."""
-    raise KeyboardInterrupt(f"signal {signum}")
+        self.driver.close(at_once=interrupted)
+        if before_removal is not None:
+            before_removal()
+        self.worktree.remove()
 
 
 def worker_args(options: Options, rootdir: Path) -> list[str]:
@@ -129,10 +115,7 @@ def start(
         traces=trace_dir(options),
     )
     driver.launch_both(items, paths)  # they get ready while this session does
-    session = AbSession(driver, worktree, commit, reason, list(items or ()))
-    if threading.current_thread() is threading.main_thread():
-        session.previous_sigterm = signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
-    return session
+    return AbSession(driver, worktree, commit, reason, list(items or ()))
 
 
 def base_result(outcome: SideOutcome, test: str, variant: str) -> VariantResult | None:
