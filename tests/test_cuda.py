@@ -68,6 +68,38 @@ def test_the_l2_flush_makes_a_cache_sized_read_slower() -> None:
     assert cold.name == "cuda_event+l2_flush"
 
 
+def test_a_flushed_launch_bound_call_is_not_faster_than_a_hot_one() -> None:
+    """The flush is finished before the call is dispatched: its launches are timed, as hot."""
+    device = torch.device("cuda")
+    x = torch.ones(256, device=device)
+
+    def launches() -> None:  # 50 tiny kernels: the time is the launches'
+        y = x
+        for _ in range(50):
+            y = y + 1
+
+    hot, cold = CudaEventClock(device), CudaEventClock(device, flush_l2=True)
+    for clock in (hot, cold):
+        clock.time_call(launches)
+    hot_ms = sorted(hot.time_call(launches) for _ in range(50))[25]
+    cold_ms = sorted(cold.time_call(launches) for _ in range(50))[25]
+    assert cold_ms >= 0.9 * hot_ms, (cold_ms, hot_ms)
+
+
+def test_the_flush_buffer_is_in_no_variants_peak_memory() -> None:
+    from dataclasses import replace
+
+    model = SmallMLP().eval()
+    plain = measure(model, example_inputs(model), "eager", FAST)
+    flushed = measure(model, example_inputs(model), "eager", replace(FAST, flush_l2=True))
+    assert plain.metrics is not None and flushed.metrics is not None
+    l2 = int(torch.cuda.get_device_properties(0).L2_cache_size)
+    assert flushed.metrics.peak_memory_bytes is not None
+    assert plain.metrics.peak_memory_bytes is not None
+    gap = abs(flushed.metrics.peak_memory_bytes - plain.metrics.peak_memory_bytes)
+    assert gap < l2 // 4, (gap, l2)  # the buffer is 2 x L2
+
+
 @pytest.mark.parametrize("variant", BASE_VARIANTS)
 @pytest.mark.parametrize("model_cls", [SmallMLP, SmallCNN], ids=["mlp", "cnn"])
 def test_each_variant_runs_on_cuda(model_cls: type[torch.nn.Module], variant: str) -> None:
@@ -98,6 +130,30 @@ def test_reduce_overhead_replays_cuda_graphs_and_compiles_once() -> None:
     assert r.status == "ok", r.error
     assert r.metrics.recompiles == 0
     assert r.details.cudagraph_skips == 0  # inductor used CUDA graphs, it did not skip them
+    counted = r.counters
+    assert counted is not None and counted.cudagraph_launches is not None
+    assert counted.cudagraph_launches >= 1  # each call replays a graph
+    assert counted.kernel_launches is not None and counted.kernel_launches <= 1  # nearly none
+
+
+def test_a_variant_before_does_not_leave_skips_on_the_next() -> None:
+    """The skip counter is read after dynamo's reset: a variant whose graph holds a CPU
+    tensor (inductor skips CUDA graphs for it) leaves nothing on the next one's count (it
+    was read before the reset, and the next variant's count came out negative)."""
+
+    class CpuSide(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = torch.nn.Linear(256, 256)
+
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return self.lin(x), torch.arange(4) * 2  # made on the CPU, in the graph
+
+    skipping = measure(CpuSide().eval(), (torch.randn(8, 256),), "compile-reduce-overhead", FAST)
+    model = SmallMLP().eval()
+    after = measure(model, example_inputs(model), "compile-reduce-overhead", FAST)
+    assert skipping.status == "ok", skipping.error
+    assert after.details.cudagraph_skips == 0, skipping.details.cudagraph_skips
 
 
 def test_nvml_watches_the_gpu_cuda_measures_on() -> None:
@@ -117,3 +173,36 @@ def test_nvml_watches_the_gpu_cuda_measures_on() -> None:
         bus = bus.decode() if isinstance(bus, bytes) else bus
         assert bus.upper().endswith(gpu.pci_bus_id.upper()[-7:]), (bus, gpu.pci_bus_id)
     assert compute_mode(gpu) in (0, 2, 3)
+
+
+@pytest.mark.parametrize("counted", ["eager", "compile-reduce-overhead"])
+def test_counting_with_the_profiler_does_not_slow_the_items_after_it(counted: str) -> None:
+    """The exact counters run the profiler after each item's timing; if CUPTI stayed attached
+    (torch keeps it so once CUDA graphs were profiled, on some CUDA versions), every later
+    launch would be slower and results would depend on the items' order."""
+    from perfguard.measure.counters import profile_counts
+
+    device = torch.device("cuda")
+    x = torch.ones(256, device=device)
+
+    def launches() -> None:  # launch-bound: where CUPTI's callbacks would show
+        y = x
+        for _ in range(50):
+            y = y + 1
+
+    clock = CudaEventClock(device)
+
+    def median_ms() -> float:
+        for _ in range(20):
+            clock.time_call(launches)
+        return sorted(clock.time_call(launches) for _ in range(201))[100]
+
+    before = median_ms()
+    model = SmallMLP().eval()
+    if counted == "eager":
+        profile_counts(launches, device)
+    else:
+        r = measure(model, example_inputs(model), counted, FAST)  # counts, CUDA graphs and all
+        assert r.status == "ok", r.error
+    after = median_ms()
+    assert after <= 1.10 * before, (before, after)

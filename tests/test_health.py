@@ -23,8 +23,8 @@ from perfguard.health import (
     cpu_governors,
     cpu_static_warnings,
     gpu_handle,
-    process_tree,
 )
+from perfguard.processes import process_tree
 from perfguard.stats.verdicts import compare_runs, withhold_speed_verdicts
 from tests.factories import result, run
 
@@ -63,6 +63,9 @@ class FakeNvml:
             raise LookupError(f"no GPU {uuid}")
         return "watched"
 
+    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, handle: str) -> str:
+        return f"parent of {handle}"
+
     def nvmlDeviceGetHandleByPciBusId(self, bus: str) -> str:
         self.asked.append(f"pci {bus}")
         return "watched"
@@ -96,6 +99,7 @@ def watch(
     *,
     own: set[int] | None = None,
     visible: Callable[[int], bool] = lambda pid: True,
+    timed: Callable[[], bool] = lambda: True,
 ) -> Health:
     monitor = Monitor(
         "cuda",
@@ -105,6 +109,7 @@ def watch(
         poll_s=3600,  # the test polls by hand
         own_pids=lambda: {100} if own is None else own,
         visible=visible,
+        timed=timed,
     )
     monitor.start()
     for _ in range(polls):
@@ -240,3 +245,43 @@ def test_compute_mode_is_read_from_the_watched_gpu() -> None:
     assert compute_mode(GpuId(0, uuid="GPU-0000-watched"), lambda: nvml) == EXCLUSIVE_PROCESS
     assert compute_mode(GpuId(0, uuid="GPU-other"), lambda: nvml) is None
     assert compute_mode(GpuId(0), lambda: None) is None
+
+
+def test_a_mig_instance_is_found_by_its_mig_uuid_and_watched_through_its_gpu() -> None:
+    nvml = FakeNvml(uuid="MIG-1234")  # CUDA gave the UUID bare, we guessed GPU- first
+    assert gpu_handle(nvml, GpuId(0, uuid="GPU-1234")) == "parent of watched"
+    assert nvml.asked == ["uuid GPU-1234", "uuid MIG-1234"]
+    with pytest.raises(LookupError):
+        gpu_handle(FakeNvml(uuid="GPU-other"), GpuId(0, uuid="GPU-1234"))
+
+
+def test_clocks_are_read_only_while_a_block_is_timed() -> None:
+    """Between compiles a GPU idles at low clocks: read then, every unlocked GPU would be
+    reported as moving."""
+    timing = iter([False, True, True, False])
+    health = watch(FakeNvml(clocks=(1980, 1980, 345)), polls=3, timed=lambda: next(timing))
+    assert health.facts["sm_clock_mhz_range"] == [1980, 1980]
+    assert not [w for w in health.warnings if "clock" in w]
+    assert "sm_clock_mhz_range" not in watch(FakeNvml(), timed=lambda: False).facts
+
+
+def test_the_sampler_says_when_it_times_a_block() -> None:
+    from perfguard.measure.clock import FakeClock
+    from perfguard.measure.sampling import TIMED, SamplingSettings, sample
+
+    seen: list[bool] = []
+    sample(
+        lambda: seen.append(TIMED.is_set()),
+        FakeClock([1.0] * 500),
+        SamplingSettings(
+            repeats=2,
+            rewarm_calls=1,
+            min_samples_per_repeat=3,
+            max_samples_per_repeat=3,
+            min_warmup=0,
+            warmup_window=1,
+            budget_s=0.001,
+        ),
+    )
+    assert seen[0] is False  # warming up
+    assert seen.count(True) == 6 and not TIMED.is_set()

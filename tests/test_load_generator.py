@@ -13,7 +13,7 @@ from benchmarks.detection import load, main
 COUNT_HOGS = """
 import os, sys
 from pathlib import Path
-from perfguard.health import process_tree
+from perfguard.processes import process_tree
 tree = process_tree(os.getppid()) - {os.getppid(), os.getpid()}  # this command's siblings
 hogs = [p for p in tree if b"follow_parent" in Path(f"/proc/{p}/cmdline").read_bytes()]
 Path(sys.argv[1]).write_text(" ".join(map(str, hogs)))

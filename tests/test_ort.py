@@ -85,3 +85,19 @@ def test_keyword_inputs_feed_the_graph_inputs_of_their_name() -> None:
     assert [float(t[0]) for t in fed] == [0.0, 2.0, 1.0]
     with pytest.raises(VariantUnavailableError, match="3 inputs"):
         _feeds_in_order(["a", "b", "c"], [a], {"mask": m})
+
+
+def test_on_cuda_without_the_cuda_provider_the_variant_skips_before_exporting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import onnxruntime
+
+    from perfguard.variants.ort import OnnxRuntime
+    from perfguard.variants.spec import VariantPart
+
+    monkeypatch.setattr(onnxruntime, "get_available_providers", lambda: ["CPUExecutionProvider"])
+    part = VariantPart("onnxruntime", "onnxruntime")
+    why = OnnxRuntime().unavailable_reason(part, torch.device("cuda"))
+    assert why is not None and "needs the package 'onnxruntime-gpu'" in why
+    assert 'pip install "perfguard[onnx-gpu]"' in why
+    assert OnnxRuntime().unavailable_reason(part, torch.device("cpu")) is None

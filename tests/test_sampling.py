@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import pytest
 
@@ -112,3 +113,23 @@ def test_noisy_fake_clock_is_reproducible() -> None:
 def test_bad_settings_are_refused(field: str, value: float) -> None:
     with pytest.raises(ValueError, match=field.split("_")[0]):
         SamplingSettings(**{field: value})  # type: ignore[arg-type]
+
+
+def test_warm_up_lasts_its_wall_time_floor_even_once_stable() -> None:
+    ticks = iter(range(10_000))
+    settings = SamplingSettings(min_warmup_wall_ms=500.0, max_warmup=20)
+    plain = warm_up(lambda: None, FakeClock([1.0] * 1000), replace(settings, min_warmup_wall_ms=0))
+    floored = warm_up(
+        lambda: None, FakeClock([1.0] * 1000), settings, now=lambda: next(ticks) * 0.01
+    )
+    assert plain.stable and plain.calls == 10  # two windows agree at once
+    assert floored.stable and floored.calls > settings.max_warmup  # 0.5 s of 10 ms reads
+
+
+def test_on_cuda_warm_up_has_a_time_floor_and_elsewhere_none() -> None:
+    from perfguard.measure.sampling import CUDA_WARMUP_FLOOR_MS, for_device
+
+    assert for_device(SamplingSettings(), "cuda").min_warmup_wall_ms == CUDA_WARMUP_FLOOR_MS
+    assert for_device(SamplingSettings(), "cpu") == SamplingSettings()
+    longer = SamplingSettings(min_warmup_wall_ms=2000.0)
+    assert for_device(longer, "cuda") == longer

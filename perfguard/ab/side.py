@@ -21,6 +21,7 @@ from typing import Any
 
 import perfguard
 from perfguard.ab.channel import ENV_ITEMS, ENV_SIDE, ENV_TRACES, Message, open_listener
+from perfguard.measure.sampling import TIMED
 from perfguard.records import VariantResult
 
 CONNECT_TIMEOUT_S = 300.0  # importing torch and collecting on a cold runner can be slow
@@ -260,8 +261,12 @@ class Side:
                 return SideOutcome(result, message["outcome"], message["message"], environment)
 
     def block(self) -> tuple[float, ...]:
-        self.send("block")
-        message = self.recv()
+        TIMED.set()  # the worker times it: the driver's health monitor reads the clocks
+        try:
+            self.send("block")
+            message = self.recv()
+        finally:
+            TIMED.clear()
         return tuple(message["times"])
 
     def finish(self) -> SideOutcome:

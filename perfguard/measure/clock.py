@@ -10,8 +10,11 @@ dynamo's guard checks and the kernel launches (on CUDA the events bracket the la
 stream, so host overhead shows whenever the GPU waits for it), and it runs with a hot L2
 cache, since the previous call has just run. That is the latency a serving loop sees.
 `triton.testing.do_bench` instead flushes L2 before each call; `flush_l2` (the option
-`--perfguard-flush-l2`) does the same here: it zeroes a buffer twice the size of L2 on the
-stream before the start event, so the flush is ordered before the call and never timed.
+`--perfguard-flush-l2`) does the same here: it zeroes a buffer twice the size of L2 and waits
+for that to finish before the start event. Waiting matters: were the call dispatched while
+the flush runs, its launches would hide behind the flush, and a launch-bound call would read
+faster cold than hot. The buffer is freed before memory is measured (`release`), so that it
+is in no variant's peak.
 """
 
 from __future__ import annotations
@@ -57,23 +60,32 @@ class CudaEventClock:
         self._device = device
         self._start = torch.cuda.Event(enable_timing=True)
         self._end = torch.cuda.Event(enable_timing=True)
-        self._scratch = None
+        self._scratch: Any = None
+        self._flush_bytes = 0
         if flush_l2:
             l2 = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0))
-            size = 2 * l2 if l2 > 0 else 256 * 2**20  # do_bench's 256 MiB where L2 is unknown
-            self._scratch = torch.empty(size, dtype=torch.int8, device=device)
+            self._flush_bytes = 2 * l2 if l2 > 0 else 256 * 2**20  # do_bench's 256 MiB
             self.name = "cuda_event+l2_flush"
 
     def time_call(self, fn: Callable[[], Any]) -> float:
         torch = self._torch
         stream = torch.cuda.current_stream(self._device)
-        if self._scratch is not None:
-            self._scratch.zero_()  # evicts L2; enqueued before the start event: not timed
+        if self._flush_bytes:
+            if self._scratch is None:
+                self._scratch = torch.empty(
+                    self._flush_bytes, dtype=torch.int8, device=self._device
+                )
+            self._scratch.zero_()  # evicts L2
+            stream.synchronize()  # and is done before the call is dispatched: never timed
         self._start.record(stream)
         fn()
         self._end.record(stream)
         self._end.synchronize()
         return float(self._start.elapsed_time(self._end))
+
+    def release(self) -> None:
+        """Free the flush buffer (the next timed call makes it again)."""
+        self._scratch = None
 
 
 class FakeClock:

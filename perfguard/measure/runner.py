@@ -27,7 +27,14 @@ from perfguard.measure.isolation import (
     torch_state,
 )
 from perfguard.measure.memory import MemoryReading, probe_for
-from perfguard.measure.sampling import Progress, Sampler, SamplingOutcome, SamplingSettings, sample
+from perfguard.measure.sampling import (
+    Progress,
+    Sampler,
+    SamplingOutcome,
+    SamplingSettings,
+    for_device,
+    sample,
+)
 from perfguard.records import (
     Counters,
     Details,
@@ -293,16 +300,17 @@ def _take(
     sampler: Sampler,
 ) -> _Taken:
     """Compile, sample, then (untimed) peak memory, outputs for drift and exact counts."""
-    # CUDA graphs (reduce-overhead) that inductor declined, counted for this variant
-    skips_before = cudagraph_skips() if built.compiled and device.type == "cuda" else None
     cache = fresh_compile_cache() if built.compiled else contextlib.nullcontext()
     with cache:
         call, compiled = _compile(built, device, settings, progress)
-        outcome = sampler(call, clock, settings.sampling, progress)
+        outcome = sampler(call, clock, for_device(settings.sampling, device.type), progress)
         recompiles = (
             dynamo_counts()[2] - compiled.frames_before_sampling if built.compiled else None
         )
         progress("peak memory")
+        release = getattr(clock, "release", None)
+        if release is not None:
+            release()  # the L2 flush's buffer is no part of the variant's memory
         probe = probe_for(device)
         probe.start()
         for _ in range(max(settings.memory_calls, 1)):
@@ -328,7 +336,9 @@ def _take(
         counted=counted,
         profile=profile,
         counting_failed=failed,
-        cudagraph_skips=None if skips_before is None else cudagraph_skips() - skips_before,
+        # CUDA graphs (reduce-overhead) that inductor declined: dynamo's counters were
+        # cleared before the compile that was timed, so what they hold now is this variant's
+        cudagraph_skips=cudagraph_skips() if built.compiled and device.type == "cuda" else None,
     )
 
 

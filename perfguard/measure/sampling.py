@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import statistics
+import threading
+import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from perfguard.measure.clock import Clock
@@ -35,6 +37,7 @@ class SamplingSettings:
     warmup_window: int = 5
     warmup_tolerance: float = 0.05  # medians of the last two windows within 5%
     max_warmup_ms: float = 3000.0  # measured time after `min_warmup`, then give up
+    min_warmup_wall_ms: float = 0.0  # warm up at least this long (CUDA: clocks leave idle)
     repeats: int = 5
     rewarm_calls: int = 2
     min_samples_per_repeat: int = 10
@@ -60,8 +63,21 @@ class SamplingSettings:
             raise ValueError("min_samples_per_repeat must be <= max_samples_per_repeat")
         if not self.budget_s > 0 or not self.max_warmup_ms >= 0:
             raise ValueError("budget_s must be > 0 and max_warmup_ms >= 0")
+        if not 0 <= self.min_warmup_wall_ms < float("inf"):
+            raise ValueError("min_warmup_wall_ms must be 0 or more")
         if not 0 < self.warmup_tolerance < 1:
             raise ValueError("warmup_tolerance must be between 0 and 1")
+
+
+CUDA_WARMUP_FLOOR_MS = 250.0
+"""Warm-up on a GPU lasts at least this long: its clocks rise only under load."""
+
+
+def for_device(settings: SamplingSettings, device_type: str) -> SamplingSettings:
+    """`settings` as they apply on `device_type` (on CUDA, the warm-up's time floor)."""
+    if device_type != "cuda" or settings.min_warmup_wall_ms >= CUDA_WARMUP_FLOOR_MS:
+        return settings
+    return replace(settings, min_warmup_wall_ms=CUDA_WARMUP_FLOOR_MS)
 
 
 @dataclass(frozen=True)
@@ -90,16 +106,23 @@ def warm_up(
     clock: Clock,
     settings: SamplingSettings,
     progress: Progress = _no_progress,
+    now: Callable[[], float] = time.perf_counter,
 ) -> WarmupOutcome:
-    """Call until the median of the last window agrees with the one before it."""
+    """Call until the median of the last window agrees with the one before it, and for at
+    least `min_warmup_wall_ms` of wall time (a GPU raises its clocks only under load: a
+    short warm-up would sample it on its way up)."""
     times: list[float] = []
     window = settings.warmup_window
     spent_after_min = 0.0
-    while len(times) < settings.max_warmup:
+    floor_s = settings.min_warmup_wall_ms / 1e3
+    started = now()
+    while len(times) < settings.max_warmup or now() - started < floor_s:
         elapsed = clock.time_call(call)
         times.append(elapsed)
         if len(times) > settings.min_warmup:
             spent_after_min += elapsed
+        if now() - started < floor_s:
+            continue
         if len(times) >= max(settings.min_warmup, 2 * window):
             last = statistics.median(times[-window:])
             before = statistics.median(times[-2 * window : -window])
@@ -146,17 +169,26 @@ def sample(
     return SamplingOutcome(warmup, tuple(blocks))
 
 
+TIMED = threading.Event()
+"""Set while this process times a block: the runner-health monitor reads the GPU's clocks
+then only (between compiles a GPU idles at low clocks, which says nothing of the run)."""
+
+
 def _repeat(call: Callable[[], Any], clock: Clock, settings: SamplingSettings) -> tuple[float, ...]:
     """One repeat: re-warm, then a block with its share (`budget_s / repeats`) of the time."""
     for _ in range(settings.rewarm_calls):
         call()
-    return sample_block(
-        call,
-        clock,
-        min_samples=settings.min_samples_per_repeat,
-        max_samples=settings.max_samples_per_repeat,
-        budget_ms=settings.budget_s * 1000.0 / settings.repeats,
-    )
+    TIMED.set()
+    try:
+        return sample_block(
+            call,
+            clock,
+            min_samples=settings.min_samples_per_repeat,
+            max_samples=settings.max_samples_per_repeat,
+            budget_ms=settings.budget_s * 1000.0 / settings.repeats,
+        )
+    finally:
+        TIMED.clear()
 
 
 Command = str  # "block": sample one repeat and hand it over; "finish": stop sampling

@@ -99,7 +99,9 @@ class Measuring:
             gpu = cuda_gpu_id(int(device.partition(":")[2] or 0))
             state.exclusive_gpu = compute_mode(gpu) == EXCLUSIVE_PROCESS
         self.check_device()
-        state.monitor = Monitor(device.partition(":")[0], gpu=gpu)
+        from perfguard.measure.sampling import TIMED
+
+        state.monitor = Monitor(device.partition(":")[0], gpu=gpu, timed=TIMED.is_set)
         state.monitor.start()
 
     def cuda_available(self) -> bool:

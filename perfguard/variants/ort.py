@@ -42,7 +42,19 @@ class OnnxRuntime:
     tolerance_class = "compiled-fp32"
 
     def unavailable_reason(self, part: VariantPart, device: torch.device) -> str | None:
-        return self.requirements.unmet(part.name, device)
+        missing = self.requirements.unmet(part.name, device)
+        if missing is not None or device.type != "cuda":
+            return missing
+        import onnxruntime as ort
+
+        if "CUDAExecutionProvider" not in ort.get_available_providers():
+            # said before the export (seconds) is begun, not after it
+            return (
+                f"{part.name} needs the package 'onnxruntime-gpu' on CUDA (the installed "
+                'onnxruntime has no CUDAExecutionProvider): pip install "perfguard[onnx-gpu]", '
+                "without the CPU package onnxruntime beside it"
+            )
+        return None
 
     def build(
         self,
@@ -71,19 +83,22 @@ class OnnxRuntime:
         details["export_time_s"] = time.perf_counter() - started
         details["onnx_model_bytes"] = len(data)
 
-        available = ort.get_available_providers()
-        use_cuda = device.type == "cuda" and "CUDAExecutionProvider" in available
-        if device.type == "cuda" and not use_cuda:
-            raise VariantUnavailableError(
-                "onnxruntime: this run is on CUDA but the installed onnxruntime has no "
-                "CUDAExecutionProvider (pip install onnxruntime-gpu)"
-            )
+        use_cuda = device.type == "cuda"  # (its provider is there: unavailable_reason)
         index = _cuda_index(device) if use_cuda else 0
         providers = provider_list(use_cuda, index)
         options = ort.SessionOptions()
         options.log_severity_level = 3
+        if use_cuda:  # a node the CUDA provider cannot run fails the session, never runs on the CPU
+            options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
         started = time.perf_counter()
-        session = ort.InferenceSession(data, sess_options=options, providers=providers)
+        try:
+            session = ort.InferenceSession(data, sess_options=options, providers=providers)
+        except Exception as exc:  # on CUDA: a node its provider cannot run (no CPU fallback)
+            if not use_cuda:
+                raise
+            raise VariantUnavailableError(
+                f"onnxruntime: the CUDA provider cannot run this model whole: {first_line(exc)}"
+            ) from exc
         details["session_create_time_s"] = time.perf_counter() - started
         details["ort_provider"] = check_provider(session, use_cuda)
         names = [i.name for i in session.get_inputs()]

@@ -1,0 +1,331 @@
+"""make gpu-check: perfguard on a GPU, in stages that each fit one call of a lent machine.
+
+    python3 tools/gpu_check.py [--steps env,cuda,timer,variants,autotune,study] [--out DIR]
+
+(`make gpu-check` runs it with `GPU_CHECK_STEPS` and `GPU_CHECK_OUT`, default `$OUT` when set,
+else `gpu-check/`.) On a CUDA machine with this tree. It pins nothing: it uses the machine's
+own torch, triton, onnx and nvidia-ml-py, installs what the image lacks from wheels in `.whl/`
+when they are there (`make gpu-wheels`), and perfguard itself from this tree, into a
+temporary folder. Without CUDA it says so in one line and exits 2 (`--device cpu` rehearses
+the stages on the CPU: how the tests check the staging, and where the time estimates in the
+runner docs come from).
+
+Each stage ends by itself within `--stage-seconds` (default 450: a 10-minute call with room
+for the machine's start and the transfers); a step that would start after that is listed as
+not run, with the command that runs it alone. What a stage writes goes into one archive,
+`<stage>.tar.gz`, rewritten whole after every step (a kill loses only the step in flight),
+and one line per step goes into `summary.txt`: at most 7 files for all six stages, every
+name plain.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+STAGES = ("env", "cuda", "timer", "variants", "autotune", "study")
+AUTOTUNE = ("compile-max-autotune-no-cudagraphs", "compile-max-autotune")
+"""The variants with the longest cold compiles (inductor tries kernel configurations): their
+own stage."""
+VARIANTS = (
+    "eager",
+    "amp-bf16",
+    "amp-fp16",
+    "int8-dynamic",
+    "int8-weight-only",
+    "prune-l1-unstructured",
+    "prune-ln-structured",
+    "onnxruntime",
+    "compile-default",
+    "compile-reduce-overhead",
+)
+"""The other variants, quickest first, so a stage cut short has measured the most."""
+STUDY_PLAN = ("0:8", "5:8", "20:4")
+"""Injected change (%): runs, each level its own step (the runs are kept as they finish)."""
+RESERVE_S = 20.0
+"""Kept back from the stage's time for the steps that sum it up and for the archive."""
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    argv: tuple[str, ...]  # `{py}`, `{work}`, `{device}` are filled in
+    needs: tuple[str, ...] = ()  # programs it cannot do without (git, nvidia-smi)
+    closing: bool = False  # sums the stage up: runs even when its time is spent
+
+
+@dataclass
+class Context:
+    out: Path
+    device: str
+    seconds: float
+    python: str
+    env: dict[str, str]
+    say: Callable[[str], None]
+
+
+def steps(stage: str) -> list[Step]:
+    """The steps of `stage`, in order."""
+    pytest = ("{py}", "-m", "pytest", "-p", "no:cacheprovider")
+    if stage == "env":
+        return [
+            Step("nvidia-smi", ("nvidia-smi",), needs=("nvidia-smi",)),
+            Step("torch, CUDA and NVML", ("{py}", "tools/gpu_env.py", "--device", "{device}")),
+        ]
+    if stage == "cuda":
+        return [
+            Step(
+                f"cuda tests: {name}",
+                (*pytest, f"tests/{name}.py", "-v", "-rs", f"--junitxml={{work}}/{name}.xml"),
+            )
+            for name in ("test_cuda", "test_health", "test_ort")
+        ]
+    if stage == "timer":
+        return [
+            Step(
+                "timer accuracy (Timer, do_bench)",
+                ("{py}", "benchmarks/timer_accuracy.py", "--device", "{device}", "--rounds", "5"),
+            )
+        ]
+    if stage in ("variants", "autotune"):
+        return [
+            Step(
+                variant,
+                (
+                    *pytest,
+                    "examples/perf",
+                    "--perfguard",
+                    "--perfguard-device={device}",
+                    f"--perfguard-variants={variant}",
+                    "--perfguard-compare=none",
+                    f"--perfguard-json={{work}}/{variant}.json",
+                    f"--perfguard-report={{work}}/{variant}.md",
+                ),
+            )
+            for variant in (AUTOTUNE if stage == "autotune" else VARIANTS)
+        ]
+    if stage == "study":
+        study = ("{py}", "benchmarks/detection.py")
+        return [
+            *(
+                Step(
+                    f"paired study, +{plan.split(':')[0]}%",
+                    (*study, "run-ab", "--dir", "{work}/ab", "--plan", plan),
+                    needs=("git",),
+                )
+                for plan in STUDY_PLAN
+            ),
+            Step(
+                "paired study, the table",
+                (*study, "analyze", "--ab-dir", "{work}/ab"),
+                closing=True,
+            ),
+        ]
+    raise ValueError(f"no stage {stage!r}: the stages are {', '.join(STAGES)}")
+
+
+def pack(work: Path, archive: Path) -> None:
+    """`work` as `archive` (tar.gz), replaced whole: a kill leaves the last whole one."""
+    partial = archive.with_name(archive.name + ".partial")
+    with tarfile.open(partial, "w:gz") as tar:
+        tar.add(work, arcname=archive.name.removesuffix(".tar.gz"))
+    os.replace(partial, archive)
+
+
+def run_stage(stage: str, ctx: Context, only: int | None = None) -> bool:
+    """Run the steps of `stage` (or its step number `only`) within its time; True when
+    every step that ran passed."""
+    work = Path(tempfile.mkdtemp(prefix=f"gpu-check-{stage}-"))
+    archive = ctx.out / f"{stage}.tar.gz"
+    deadline = time.monotonic() + ctx.seconds - RESERVE_S
+    ctx.say(f"== {stage}")
+    ok = True
+    try:
+        for number, step in enumerate(steps(stage), 1):
+            if only is not None and number != only:
+                continue
+            missing = [tool for tool in step.needs if shutil.which(tool) is None]
+            left = deadline - time.monotonic()
+            if missing:
+                ctx.say(f"   {step.name}: skipped, no {' or '.join(missing)} on this machine")
+                continue
+            if left <= 0 and not step.closing:
+                ctx.say(
+                    f"   {step.name}: not run, the stage's {ctx.seconds:.0f} s are spent "
+                    f"(run it in a call of its own: --steps {stage} --only {number})"
+                )
+                continue
+            ok &= _run_step(step, number, work, ctx, max(left, RESERVE_S / 2))
+            pack(work, archive)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return ok
+
+
+def _run_step(step: Step, number: int, work: Path, ctx: Context, seconds: float) -> bool:
+    fill = {"py": ctx.python, "work": str(work), "device": ctx.device}
+    argv = list(step.argv)
+    for key, value in fill.items():  # (not str.format: a command may hold braces)
+        argv = [part.replace(f"{{{key}}}", value) for part in argv]
+    log = work / f"{number:02d}-{_plain(step.name)}.log"
+    started = time.monotonic()
+    with log.open("w", encoding="utf-8") as sink:
+        sink.write("$ " + " ".join(argv) + "\n")
+        sink.flush()
+        try:
+            done = subprocess.run(
+                argv,
+                cwd=ROOT,
+                env=ctx.env,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                timeout=seconds,
+                check=False,
+            )
+            code: int | None = done.returncode
+        except subprocess.TimeoutExpired:
+            code = None
+        except OSError as exc:
+            sink.write(f"could not start: {exc}\n")
+            code = 127
+    took = time.monotonic() - started
+    if code is None:
+        ctx.say(f"   {step.name}: stopped at the stage's deadline after {took:.0f} s")
+        return False
+    ctx.say(f"   {step.name}: exit {code} after {took:.0f} s")
+    return code == 0
+
+
+def _plain(name: str) -> str:
+    """A file name of letters, digits, '.', '_' and '-' alone."""
+    out = "".join(c if c.isalnum() or c in "._-" else "-" for c in name)
+    return "-".join(part for part in out.split("-") if part)[:60]
+
+
+def _has_cuda(python: str) -> bool:
+    probe = "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"
+    return subprocess.run([python, "-c", probe], capture_output=True, check=False).returncode == 0
+
+
+def _install(python: str, site: Path) -> str | None:
+    """perfguard from this tree, and the wheels in .whl/, into `site`; None, or what failed
+    (with pip's last lines)."""
+    pip = [
+        python,
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "--no-index",
+        "--no-deps",
+        "--no-compile",
+        "--no-cache-dir",
+        "--upgrade",
+        "--target",
+        str(site),
+    ]
+    wheels = sorted(str(p) for p in (ROOT / ".whl").glob("*.whl"))
+    for what, argv in (
+        ("the wheels in .whl/", [*pip, *wheels] if wheels else None),
+        ("perfguard from this tree", [*pip, "--no-build-isolation", str(ROOT)]),
+    ):
+        if argv is None:
+            continue
+        done = subprocess.run(argv, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            tail = " | ".join((done.stdout + done.stderr).strip().splitlines()[-3:])
+            return f"{what} did not install: {tail}"
+    return None
+
+
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="gpu-check", description=__doc__.split("\n\n")[0])
+    p.add_argument(
+        "--steps",
+        default=os.environ.get("GPU_CHECK_STEPS") or ",".join(STAGES),
+        help=f"the stages to run, in order (default: {','.join(STAGES)})",
+    )
+    p.add_argument("--only", type=int, help="one step of a single stage, by its number")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path(os.environ.get("GPU_CHECK_OUT") or os.environ.get("OUT") or "gpu-check"),
+    )
+    p.add_argument(
+        "--device",
+        choices=("cuda", "cpu"),
+        default="cuda",
+        help="cpu: a rehearsal of the stages where there is no GPU",
+    )
+    p.add_argument(
+        "--stage-seconds",
+        type=float,
+        default=float(os.environ.get("GPU_CHECK_STAGE_SECONDS") or 450),
+    )
+    args = p.parse_args(argv)
+    args.stages = [s.strip() for s in args.steps.split(",") if s.strip()]
+    unknown = [s for s in args.stages if s not in STAGES]
+    if unknown or not args.stages:
+        p.error(
+            f"unknown stage {', '.join(unknown) or '(none)'}: the stages are {', '.join(STAGES)}"
+        )
+    if args.only is not None and (
+        len(args.stages) != 1 or not 1 <= args.only <= len(steps(args.stages[0]))
+    ):
+        p.error("--only picks a step of one stage by its number: name that stage alone")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse(argv)
+    python = os.environ.get("PYTHON") or sys.executable
+    if args.device == "cuda" and not _has_cuda(python):
+        print(
+            f"gpu-check: no CUDA device here ({python} cannot import a torch that sees one): "
+            "run it on a GPU machine",
+            file=sys.stderr,
+        )
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    summary = args.out.resolve() / "summary.txt"
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+        with summary.open("a", encoding="utf-8") as f:
+            f.write(line + "\n")
+
+    with tempfile.TemporaryDirectory(prefix="gpu-check-site-") as site:
+        failed = _install(python, Path(site))
+        if failed:
+            print(f"gpu-check: {failed}", file=sys.stderr)
+            return 2
+        env = {
+            **os.environ,
+            "PYTHONUNBUFFERED": "1",
+            "PYTHONPATH": os.pathsep.join(filter(None, [site, os.environ.get("PYTHONPATH")])),
+        }
+        ctx = Context(args.out.resolve(), args.device, args.stage_seconds, python, env, say)
+        tools = ", ".join(f"{t}: {'yes' if shutil.which(t) else 'no'}" for t in ("git", "make"))
+        say(
+            f"gpu-check on {args.device}, stages {','.join(args.stages)} ({tools}; without git "
+            "the paired study is skipped, without make run `python3 tools/gpu_check.py`)"
+        )
+        ok = True
+        for stage in args.stages:
+            ok &= run_stage(stage, ctx, args.only)
+    say(f"gpu-check: {'every step passed' if ok else 'some steps failed or did not run'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
