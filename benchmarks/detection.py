@@ -64,6 +64,8 @@ HISTORY_WINDOW = 20  # baselines the noise floor is learned from, as FinishSetti
 DEFAULT_DIR = Path("reports/detection")
 DEFAULT_AB_DIR = Path("reports/detection-ab")
 AB_PLAN = {0: 25, 5: 5, 10: 15, 20: 5, 100: 5}  # A/B runs per injected level (two models each)
+AB_LEVELS = (0, 2, 5, 10, 20, 100)  # what `--plan` may ask for (+2%: the GPU-bound model)
+GPU_DEPTH = 100  # blocks of the GPU-bound model: +2% and +5% are whole blocks
 LOADS = ("none", "steady", "bursty", "busy")
 
 
@@ -121,7 +123,11 @@ def _build(kind: str, extra_pct: int) -> tuple[Any, tuple[Any, ...]]:
     gen = torch.Generator().manual_seed(0)
     torch.manual_seed(0)
     layers: list[nn.Module] = []
-    if kind == "linear":
+    if kind == "gpu-linear":  # GPU-bound: each block a 2048 x 1024 x 1024 matmul
+        for _ in range(GPU_DEPTH + round(GPU_DEPTH * extra_pct / 100)):
+            layers += [nn.Linear(1024, 1024), nn.ReLU()]
+        x = torch.randn(2048, 1024, generator=gen)
+    elif kind == "linear":
         for _ in range(blocks):
             layers += [nn.Linear(256, 256), nn.ReLU()]
         x = torch.randn(64, 256, generator=gen)
@@ -324,12 +330,15 @@ def _targets(directory: Path, steps: Sequence[Step], step: Step, ab: bool) -> li
 
 # --- same-job A/B mode ----------------------------------------------------------------
 
-STUDY_TEST = """
+
+def _study_test(kinds: Sequence[str], variants: Sequence[str]) -> str:
+    """The scratch repository's perf test: the models `kinds`, each in `variants`."""
+    return f"""
 import pytest
 from study_models import build
 
-@pytest.mark.perfguard(variants=["eager"])
-@pytest.mark.parametrize("kind", ["linear", "conv"])
+@pytest.mark.perfguard(variants={list(variants)!r})
+@pytest.mark.parametrize("kind", {list(kinds)!r})
 def test_model(perfguard, kind):
     model, inputs = build(kind)
     perfguard.run(model, inputs)
@@ -340,7 +349,7 @@ def _study_models(extra_pct: int) -> str:
     """The models module of the scratch repository: `_build` itself, at one level."""
     return (
         "from __future__ import annotations\n\nfrom typing import Any\n\n"
-        f"DEPTH = {DEPTH}\nEXTRA_PCT = {extra_pct}\n\n\n"
+        f"DEPTH = {DEPTH}\nGPU_DEPTH = {GPU_DEPTH}\nEXTRA_PCT = {extra_pct}\n\n\n"
         + inspect.getsource(_build)
         + "\n\ndef build(kind):\n    return _build(kind, EXTRA_PCT)\n"
     )
@@ -359,19 +368,28 @@ STUDY_PYTEST = (
 
 
 def ab_repository(
-    directory: Path, levels: Sequence[int] = tuple(AB_PLAN)
+    directory: Path,
+    levels: Sequence[int] = tuple(AB_PLAN),
+    kinds: Sequence[str] = MODELS,
+    variants: Sequence[str] = ("eager",),
 ) -> tuple[Path, str, dict[int, str]]:
-    """(repo, base sha, head sha per level), made once and reused when resuming."""
+    """(repo, base sha, head sha per level), made once and reused when resuming (with the
+    same models and variants: a study is not resumed with others)."""
     repo = directory / "repo"
     index = directory / "commits.json"
     if index.exists():
         saved = json.loads(index.read_text())
+        suite = {"kinds": list(kinds), "variants": list(variants)}
+        if saved.get("suite", suite) != suite or not set(levels) <= {
+            int(k) for k in saved["heads"]
+        }:
+            raise SystemExit(f"{directory} holds a study of other models, variants or levels")
         return repo, saved["base"], {int(k): v for k, v in saved["heads"].items()}
     repo.mkdir(parents=True)
     _git(repo, "init", "-q", "-b", "main")
     _git(repo, "config", "user.email", "study@perfguard")
     _git(repo, "config", "user.name", "perfguard study")
-    (repo / "test_study.py").write_text(STUDY_TEST, encoding="utf-8")
+    (repo / "test_study.py").write_text(_study_test(kinds, variants), encoding="utf-8")
     (repo / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")  # its own rootdir
     (repo / "study_models.py").write_text(_study_models(0), encoding="utf-8")
     _git(repo, "add", "-A")
@@ -383,23 +401,33 @@ def ab_repository(
         (repo / "study_models.py").write_text(_study_models(level), encoding="utf-8")
         _git(repo, "commit", "-q", "--allow-empty", "-am", f"head +{level}%")
         heads[level] = _git(repo, "rev-parse", "HEAD")
-    index.write_text(json.dumps({"base": base, "heads": heads}), encoding="utf-8")
+    suite = {"kinds": list(kinds), "variants": list(variants)}
+    index.write_text(json.dumps({"base": base, "heads": heads, "suite": suite}), encoding="utf-8")
     return repo, base, heads
 
 
 def run_ab_study(
-    directory: Path, seed: int, runs: dict[int, int] | None = None, pattern: str = "none"
+    directory: Path,
+    seed: int,
+    runs: dict[int, int] | None = None,
+    pattern: str = "none",
+    suite: tuple[Sequence[str], Sequence[str]] = (MODELS, ("eager",)),
 ) -> None:
     """`runs`: A/B runs per injected level (default AB_PLAN); `pattern`: the load generator's
-    other work during the runs (`load`)."""
+    other work during the runs (`load`); `suite`: the models and the variants."""
     with load(pattern, seed):
-        _run_ab_study(directory, seed, runs)
+        _run_ab_study(directory, seed, runs, suite)
 
 
-def _run_ab_study(directory: Path, seed: int, runs: dict[int, int] | None = None) -> None:
+def _run_ab_study(
+    directory: Path,
+    seed: int,
+    runs: dict[int, int] | None,
+    suite: tuple[Sequence[str], Sequence[str]],
+) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     runs = runs or AB_PLAN
-    repo, base, heads = ab_repository(directory, tuple(runs))
+    repo, base, heads = ab_repository(directory, tuple(runs), *suite)
     plan = [(level, i) for level, count in runs.items() for i in range(count)]
     random.Random(seed).shuffle(plan)
     todo = [(lv, i) for lv, i in plan if not (directory / f"ab-plus{lv:02d}-{i:03d}.json").exists()]
@@ -480,12 +508,12 @@ def wall_table(doc: dict[str, Any]) -> str:
 
 
 def _plan(text: str) -> dict[int, int]:
-    """'0:8,5:8' -> {0: 8, 5: 8}; levels must be among AB_PLAN's (the study's models)."""
+    """'0:8,5:8' -> {0: 8, 5: 8}; levels among AB_LEVELS (the study's models have them)."""
     plan = {}
     for part in text.split(","):
         level, _, runs = part.partition(":")
-        if int(level) not in AB_PLAN:
-            raise argparse.ArgumentTypeError(f"level {level} is not one of {list(AB_PLAN)}")
+        if int(level) not in AB_LEVELS:
+            raise argparse.ArgumentTypeError(f"level {level} is not one of {list(AB_LEVELS)}")
         plan[int(level)] = int(runs)
     return plan
 
@@ -508,7 +536,7 @@ def analyze_ab(directories: Sequence[Path]) -> tuple[str, dict[int, dict[str, An
         return {"n": 0, "pg": 0, "flagged": 0, "inconclusive": 0, "effect": [], "pairs": [],
                 "wall": []}  # fmt: skip
 
-    tally: dict[int, dict[str, Any]] = {p: row0() for p in AB_PLAN}
+    tally: dict[int, dict[str, Any]] = {p: row0() for p in AB_LEVELS}
     for directory in directories:
         walls = json.loads((directory / "wall_s.json").read_text()) if (
             directory / "wall_s.json"
@@ -523,8 +551,11 @@ def analyze_ab(directories: Sequence[Path]) -> tuple[str, dict[int, dict[str, An
                 ab = (r.get("details") or {}).get("ab") or {}
                 if "pairs" in ab:
                     row["pairs"].append(ab["pairs"])
-            for test in sorted({c["test"] for c in doc["comparisons"]}):
-                mine = [c for c in doc["comparisons"] if c["test"] == test and c["gating"]]
+            for item in sorted({(c["test"], c["variant"]) for c in doc["comparisons"]}):
+                mine = [
+                    c for c in doc["comparisons"]
+                    if (c["test"], c["variant"]) == item and c["gating"]
+                ]  # fmt: skip
                 verdicts = {c["verdict"] for c in mine}
                 row["n"] += 1
                 row["pg"] += "regression" in verdicts
@@ -721,10 +752,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--plan",
         type=_plan,
         default=None,
-        help="runs per injected level, e.g. 0:8,5:8 (default: "
+        help="runs per injected level, e.g. 0:8,2:8 (default: "
         + ",".join(f"{k}:{v}" for k, v in AB_PLAN.items())
         + ")",
     )
+    run_ab.add_argument(
+        "--models",
+        default=",".join(MODELS),
+        help="linear, conv (launch-bound on a GPU), gpu-linear (GPU-bound)",
+    )
+    run_ab.add_argument("--variants", default="eager", help="the variants each model runs in")
     wall = sub.add_parser("wall", help="stored mode and the PR configuration, timed in turn")
     wall.add_argument("--dir", type=Path, default=Path("reports/detection-wall"))
     wall.add_argument("--runs", type=int, default=10)
@@ -749,7 +786,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         with load(args.pattern, 0):
             return subprocess.run(args.cmd, check=False).returncode
     if args.command == "run-ab":
-        run_ab_study(args.dir, args.seed, args.plan, args.load)
+        suite = (args.models.split(","), args.variants.split(","))
+        run_ab_study(args.dir, args.seed, args.plan, args.load, suite)
         table, _ = analyze_ab([args.dir])
         (args.dir / "summary.md").write_text(table + "\n", encoding="utf-8")
         print(table)

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-STAGES = ("env", "cuda", "timer", "variants", "autotune", "study")
+STAGES = ("env", "cuda", "timer", "variants", "autotune", "study", "study-gpu")
 AUTOTUNE = ("compile-max-autotune-no-cudagraphs", "compile-max-autotune")
 """The variants with the longest cold compiles (inductor tries kernel configurations): their
 own stage."""
@@ -52,6 +52,12 @@ VARIANTS = (
 """The other variants, quickest first, so a stage cut short has measured the most."""
 STUDY_PLAN = ("0:8", "5:8", "20:4")
 """Injected change (%): runs, each level its own step (the runs are kept as they finish)."""
+STUDY_GPU_PLAN = ("0:20", "2:10", "5:10")
+"""The GPU-bound model in eager and compile-reduce-overhead: 40 identical comparisons, and
+the small changes (+2%: two blocks in 100) a GPU run must be able to tell."""
+STATE = Path(os.environ.get("GPU_CHECK_STATE") or "/tmp/perfguard-gpu-check")
+"""Where the studies keep their runs between calls: a stage called again on a machine still
+warm goes on where the last call stopped (each run is kept as it finishes)."""
 RESERVE_S = 20.0
 """Kept back from the stage's time for the steps that sum it up and for the archive."""
 
@@ -59,7 +65,7 @@ RESERVE_S = 20.0
 @dataclass(frozen=True)
 class Step:
     name: str
-    argv: tuple[str, ...]  # `{py}`, `{work}`, `{device}` are filled in
+    argv: tuple[str, ...]  # `{py}`, `{work}`, `{device}`, `{state}` are filled in
     needs: tuple[str, ...] = ()  # programs it cannot do without (git, nvidia-smi)
     closing: bool = False  # sums the stage up: runs even when its time is spent
 
@@ -72,6 +78,7 @@ class Context:
     python: str
     env: dict[str, str]
     say: Callable[[str], None]
+    state: Path = STATE
 
 
 def steps(stage: str) -> list[Step]:
@@ -114,32 +121,40 @@ def steps(stage: str) -> list[Step]:
             )
             for variant in (AUTOTUNE if stage == "autotune" else VARIANTS)
         ]
-    if stage == "study":
+    if stage in ("study", "study-gpu"):
         study = ("{py}", "benchmarks/detection.py")
+        where = f"{{state}}/{stage}"
+        suite = ("--models", "gpu-linear", "--variants", "eager,compile-reduce-overhead")
+        plans, extra = (STUDY_PLAN, ()) if stage == "study" else (STUDY_GPU_PLAN, suite)
         return [
             *(
                 Step(
                     f"paired study, +{plan.split(':')[0]}%",
-                    (*study, "run-ab", "--dir", "{work}/ab", "--plan", plan),
+                    (*study, "run-ab", "--dir", where, "--plan", plan, *extra),
                     needs=("git",),
                 )
-                for plan in STUDY_PLAN
+                for plan in plans
             ),
-            Step(
-                "paired study, the table",
-                (*study, "analyze", "--ab-dir", "{work}/ab"),
-                closing=True,
-            ),
+            Step("paired study, the table", (*study, "analyze", "--ab-dir", where), closing=True),
         ]
     raise ValueError(f"no stage {stage!r}: the stages are {', '.join(STAGES)}")
 
 
-def pack(work: Path, archive: Path) -> None:
-    """`work` as `archive` (tar.gz), replaced whole: a kill leaves the last whole one."""
+def pack(work: Path, archive: Path, state: Path | None = None) -> None:
+    """`work` (and the stage's `state`, where it keeps runs) as `archive` (tar.gz), replaced
+    whole: a kill leaves the last whole one."""
+    name = archive.name.removesuffix(".tar.gz")
     partial = archive.with_name(archive.name + ".partial")
     with tarfile.open(partial, "w:gz") as tar:
-        tar.add(work, arcname=archive.name.removesuffix(".tar.gz"))
+        tar.add(work, arcname=name)
+        if state is not None and state.is_dir():
+            tar.add(state, arcname=f"{name}/state", filter=_no_repository)
     os.replace(partial, archive)
+
+
+def _no_repository(member: tarfile.TarInfo) -> tarfile.TarInfo | None:
+    """A study's scratch repository is rebuilt from its runs' files: not archived."""
+    return None if "/repo/" in member.name or member.name.endswith("/repo") else member
 
 
 def run_stage(stage: str, ctx: Context, only: int | None = None) -> bool:
@@ -166,14 +181,14 @@ def run_stage(stage: str, ctx: Context, only: int | None = None) -> bool:
                 )
                 continue
             ok &= _run_step(step, number, work, ctx, max(left, RESERVE_S / 2))
-            pack(work, archive)
+            pack(work, archive, ctx.state / stage)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return ok
 
 
 def _run_step(step: Step, number: int, work: Path, ctx: Context, seconds: float) -> bool:
-    fill = {"py": ctx.python, "work": str(work), "device": ctx.device}
+    fill = {"py": ctx.python, "work": str(work), "device": ctx.device, "state": str(ctx.state)}
     argv = list(step.argv)
     for key, value in fill.items():  # (not str.format: a command may hold braces)
         argv = [part.replace(f"{{{key}}}", value) for part in argv]
