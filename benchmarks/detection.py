@@ -425,9 +425,17 @@ def _run_ab_study(
     runs: dict[int, int] | None,
     suite: tuple[Sequence[str], Sequence[str]],
 ) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
     runs = runs or AB_PLAN
-    repo, base, heads = ab_repository(directory, tuple(runs), *suite)
+    for kind in suite[0]:
+        depth = GPU_DEPTH if kind == "gpu-linear" else DEPTH
+        for level in runs:
+            if level and round(depth * level / 100) * 100 != depth * level:
+                raise SystemExit(
+                    f"+{level}% is no whole number of {kind}'s {depth} blocks: "
+                    "use gpu-linear for +2%"
+                )
+    directory.mkdir(parents=True, exist_ok=True)
+    repo, base, heads = ab_repository(directory, AB_LEVELS, *suite)  # a later call may ask more
     plan = [(level, i) for level, count in runs.items() for i in range(count)]
     random.Random(seed).shuffle(plan)
     todo = [(lv, i) for lv, i in plan if not (directory / f"ab-plus{lv:02d}-{i:03d}.json").exists()]

@@ -12,6 +12,13 @@ from perfguard.variants.base import Requirements
 from perfguard.variants.spec import VariantPart
 
 CUDA_GRAPH_MODES = {"compile-reduce-overhead"}
+GRAPHED_ON_CUDA = {"compile-reduce-overhead", "compile-max-autotune"}
+"""The modes that record CUDA graphs on a GPU (max-autotune does too, unless told not to)."""
+POOL_NOTE = (
+    "memory: a CUDA-graph variant keeps its activations in the graph's private pool, "
+    "allocated when the graph was recorded; peak memory is what the replays allocate "
+    "(about weights and outputs), reserved memory holds the pool"
+)
 
 
 class Compile:

@@ -19,7 +19,7 @@ from perfguard.variants.base import (
     model_size_bytes,
     weight_sparsity,
 )
-from perfguard.variants.compile import Compile
+from perfguard.variants.compile import GRAPHED_ON_CUDA, POOL_NOTE, Compile
 from perfguard.variants.ort import OnnxRuntime
 from perfguard.variants.prune import Prune
 from perfguard.variants.quantize import Quantize
@@ -148,6 +148,8 @@ def _torch(
     )
     compile_part = spec.part("compile")
     compiler = COMPILE.compiler(compile_part) if compile_part is not None else None
+    if device.type == "cuda" and compile_part is not None and compile_part.name in GRAPHED_ON_CUDA:
+        notes.append(POOL_NOTE)  # which figure is which, for this variant
 
     def make_call(compiled: bool = True) -> Callable[[], Any]:
         use = compiled and compiler is not None
