@@ -145,7 +145,12 @@ def worker(extra_pct: int, out: Path, models: Sequence[str] = MODELS) -> None:
     from perfguard.records import Run
 
     device = resolve_device("auto")
-    monitor = Monitor(device.type)  # runner health, as the plugin records it
+    gpu = None
+    if device.type == "cuda":  # NVML finds the GPU by CUDA's UUID, as the plugin does
+        from perfguard.environment import cuda_gpu_id
+
+        gpu = cuda_gpu_id(device.index if device.index is not None else 0)
+    monitor = Monitor(device.type, gpu=gpu)  # runner health, as the plugin records it
     monitor.start()
     results = []
     for kind in models:

@@ -21,15 +21,19 @@ from __future__ import annotations
 
 import contextlib
 import os
-import resource
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from perfguard.processes import in_this_namespace, process_tree
+from perfguard.processes import (
+    cpu_governors,
+    in_this_namespace,
+    machine_cpu_s,
+    own_cpu_s,
+    process_tree,
+)
 
 POLL_S = 1.0
 CPU_BUSY_LIMIT = 0.15  # other processes' share of all CPUs above which we warn
@@ -105,35 +109,6 @@ class Health:
 # --- CPU ---------------------------------------------------------------------------------
 
 
-def cpu_governors(root: Path = Path("/sys/devices/system/cpu")) -> set[str]:
-    found = set()
-    for path in root.glob("cpu[0-9]*/cpufreq/scaling_governor"):
-        try:
-            found.add(path.read_text().strip())
-        except OSError:
-            continue
-    return found
-
-
-def _proc_stat_busy(path: Path = Path("/proc/stat")) -> tuple[float, float] | None:
-    """(busy, total) CPU seconds of the whole machine since boot, or None off Linux."""
-    try:
-        first = path.read_text().splitlines()[0].split()
-    except (OSError, IndexError):
-        return None
-    ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-    values = [float(v) / ticks for v in first[1:]]
-    idle = values[3] + (values[4] if len(values) > 4 else 0.0)  # idle + iowait
-    total = sum(values[:8])  # guest time is already inside user
-    return total - idle, total
-
-
-def _own_cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime + children.ru_utime + children.ru_stime
-
-
 def cpu_static_warnings(governors: set[str]) -> list[str]:
     if governors and governors != {"performance"}:
         return [
@@ -165,6 +140,21 @@ def _throttle_reasons(nvml: Any, handle: Any) -> int:
         or nvml.nvmlDeviceGetCurrentClocksThrottleReasons
     )
     return int(getter(handle))
+
+
+VIOLATION_POLICIES = {"power": 0, "thermal": 1}  # NVML_PERF_POLICY_POWER, _THERMAL
+VIOLATION_WARN_MS = 100.0  # time held back by a limit during the run, above which we warn
+
+
+def _violation_ns(nvml: Any, handle: Any) -> dict[str, int]:
+    """NVML's cumulative time (ns) the GPU was held back by each limit: unlike the reason
+    bits, which say what holds it back at the instant they are read, nothing between two
+    polls is missed."""
+    out: dict[str, int] = {}
+    for name, policy in VIOLATION_POLICIES.items():
+        with contextlib.suppress(Exception):  # not every board or driver counts them
+            out[name] = int(nvml.nvmlDeviceGetViolationStatus(handle, policy).violationTime)
+    return out
 
 
 def _other_pids(
@@ -223,6 +213,8 @@ def gpu_static(
 class _GpuPoll:
     clocks: list[int] = field(default_factory=list)
     reasons: int = 0
+    violations_first: dict[str, int] = field(default_factory=dict)
+    violations_last: dict[str, int] = field(default_factory=dict)
     temperature_max: int | None = None
     other_processes: int = 0
 
@@ -240,6 +232,9 @@ def gpu_poll(
     if clocks:
         into.clocks.append(int(nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM)))
     into.reasons |= _throttle_reasons(nvml, handle)
+    violations = _violation_ns(nvml, handle)
+    into.violations_first = into.violations_first or violations
+    into.violations_last = violations or into.violations_last
     temp = int(nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU))
     into.temperature_max = temp if into.temperature_max is None else max(into.temperature_max, temp)
     others = _other_pids(nvml, handle, own_pids, visible)
@@ -258,6 +253,16 @@ def gpu_dynamic_warnings(poll: _GpuPoll, clock_max: int | None) -> tuple[list[st
                 f"GPU SM clock moved between {low} and {high} MHz during the run: clocks are "
                 "not locked (nvidia-smi -lgc)"
             )
+    held = {
+        name: round((poll.violations_last[name] - first) / 1e6, 1)
+        for name, first in poll.violations_first.items()
+        if name in poll.violations_last
+    }
+    if held:
+        facts["held_back_ms"] = held
+    for name, ms in held.items():
+        if ms >= VIOLATION_WARN_MS:
+            warnings.append(f"GPU held back by its {name} limit for {ms:.0f} ms during the run")
     reasons = [name for bit, name in THROTTLE_REASONS.items() if poll.reasons & bit]
     facts["throttle_reasons"] = reasons
     if reasons:
@@ -327,8 +332,8 @@ class Monitor:
                     self._facts.update(f)
                 except Exception as exc:  # NVML refuses some queries on some boards
                     self._facts["gpu_checks"] = f"incomplete: {type(exc).__name__}: {exc}"
-        self._cpu_start = _proc_stat_busy()
-        self._own_start = _own_cpu_s()
+        self._cpu_start = machine_cpu_s()
+        self._own_start = own_cpu_s()
         self._wall_start = time.monotonic()
         self._thread = threading.Thread(target=self._run, name="perfguard-health", daemon=True)
         self._thread.start()
@@ -352,12 +357,12 @@ class Monitor:
             self._thread.join(timeout=5)
         self.poll()
         warnings, facts = list(self._warnings), dict(self._facts)
-        end = _proc_stat_busy()
+        end = machine_cpu_s()
         if self._cpu_start is not None and end is not None:
             elapsed = time.monotonic() - self._wall_start
             cpus = os.cpu_count() or 1
             busy = end[0] - self._cpu_start[0]
-            others = max(busy - (_own_cpu_s() - self._own_start), 0.0)
+            others = max(busy - (own_cpu_s() - self._own_start), 0.0)
             if elapsed > 0:
                 # a share of all CPUs: /proc/stat counts in ticks and getrusage does not, so a
                 # machine busy to the last cycle can read a little over 1 (seen: 1.024)

@@ -1,8 +1,11 @@
-"""Processes on this machine, from Linux's /proc: a process's descendants, and which pids
-this PID namespace can see. Elsewhere, the answers that assume nothing."""
+"""Processes and CPUs of this machine, from Linux's /proc and /sys: a process's descendants,
+which pids this PID namespace can see, CPU time spent, the CPUs' governors. Elsewhere, the
+answers that assume nothing."""
 
 from __future__ import annotations
 
+import os
+import resource
 from pathlib import Path
 
 
@@ -28,3 +31,34 @@ def process_tree(root: int, proc: Path = Path("/proc")) -> set[int]:
 def in_this_namespace(pid: int) -> bool:
     """Whether this PID namespace sees `pid` (a container sees not all of the host's)."""
     return Path(f"/proc/{pid}").exists() if Path("/proc/self").exists() else True
+
+
+def cpu_governors(root: Path = Path("/sys/devices/system/cpu")) -> set[str]:
+    """The CPUs' frequency governors (none where there is no cpufreq: VMs, containers)."""
+    found = set()
+    for path in root.glob("cpu[0-9]*/cpufreq/scaling_governor"):
+        try:
+            found.add(path.read_text().strip())
+        except OSError:
+            continue
+    return found
+
+
+def machine_cpu_s(path: Path = Path("/proc/stat")) -> tuple[float, float] | None:
+    """(busy, total) CPU seconds of the whole machine since boot, or None off Linux."""
+    try:
+        first = path.read_text().splitlines()[0].split()
+    except (OSError, IndexError):
+        return None
+    ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    values = [float(v) / ticks for v in first[1:]]
+    idle = values[3] + (values[4] if len(values) > 4 else 0.0)  # idle + iowait
+    total = sum(values[:8])  # guest time is already inside user
+    return total - idle, total
+
+
+def own_cpu_s() -> float:
+    """CPU seconds of this process and its waited-for children."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime + children.ru_utime + children.ru_stime

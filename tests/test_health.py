@@ -20,11 +20,10 @@ from perfguard.health import (
     Health,
     Monitor,
     compute_mode,
-    cpu_governors,
     cpu_static_warnings,
     gpu_handle,
 )
-from perfguard.processes import process_tree
+from perfguard.processes import cpu_governors, process_tree
 from perfguard.stats.verdicts import compare_runs, withhold_speed_verdicts
 from tests.factories import result, run
 
@@ -44,7 +43,9 @@ class FakeNvml:
         clocks: tuple[int, ...] = (1590,),
         reasons: int = 0,
         uuid: str = "GPU-0000-watched",
+        held_ns: tuple[int, ...] = (),
     ) -> None:
+        self.held_ns = list(held_ns)  # the power limit's cumulative violation time, per read
         self.persistence = persistence
         self.compute_mode = compute_mode
         self.pids = pids  # every process NVML reports on the GPU: no pid is assumed ours
@@ -87,6 +88,12 @@ class FakeNvml:
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, handle: str) -> int:
         return self.reasons
+
+    def nvmlDeviceGetViolationStatus(self, handle: str, policy: int) -> Any:
+        if policy != 0 or not self.held_ns:
+            raise NotImplementedError("not counted on this board")
+        now = self.held_ns.pop(0) if len(self.held_ns) > 1 else self.held_ns[0]
+        return SimpleNamespace(violationTime=now)
 
     def nvmlDeviceGetTemperature(self, handle: str, kind: int) -> int:
         return 61
@@ -285,3 +292,14 @@ def test_the_sampler_says_when_it_times_a_block() -> None:
     )
     assert seen[0] is False  # warming up
     assert seen.count(True) == 6 and not TIMED.is_set()
+
+
+def test_time_held_back_by_a_limit_between_polls_is_counted_not_missed() -> None:
+    """The reason bits are a snapshot; NVML's violation counters add up every nanosecond."""
+    health = watch(FakeNvml(held_ns=(5_000_000, 5_000_000, 400_000_000, 400_000_000)))
+    assert health.facts["held_back_ms"] == {"power": 395.0}
+    assert "GPU held back by its power limit for 395 ms during the run" in health.warnings
+    quiet = watch(FakeNvml(held_ns=(7, 7, 7)))
+    assert quiet.facts["held_back_ms"] == {"power": 0.0}
+    assert not [w for w in quiet.warnings if "held back" in w]
+    assert "held_back_ms" not in watch(FakeNvml()).facts  # a board that does not count
