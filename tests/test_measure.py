@@ -237,3 +237,20 @@ def test_out_of_memory_is_an_error_result() -> None:
     r = measure(OutOfMemory(), (torch.ones(2),), "eager", FAST)
     assert r.status == "error"
     assert r.error is not None and r.error.startswith("out of memory: ")
+
+
+def test_the_profiler_is_asked_to_let_go_of_cuda_where_that_is_safe(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Counting must not slow the items after it: CUPTI detached after each profile."""
+    import os
+
+    from perfguard.measure.counters import let_go_of_cupti
+
+    monkeypatch.delenv("TEARDOWN_CUPTI", raising=False)
+    assert let_go_of_cupti("13.0") and os.environ["TEARDOWN_CUPTI"] == "1"
+    monkeypatch.delenv("TEARDOWN_CUPTI")
+    assert not let_go_of_cupti("12.4") and "TEARDOWN_CUPTI" not in os.environ
+    assert not let_go_of_cupti("None")  # a CPU build
+    monkeypatch.setenv("TEARDOWN_CUPTI", "0")  # the user's (or torch's) choice stands
+    assert not let_go_of_cupti("13.0") and os.environ["TEARDOWN_CUPTI"] == "0"

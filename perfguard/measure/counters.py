@@ -16,6 +16,7 @@ says where a regression's time went) and, when asked, their Chrome trace.
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -48,6 +49,26 @@ def dynamo_graphs() -> int:
 PROFILE_TOP = 30  # operators kept in a result's profile summary, by self time
 
 
+def let_go_of_cupti(cuda_version: str | None = None) -> bool:
+    """Ask the profiler to detach from CUDA (CUPTI) when a profile ends; whether it will.
+
+    Left attached, CUPTI's callbacks slow every later kernel launch in the process: items
+    counted after the first would read slower, and results would depend on the items'
+    order. Kineto detaches when TEARDOWN_CUPTI=1. Before CUDA 12.6 that crashed once CUDA
+    graphs were used, and there torch sets it to 0 itself; a value set by the user stands."""
+    if "TEARDOWN_CUPTI" in os.environ:
+        return os.environ["TEARDOWN_CUPTI"] == "1"
+    version = cuda_version if cuda_version is not None else torch.version.cuda
+    try:
+        major, minor = (int(part) for part in str(version).split(".")[:2])
+    except ValueError:  # no CUDA, or a version we cannot read: leave the default alone
+        return False
+    if (major, minor) < (12, 6):
+        return False
+    os.environ["TEARDOWN_CUPTI"] = "1"
+    return True
+
+
 def profile_counts(
     call: Callable[[], Any],
     device: torch.device,
@@ -61,6 +82,7 @@ def profile_counts(
     activities = [ProfilerActivity.CPU]
     if device.type == "cuda":
         activities.append(ProfilerActivity.CUDA)
+        let_go_of_cupti()
     with profile(activities=activities) as prof:
         for _ in range(calls):
             call()
