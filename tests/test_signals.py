@@ -23,6 +23,10 @@ FAST = ("--perfguard-device=cpu", "--perfguard-budget=0.02", "--perfguard-repeat
 INTERRUPT_TORCH_IMPORT = """
 import os, signal, sys
 
+# Ctrl-C's own handler, however this suite was started (a shell's background job, as CI may
+# start it, inherits SIGINT ignored, and Python keeps it so)
+signal.signal(signal.SIGINT, signal.default_int_handler)
+
 class Interrupt:
     # the signal lands halfway through `import torch`: some of its operator libraries are
     # registered, the rest are not
