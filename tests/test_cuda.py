@@ -136,6 +136,29 @@ def test_reduce_overhead_replays_cuda_graphs_and_compiles_once() -> None:
     assert counted.kernel_launches is not None and counted.kernel_launches <= 1  # nearly none
 
 
+def test_the_second_clock_tells_host_overhead_from_kernel_time() -> None:
+    """Launch-bound: many tiny kernels, whose device time is a small part of the synchronized
+    latency. GPU-bound: one large matmul, whose device time is nearly all of it. The kernels
+    are named in the profile."""
+
+    class Tiny(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for _ in range(50):
+                x = x + 1
+            return x
+
+    tiny = measure(Tiny(), (torch.randn(8),), "eager", FAST)
+    assert tiny.status == "ok", tiny.error
+    device_ms, p50 = tiny.metrics.device_time_ms, tiny.metrics.latency_p50_ms
+    assert device_ms is not None and p50 is not None and device_ms < 0.5 * p50
+    big = measure(torch.nn.Linear(8192, 8192), (torch.randn(8192, 8192),), "eager", FAST)
+    assert big.status == "ok", big.error
+    device_ms, p50 = big.metrics.device_time_ms, big.metrics.latency_p50_ms
+    assert device_ms is not None and p50 is not None and 0.8 * p50 < device_ms <= 1.05 * p50
+    profile = big.details.profile
+    assert profile is not None and profile["kernels_us"], profile
+
+
 def test_a_variant_before_does_not_leave_skips_on_the_next() -> None:
     """The skip counter is read after dynamo's reset: a variant whose graph holds a CPU
     tensor (inductor skips CUDA graphs for it) leaves nothing on the next one's count (it

@@ -12,6 +12,7 @@ from torch import nn
 
 from perfguard.measure.runner import measure_model
 from perfguard.records import SCHEMA_VERSION, Comparison, Counters, Run, VariantResult
+from perfguard.report import format as fmt
 from perfguard.report.markdown import render_markdown
 from perfguard.stats.exact import exact_comparisons
 from perfguard.stats.verdicts import compare_runs
@@ -91,7 +92,7 @@ def test_counters_round_trip_and_a_version_1_file_still_loads(tmp_path: Path) ->
         result("t.py::test_m", "eager", 1.0), counters=replace(BASE, break_reasons=((REASON, 1),))
     )
     doc = run([r]).to_json()
-    assert doc["schema_version"] == SCHEMA_VERSION == 5
+    assert doc["schema_version"] == SCHEMA_VERSION == 6
     assert doc["results"][0]["counters"]["ops"] == {"aten::addmm": 2, "aten::relu": 1}
     assert Run.from_json(json.loads(json.dumps(doc))).results[0].counters == r.counters
     old = json.loads(json.dumps(doc))
@@ -188,6 +189,71 @@ def test_a_regression_shows_the_operators_whose_self_time_grew() -> None:
     text = render_markdown(replace(head_run, comparisons=explained))
     assert "**Where the time went:**" in text
     assert "| aten::addmm | 100.0" in text.replace("&#95;", "_") or "aten::addmm" in text
+
+
+def test_the_second_clock_sums_the_device_events_by_kernel_per_call() -> None:
+    from types import SimpleNamespace
+
+    from torch._C._autograd import DeviceType
+
+    from perfguard.measure.counters import device_work
+
+    def event(name: str, where: DeviceType, us: float) -> SimpleNamespace:
+        return SimpleNamespace(name=name, device_type=where, device_time_total=us)
+
+    events = [
+        event("aten::mm", DeviceType.CPU, 900.0),  # the host's: not device time
+        event("ampere_sgemm_128x64", DeviceType.CUDA, 40.0),
+        event("ampere_sgemm_128x64", DeviceType.CUDA, 44.0),
+        event("vectorized_elementwise_kernel", DeviceType.CUDA, 6.0),
+        event("Memset (Device)", DeviceType.CUDA, 0.0),
+    ]
+    total, kernels = device_work(events, calls=2)
+    assert total == 45.0
+    assert kernels == {"ampere_sgemm_128x64": 42.0, "vectorized_elementwise_kernel": 3.0}
+
+
+def test_on_cuda_the_why_leads_with_the_kernels_device_time_and_names_kernels() -> None:
+    """A host-overhead regression: latency tripled, every kernel kept its device time. The
+    report says so, and the results table gains the device time column."""
+    from perfguard.stats.why import ALL_KERNELS, with_why
+
+    def on_cuda(r: VariantResult, launch_us: float) -> VariantResult:
+        profile = {
+            "calls": 3,
+            "self_us": {"aten::addmm": launch_us, "cudaLaunchKernel": launch_us / 2},
+            "kernels_us": {"sm90_gemm": 100.0, "elementwise": 10.0},
+            "device_us": 110.0,
+        }
+        metrics = replace(r.metrics, device_time_ms=0.11)
+        return replace(r, metrics=metrics, details=replace(r.details, profile=profile))
+
+    b = on_cuda(result("t.py::test_m", "eager", 1.0, seed=1), 20.0)
+    h = on_cuda(result("t.py::test_m", "eager", 3.0, seed=2), 300.0)
+    head_run = run([h], commit="b" * 40)
+    explained = with_why(compare_runs(run([b]), head_run), [b], [h])
+    [p50] = [c for c in explained if c.metric == "latency_p50_ms"]
+    assert p50.why[0] == (ALL_KERNELS, 110.0, 110.0)
+    assert p50.why[1] == ("aten::addmm", 20.0, 300.0)
+    assert ("kernel: sm90_gemm", 100.0, 100.0) in p50.why
+    assert Comparison.from_json(json.loads(json.dumps(p50.to_json()))).why == p50.why
+    text = render_markdown(replace(head_run, comparisons=explained))
+    assert "where all kernels kept their device time, the time went to the host" in text
+    table = render_markdown(run([h]))
+    assert "| samples | device time |" in table and f"| {fmt.ms(0.11)} |" in table
+    assert Run.from_json(json.loads(json.dumps(head_run.to_json()))).results[0].metrics == (
+        h.metrics
+    )
+
+
+def test_on_the_cpu_there_is_no_device_clock() -> None:
+    r = measure_model(
+        Branchy(False), (torch.randn(4, 32),), "eager", replace(FAST, warm_compile=False)
+    )
+    assert r.metrics.device_time_ms is None
+    profile = r.details.profile
+    assert profile is not None and "device_us" not in profile and "kernels_us" not in profile
+    assert "| device time |" not in render_markdown(run([r]))
 
 
 def test_a_variants_profiled_calls_are_written_as_a_chrome_trace(tmp_path: Path) -> None:

@@ -254,3 +254,24 @@ def test_the_profiler_is_asked_to_let_go_of_cuda_where_that_is_safe(
     assert not let_go_of_cupti("None")  # a CPU build
     monkeypatch.setenv("TEARDOWN_CUPTI", "0")  # the user's (or torch's) choice stands
     assert not let_go_of_cupti("13.0") and os.environ["TEARDOWN_CUPTI"] == "0"
+
+
+def test_int8_layers_that_cublas_cannot_take_are_named() -> None:
+    """On CUDA torchao quietly multiplies such layers in int32 on the CPU (features not
+    multiples of 8) or in float32 (16 rows or fewer): the notes say which. The rule reads
+    shapes only, so it is checked here on the CPU."""
+    pytest.importorskip("torchao")
+    from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_
+
+    from perfguard.variants.quantize import int8_fallbacks
+
+    model = nn.Sequential(nn.Linear(30, 64), nn.ReLU(), nn.Linear(64, 64)).eval()
+    quantize_(model, Int8DynamicActivationInt8WeightConfig())
+    few_rows = int8_fallbacks(model, lambda: model(torch.randn(4, 30)))
+    assert few_rows == [
+        "1 of 2 int8 Linear layers have in or out features that are not multiples of 8 (0): "
+        "torchao multiplies them in int32 on the CPU, not in a cuBLAS int8 kernel",
+        "1 of 2 int8 Linear layers see 16 rows or fewer (2), too few for cuBLAS's int8 "
+        "matmul: torchao multiplies them in float32",
+    ]
+    assert int8_fallbacks(model, lambda: model(torch.randn(2, 32, 30)))[1:] == []

@@ -10,15 +10,19 @@
 - parameter and buffer bytes of the module as measured;
 - on CUDA, the kernels and the CUDA graphs one call launches, from the profiler's runtime
   events.
-The same profiled calls give each operator's self time per call (a result's `profile`, which
-says where a regression's time went) and, when asked, their Chrome trace.
+The same profiled calls give each operator's host self time per call (a result's `profile`,
+which says where a regression's time went) and, when asked, their Chrome trace. On CUDA they
+also give the second clock: the device time of one call's kernels (`device_us`, the sum of
+their durations as CUPTI measured them, so the host's launch overhead is not in it) and that
+time by kernel name (`kernels_us`). A host-overhead change moves the latency and leaves the
+device time; a kernel change moves both.
 """
 
 from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +50,23 @@ def dynamo_graphs() -> int:
     return int(counters["stats"]["unique_graphs"])
 
 
-PROFILE_TOP = 30  # operators kept in a result's profile summary, by self time
+PROFILE_TOP = 30  # operators (and kernels) kept in a result's profile summary, by self time
+
+
+def device_work(events: Iterable[Any], calls: int) -> tuple[float, dict[str, float]]:
+    """Device time of one call (µs) and the `PROFILE_TOP` kernels by their time per call,
+    from the profiler's events: those that ran on the device (kernels, copies, sets), each
+    counted for its own duration."""
+    from torch._C._autograd import DeviceType
+
+    by_name: dict[str, float] = {}
+    for event in events:
+        if getattr(event, "device_type", None) == DeviceType.CUDA:
+            name = str(event.name)
+            by_name[name] = by_name.get(name, 0.0) + float(event.device_time_total)
+    total = sum(by_name.values()) / calls
+    top = sorted(by_name.items(), key=lambda kv: (-kv[1], kv[0]))[:PROFILE_TOP]
+    return total, {name: us / calls for name, us in top if us > 0}
 
 
 def let_go_of_cupti(cuda_version: str | None = None) -> bool:
@@ -75,8 +95,9 @@ def profile_counts(
     calls: int = CALLS,
     trace: Path | None = None,
 ) -> dict[str, Any]:
-    """Per call: ATen operators by name, their self time, and on CUDA kernel and graph
-    launches. `trace`: also write the Chrome trace of these calls there."""
+    """Per call: ATen operators by name, their host self time, and on CUDA kernel and graph
+    launches and the kernels' device time. `trace`: also write the Chrome trace of these
+    calls there."""
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU]
@@ -88,13 +109,13 @@ def profile_counts(
             call()
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-    names: Counter[str] = Counter(e.name for e in prof.events())
+    events = prof.events()
+    names: Counter[str] = Counter(e.name for e in events)
     ops = {name: n // calls for name, n in names.items() if name.startswith("aten::")}
     self_us: dict[str, float] = {}
     for avg in prof.key_averages():
+        # host time only: on CUDA the kernels' time is the device's, kept apart below
         own = float(avg.self_cpu_time_total)
-        if device.type == "cuda":
-            own += float(getattr(avg, "self_device_time_total", 0.0) or 0.0)
         if own > 0:
             self_us[str(avg.key)] = own / calls
     top = dict(sorted(self_us.items(), key=lambda kv: -kv[1])[:PROFILE_TOP])
@@ -105,6 +126,9 @@ def profile_counts(
     if device.type == "cuda":
         out["kernel_launches"] = sum(names[n] for n in KERNEL_LAUNCHES) // calls
         out["cudagraph_launches"] = sum(names[n] for n in GRAPH_LAUNCHES) // calls
+        device_us, kernels = device_work(events, calls)
+        out["profile"]["device_us"] = round(device_us, 3)
+        out["profile"]["kernels_us"] = {k: round(v, 3) for k, v in kernels.items()}
     if trace is not None:
         trace.parent.mkdir(parents=True, exist_ok=True)
         prof.export_chrome_trace(str(trace))

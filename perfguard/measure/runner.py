@@ -361,7 +361,14 @@ def _metrics(built: Built, taken: _Taken, figures: drift.DriftFigures) -> Metric
         drift_cosine=figures.cosine,
         model_size_bytes=built.model_size_bytes,
         sparsity=built.sparsity,
+        device_time_ms=_device_ms(taken.profile),
     )
+
+
+def _device_ms(profile: Mapping[str, Any] | None) -> float | None:
+    """The kernels' device time of one call, when the profiled calls ran on CUDA."""
+    device_us = None if profile is None else profile.get("device_us")
+    return None if device_us is None else float(device_us) / 1000
 
 
 def _details(

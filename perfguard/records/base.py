@@ -6,7 +6,7 @@ import math
 import re
 from typing import Literal
 
-SCHEMA_VERSION = 5  # the history is in perfguard/store/schema.py
+SCHEMA_VERSION = 6  # the history is in perfguard/store/schema.py
 SHA = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
 """A full git commit id (SHA-1, or SHA-256 in a repository that uses it)."""
 

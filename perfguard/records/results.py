@@ -32,6 +32,9 @@ class Metrics:
     latency_samples: int | None = None
     latency_p95_tail: int | None = None
     latency_p99_tail: int | None = None
+    # CUDA: the device time of one call's kernels, from the profiled calls (the second clock;
+    # shown beside the latency, never gated): launch overhead is in the latency, not in this
+    device_time_ms: float | None = None
     peak_memory_reserved_bytes: float | None = None
     peak_memory_increase_bytes: float | None = None  # peak minus what was held before the calls
     compile_time_warm_s: float | None = None

@@ -23,6 +23,7 @@ from perfguard.report import format as fmt
 from perfguard.report.charts import trend_chart
 from perfguard.stats.exact import EXACT_METRICS
 from perfguard.stats.verdicts import Thresholds, summarize_verdicts
+from perfguard.stats.why import ALL_KERNELS
 
 MAX_CHARTS = 5
 
@@ -49,6 +50,8 @@ def _environment() -> jinja2.Environment:
         interval=fmt.interval,
         count=fmt.count,
     )
+    # why rows that begin with the kernels' device time (a CUDA run)
+    env.tests["device_rows"] = lambda why: bool(why) and why[0][0] == ALL_KERNELS
     return env
 
 

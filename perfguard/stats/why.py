@@ -5,6 +5,11 @@ profiled calls that also count operators; see `perfguard.measure.counters`), and
 keeps its results, so a regression against a stored baseline is explained against the
 baseline's summary, and one in a same-job A/B against the base side measured beside it.
 The profiler's own overhead is in both sides alike; what matters is the difference.
+
+On CUDA the operators' times are the host's, and the kernels' device times come beside them
+(`kernel: <name>`), headed by the device time of all of one call's kernels: a regression whose
+kernels kept their time went to the host (launches, Python, guards), one whose kernels grew
+went to the device.
 """
 
 from __future__ import annotations
@@ -16,14 +21,31 @@ from typing import Any
 from perfguard.records import Comparison, VariantResult
 
 TOP = 5  # operators shown under a regression
+KERNEL = "kernel: "  # before a kernel's name among the operators
+ALL_KERNELS = "all kernels (device time)"
+
+
+def _times(profile: Mapping[str, Any], key: str) -> dict[str, float]:
+    times = profile.get(key)
+    if not isinstance(times, Mapping):
+        return {}
+    return {str(k): float(v) for k, v in times.items() if isinstance(v, int | float)}
 
 
 def self_times(result: VariantResult | None) -> dict[str, float] | None:
+    """Self time per call by operator (host) and, on CUDA, by kernel (device)."""
     profile = None if result is None else result.details.profile
-    times = profile.get("self_us") if isinstance(profile, Mapping) else None
-    if not isinstance(times, Mapping):
+    if not isinstance(profile, Mapping) or not isinstance(profile.get("self_us"), Mapping):
         return None
-    return {str(k): float(v) for k, v in times.items() if isinstance(v, int | float)}
+    kernels = {KERNEL + name: us for name, us in _times(profile, "kernels_us").items()}
+    return {**_times(profile, "self_us"), **kernels}
+
+
+def device_time(result: VariantResult | None) -> float | None:
+    """The device time of all of one call's kernels (µs), where it was measured."""
+    profile = None if result is None else result.details.profile
+    value = profile.get("device_us") if isinstance(profile, Mapping) else None
+    return float(value) if isinstance(value, int | float) else None
 
 
 def explain(
@@ -33,6 +55,19 @@ def explain(
     rows = [(op, base.get(op), head.get(op)) for op in {*base, *head}]
     rows.sort(key=lambda r: (-abs((r[2] or 0.0) - (r[1] or 0.0)), r[0]))
     return tuple(rows[:top])
+
+
+def why_of(
+    base: VariantResult | None, head: VariantResult | None
+) -> tuple[tuple[str, float | None, float | None], ...]:
+    """The rows under one regression: the kernels' device time first where both sides have
+    it, then the operators and kernels that changed most."""
+    base_times, head_times = self_times(base), self_times(head)
+    if not base_times or not head_times:
+        return ()
+    devices = device_time(base), device_time(head)
+    first = ((ALL_KERNELS, *devices),) if None not in devices else ()
+    return (*first, *explain(base_times, head_times))
 
 
 def with_why(
@@ -47,8 +82,8 @@ def with_why(
     for c in comparisons:
         key: Any = (c.test, c.variant)
         if c.verdict == "regression" and c.gating and c.metric.startswith("latency_"):
-            base, head = self_times(bases.get(key)), self_times(heads.get(key))
-            if base and head:
-                c = replace(c, why=explain(base, head))
+            rows = why_of(bases.get(key), heads.get(key))
+            if rows:
+                c = replace(c, why=rows)
         out.append(c)
     return tuple(out)

@@ -32,6 +32,12 @@ History:
   takes a plain or a compressed file. Migration from 4: a result with samples gets its
   blocks and sketch derived from them when it is read (records.VariantResult); nothing else
   changes.
+- 6: a result's metrics may have `device_time_ms` (CUDA: the device time of one call's
+  kernels, from the profiled calls; shown, never gated), and on CUDA its `details.profile`
+  has `device_us` (the same, in µs) and `kernels_us` (device time per call by kernel name);
+  `profile.self_us` is the operators' host self time alone (on CUDA it had the kernels'
+  device time added in). Migration from 5: nothing to convert (no version-5 file was
+  measured on CUDA by a released perfguard; a CPU one means the same).
 
 A newer version than this perfguard knows is refused (upgrade perfguard). An older one is
 migrated in memory by the steps below, one version at a time; the file on disk is left as it
@@ -88,11 +94,17 @@ def _4_to_5(doc: dict[str, Any]) -> dict[str, Any]:
     return {**doc, "schema_version": 5}
 
 
+def _5_to_6(doc: dict[str, Any]) -> dict[str, Any]:
+    """Version 5 had no device clock: a result without `device_time_ms` reads it as null."""
+    return {**doc, "schema_version": 6}
+
+
 MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
     1: _1_to_2,
     2: _2_to_3,
     3: _3_to_4,
     4: _4_to_5,
+    5: _5_to_6,
 }
 """version N -> a function turning a version-N document into a version-(N+1) one."""
 

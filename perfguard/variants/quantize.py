@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+import torch
 from torch import nn
 
 from perfguard.variants.base import Requirements, VariantUnavailableError, first_line
@@ -18,12 +20,64 @@ def _config(name: str) -> Any:
     return quantization.Int8WeightOnlyConfig()
 
 
-def _quantized_count(model: nn.Module) -> int:
-    return sum(
-        1
-        for m in model.modules()
+def _quantized(model: nn.Module) -> dict[str, nn.Linear]:
+    return {
+        name: m
+        for name, m in model.named_modules()
         if isinstance(m, nn.Linear) and type(m.weight).__module__.startswith("torchao")
-    )
+    }
+
+
+def _quantized_count(model: nn.Module) -> int:
+    return len(_quantized(model))
+
+
+CUBLAS_MIN_ROWS = 17  # torch._int_mm on CUDA wants more than 16 rows
+
+
+def int8_fallbacks(model: nn.Module, call: Callable[[], Any]) -> list[str]:
+    """int8-dynamic on CUDA: the quantized layers whose int8 matmul cuBLAS cannot take, said.
+
+    torchao hands the int8 matmul to `torch._int_mm` (cuBLAS) only when the layer's in and
+    out features are multiples of 8; otherwise it multiplies in int32 on the CPU and copies
+    back. cuBLAS also refuses 16 rows or fewer (batch x sequence), and torchao then
+    multiplies in float32. Either way the variant runs, slower than an int8 kernel, and
+    nothing says so: these notes do. `call` runs the model once, to see each layer's rows."""
+    layers = _quantized(model)
+    rows: dict[str, int] = {}
+
+    def seen(name: str) -> Callable[[nn.Module, tuple[Any, ...]], None]:
+        def hook(module: nn.Module, args: tuple[Any, ...]) -> None:
+            x = args[0] if args else None
+            if isinstance(x, torch.Tensor) and x.dim() > 0 and x.shape[-1]:
+                rows[name] = min(rows.get(name, x.numel()), x.numel() // x.shape[-1])
+
+        return hook
+
+    hooks = [m.register_forward_pre_hook(seen(name)) for name, m in layers.items()]
+    try:
+        with torch.inference_mode():
+            call()
+    finally:
+        for h in hooks:
+            h.remove()
+    unaligned = [n for n, m in layers.items() if m.in_features % 8 or m.out_features % 8]
+    few = [n for n, r in rows.items() if r < CUBLAS_MIN_ROWS and n not in unaligned]
+    notes = []
+    if unaligned:
+        notes.append(
+            f"{len(unaligned)} of {len(layers)} int8 Linear layers have in or out features "
+            f"that are not multiples of 8 ({', '.join(unaligned[:3])}"
+            f"{', ...' if len(unaligned) > 3 else ''}): torchao multiplies them in int32 on "
+            "the CPU, not in a cuBLAS int8 kernel"
+        )
+    if few:
+        notes.append(
+            f"{len(few)} of {len(layers)} int8 Linear layers see {CUBLAS_MIN_ROWS - 1} rows "
+            f"or fewer ({', '.join(few[:3])}{', ...' if len(few) > 3 else ''}), too few for "
+            "cuBLAS's int8 matmul: torchao multiplies them in float32"
+        )
+    return notes
 
 
 class Quantize:

@@ -22,7 +22,7 @@ from perfguard.variants.base import (
 from perfguard.variants.compile import GRAPHED_ON_CUDA, POOL_NOTE, Compile
 from perfguard.variants.ort import OnnxRuntime
 from perfguard.variants.prune import Prune
-from perfguard.variants.quantize import Quantize
+from perfguard.variants.quantize import Quantize, int8_fallbacks
 from perfguard.variants.spec import VariantSpec
 
 TRANSFORMS: dict[str, ModuleTransform] = {"prune": Prune(), "quantize": Quantize()}
@@ -150,6 +150,9 @@ def _torch(
     compiler = COMPILE.compiler(compile_part) if compile_part is not None else None
     if device.type == "cuda" and compile_part is not None and compile_part.name in GRAPHED_ON_CUDA:
         notes.append(POOL_NOTE)  # which figure is which, for this variant
+    quantize_part = spec.part("quantize")
+    if device.type == "cuda" and quantize_part is not None and quantize_part.name == "int8-dynamic":
+        notes.extend(int8_fallbacks(work, lambda: work(*inputs, **named)))
 
     def make_call(compiled: bool = True) -> Callable[[], Any]:
         use = compiled and compiler is not None
