@@ -66,6 +66,8 @@ DEFAULT_AB_DIR = Path("reports/detection-ab")
 AB_PLAN = {0: 25, 5: 5, 10: 15, 20: 5, 100: 5}  # A/B runs per injected level (two models each)
 AB_LEVELS = (0, 2, 5, 10, 20, 100)  # what `--plan` may ask for (+2%: the GPU-bound model)
 GPU_DEPTH = 100  # blocks of the GPU-bound model: +2% and +5% are whole blocks
+TRAIN_WIDTH = 256  # hidden width of the training-step model (train-mlp)
+WIDENED = ("train-mlp",)  # models whose level widens them rather than adding blocks
 LOADS = ("none", "steady", "bursty", "busy")
 
 
@@ -127,6 +129,12 @@ def _build(kind: str, extra_pct: int) -> tuple[Any, tuple[Any, ...]]:
         for _ in range(GPU_DEPTH + round(GPU_DEPTH * extra_pct / 100)):
             layers += [nn.Linear(1024, 1024), nn.ReLU()]
         x = torch.randn(2048, 1024, generator=gen)
+    elif kind == "train-mlp":  # a training step (AdamW); +N% widens the hidden layers by N%
+        width = round(TRAIN_WIDTH * (1 + extra_pct / 100))
+        layers += [nn.Linear(256, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU()]
+        layers += [nn.Linear(width, 10)]
+        x = torch.randn(64, 256, generator=gen)
+        return nn.Sequential(*layers).train(), (x,)
     elif kind == "linear":
         for _ in range(blocks):
             layers += [nn.Linear(256, 256), nn.ReLU()]
@@ -340,13 +348,22 @@ def _study_test(kinds: Sequence[str], variants: Sequence[str]) -> str:
     """The scratch repository's perf test: the models `kinds`, each in `variants`."""
     return f"""
 import pytest
+import torch
 from study_models import build
 
 @pytest.mark.perfguard(variants={list(variants)!r})
 @pytest.mark.parametrize("kind", {list(kinds)!r})
 def test_model(perfguard, kind):
     model, inputs = build(kind)
-    perfguard.run(model, inputs)
+    if kind.startswith("train-"):
+        perfguard.train_step(
+            model,
+            inputs,
+            loss_fn=lambda out: out.square().mean(),
+            optimizer=lambda params: torch.optim.AdamW(params, lr=1e-4),
+        )
+    else:
+        perfguard.run(model, inputs)
 """
 
 
@@ -354,7 +371,8 @@ def _study_models(extra_pct: int) -> str:
     """The models module of the scratch repository: `_build` itself, at one level."""
     return (
         "from __future__ import annotations\n\nfrom typing import Any\n\n"
-        f"DEPTH = {DEPTH}\nGPU_DEPTH = {GPU_DEPTH}\nEXTRA_PCT = {extra_pct}\n\n\n"
+        f"DEPTH = {DEPTH}\nGPU_DEPTH = {GPU_DEPTH}\nTRAIN_WIDTH = {TRAIN_WIDTH}\n"
+        f"EXTRA_PCT = {extra_pct}\n\n\n"
         + inspect.getsource(_build)
         + "\n\ndef build(kind):\n    return _build(kind, EXTRA_PCT)\n"
     )
@@ -431,7 +449,7 @@ def _run_ab_study(
     suite: tuple[Sequence[str], Sequence[str]],
 ) -> None:
     runs = runs or AB_PLAN
-    for kind in suite[0]:
+    for kind in (k for k in suite[0] if k not in WIDENED):
         depth = GPU_DEPTH if kind == "gpu-linear" else DEPTH
         for level in runs:
             if level and round(depth * level / 100) * 100 != depth * level:
@@ -772,7 +790,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     run_ab.add_argument(
         "--models",
         default=",".join(MODELS),
-        help="linear, conv (launch-bound on a GPU), gpu-linear (GPU-bound)",
+        help="linear, conv (launch-bound on a GPU), gpu-linear (GPU-bound), train-mlp (a "
+        "training step; a level widens its hidden layers)",
     )
     run_ab.add_argument("--variants", default="eager", help="the variants each model runs in")
     wall = sub.add_parser("wall", help="stored mode and the PR configuration, timed in turn")

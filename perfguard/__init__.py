@@ -1,7 +1,8 @@
 """perfguard: performance regression testing for PyTorch models.
 
 The public API: `measure_model` measures one model under one variant, with
-`MeasureSettings`, returning an immutable `VariantResult` that keeps the raw samples.
+`MeasureSettings`, returning an immutable `VariantResult` that keeps the raw samples; given
+`training=TrainStep(loss_fn, optimizer)`, it measures a training step instead.
 Heavy modules (torch) load on first use, so `perfguard report` and `compare` work
 without torch.
 """
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from perfguard.measure.drift import Reference, compute_reference
     from perfguard.measure.runner import MeasureSettings, measure_model
     from perfguard.measure.sampling import SamplingSettings
+    from perfguard.variants.training import TrainStep
 
 _LAZY = {
     "measure_model": "perfguard.measure.runner",
@@ -30,6 +32,7 @@ _LAZY = {
     "SamplingSettings": "perfguard.measure.sampling",
     "compute_reference": "perfguard.measure.drift",
     "Reference": "perfguard.measure.drift",
+    "TrainStep": "perfguard.variants.training",
 }
 
 
@@ -49,6 +52,7 @@ __all__ = [
     "Reference",
     "Run",
     "SamplingSettings",
+    "TrainStep",
     "VariantResult",
     "__version__",
     "compute_reference",

@@ -240,7 +240,7 @@ def test_on_cuda_the_why_leads_with_the_kernels_device_time_and_names_kernels() 
     text = render_markdown(replace(head_run, comparisons=explained))
     assert "where all kernels kept their device time, the time went to the host" in text
     table = render_markdown(run([h]))
-    assert "| samples | device time |" in table and f"| {fmt.ms(0.11)} |" in table
+    assert "| throughput (items/s) | device time |" in table and f"| {fmt.ms(0.11)} |" in table
     assert Run.from_json(json.loads(json.dumps(head_run.to_json()))).results[0].metrics == (
         h.metrics
     )

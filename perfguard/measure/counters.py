@@ -50,6 +50,17 @@ def dynamo_graphs() -> int:
     return int(counters["stats"]["unique_graphs"])
 
 
+def backward_graphs(forward: int) -> int:
+    """Backward graphs compiled since the counters were cleared: inductor compiles one graph
+    per forward graph and one per backward, so those past the forward ones (a cold compile,
+    in a fresh cache: every graph is a miss or a bypass)."""
+    from torch._dynamo.utils import counters
+
+    inductor = counters["inductor"]
+    compiled = sum(int(inductor[k]) for k in ("fxgraph_cache_miss", "fxgraph_cache_bypass"))
+    return max(compiled - forward, 0)
+
+
 PROFILE_TOP = 30  # operators (and kernels) kept in a result's profile summary, by self time
 
 

@@ -16,9 +16,10 @@ times larger one.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +30,7 @@ from torch.utils import _pytree as pytree
 
 from perfguard.records import DriftCheck
 from perfguard.variants.base import first_line
+from perfguard.variants.training import TrainStep, first_gradients
 
 # class -> (multiplier of eager's own error, extra error allowed relative to the output's RMS)
 TOLERANCES: dict[str, tuple[float, float]] = {
@@ -83,27 +85,44 @@ def _double(value: Any) -> Any:
     )
 
 
+def _eager_outputs(
+    work: nn.Module,
+    args: Sequence[Any],
+    named: Mapping[str, Any],
+    device: torch.device,
+    training: TrainStep | None,
+    autocast: Callable[[], contextlib.AbstractContextManager[object]] = contextlib.nullcontext,
+) -> np.ndarray[Any, np.dtype[np.float64]]:
+    """What drift is judged on, from eager: the outputs of a forward call, or for a training
+    step the loss and every gradient of a first step from the seeded state."""
+    if training is not None:
+        return flatten_outputs(first_gradients(work, args, named, training, device, autocast))
+    with torch.inference_mode(), autocast():
+        return flatten_outputs(work(*args, **named))
+
+
 def compute_reference(
     model: nn.Module,
     inputs: Sequence[Any],
     device: torch.device,
     kwargs: Mapping[str, Any] | None = None,
+    training: TrainStep | None = None,
 ) -> Reference:
-    """Run eager fp32 and, where the model allows, eager fp64. Computed once per test."""
+    """Run eager fp32 and, where the model allows, eager fp64. Computed once per test.
+    With `training`, what is compared is the first step's loss and gradients."""
     from perfguard.variants.registry import to_device
 
-    work = copy.deepcopy(model).to(device).eval()
+    work = copy.deepcopy(model).to(device)
+    work.train(training is not None)
     args = to_device(tuple(inputs), device)
     named = to_device(dict(kwargs or {}), device)
-    with torch.inference_mode():
-        fp32 = flatten_outputs(work(*args, **named))
-        again = flatten_outputs(work(*args, **named))
+    fp32 = _eager_outputs(work, args, named, device, training)
+    again = _eager_outputs(work, args, named, device, training)
     if not np.all(np.isfinite(fp32)):
         raise NonFiniteOutputError("eager outputs hold NaN or Inf")
     spread = _rms(again - fp32) if again.shape == fp32.shape else 0.0
     try:
-        with torch.inference_mode():
-            fp64 = flatten_outputs(work.double()(*_double(args), **_double(named)))
+        fp64 = _eager_outputs(work.double(), _double(args), _double(named), device, training)
     except (RuntimeError, TypeError, NotImplementedError) as exc:
         first = first_line(exc)
         return Reference(
@@ -121,16 +140,19 @@ def precision_error(
     dtype: torch.dtype,
     reference: Reference,
     kwargs: Mapping[str, Any] | None = None,
+    training: TrainStep | None = None,
 ) -> float:
     """RMS error of eager under autocast to `dtype` against the high-precision reference:
     the error that precision itself brings, which a reduced-precision variant is held to."""
     from perfguard.variants.registry import to_device
 
-    work = copy.deepcopy(model).to(device).eval()
+    work = copy.deepcopy(model).to(device)
+    work.train(training is not None)
     args = to_device(tuple(inputs), device)
     named = to_device(dict(kwargs or {}), device)
-    with torch.inference_mode(), torch.autocast(device.type, dtype=dtype):
-        out = flatten_outputs(work(*args, **named))
+    out = _eager_outputs(
+        work, args, named, device, training, lambda: torch.autocast(device.type, dtype=dtype)
+    )
     high = reference.fp64 if reference.fp64 is not None else reference.fp32
     return _rms(out - high) if out.shape == high.shape else math.inf
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +15,7 @@ from torch import nn
 
 from perfguard.measure import counters, drift
 from perfguard.measure.clock import Clock, CudaEventClock, HostClock
-from perfguard.measure.counters import dynamo_breaks, dynamo_graphs
+from perfguard.measure.compiling import Compiled, compile_variant
 from perfguard.measure.isolation import (
     cudagraph_skips,
     dynamo_counts,
@@ -47,6 +46,7 @@ from perfguard.stats.summary import summarize, tail_is_reliable
 from perfguard.variants.base import Built, VariantUnavailableError, first_line
 from perfguard.variants.registry import build_variant
 from perfguard.variants.spec import VariantSpec, parse_variant
+from perfguard.variants.training import TrainStep, TrainStepError, seeded
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,7 @@ class MeasureSettings:
     flush_l2: bool = False  # CUDA: evict L2 before each timed call (cold-cache latency)
     trace_dir: Path | None = None  # write each variant's profiled calls as a Chrome trace
     trace_side: str = "head"  # in the trace's name: "head", or "base" for the base commit
+    batch: int | None = None  # items per call for throughput_per_s; None: the inputs say
 
 
 def resolve_device(name: str) -> torch.device:
@@ -76,46 +77,6 @@ def resolve_device(name: str) -> torch.device:
 def _first_line(exc: BaseException) -> str:
     """`Type: first line of the message`, or the type alone when there is no message."""
     return f"{type(exc).__name__}: {first_line(exc)}" if str(exc).strip() else type(exc).__name__
-
-
-def _timed_first_call(call: Callable[[], Any], device: torch.device) -> float:
-    """Seconds of a first (compiling) call, synchronized on CUDA."""
-    start = time.perf_counter()
-    call()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter() - start
-
-
-@dataclass
-class _Compiled:
-    cold_s: float | None = None
-    warm_s: float | None = None
-    graph_breaks: int | None = None
-    graphs: int | None = None
-    break_reasons: tuple[tuple[str, int], ...] = ()
-    frames_before_sampling: int = 0
-
-
-def _compile(
-    built: Built, device: torch.device, settings: MeasureSettings, progress: Progress
-) -> tuple[Callable[[], Any], _Compiled]:
-    info = _Compiled()
-    reset_dynamo()
-    call = built.make_call()
-    if not built.compiled:
-        return call, info
-    progress("compiling (cold cache)")
-    info.cold_s = _timed_first_call(call, device)
-    info.graph_breaks, info.break_reasons = dynamo_breaks()
-    info.graphs = dynamo_graphs()
-    if settings.warm_compile:
-        progress("compiling (warm cache)")
-        reset_dynamo()
-        call = built.make_call()
-        info.warm_s = _timed_first_call(call, device)
-    info.frames_before_sampling = dynamo_counts()[2]
-    return call, info
 
 
 def _count(
@@ -159,10 +120,13 @@ def measure_model(
     sampler: Sampler = sample,
     kwargs: Mapping[str, Any] | None = None,
     turn: Callable[[], None] | None = None,
+    training: TrainStep | None = None,
 ) -> VariantResult:
     """Measure `model(*example_inputs, **kwargs)` under `variant`; never raises for a model's
-    failure. Keyword inputs (`attention_mask=...`) reach every variant, the ONNX export and
-    the drift references alike.
+    failure. With `training`, each sample is one training step instead (zero_grad, forward,
+    `training.loss_fn(output)`, backward, optimizer step; see `perfguard.variants.training`).
+    Keyword inputs (`attention_mask=...`) reach every variant, the ONNX export and the drift
+    references alike.
 
     A variant that cannot run here is `skipped` with the reason; a model that raises, runs
     out of memory or returns NaN is an `error` result carrying the message. `reference`
@@ -176,13 +140,21 @@ def measure_model(
     spec = parse_variant(variant) if isinstance(variant, str) else variant
     report = progress or (lambda _: None)
     label = test or type(model).__name__
+    item: dict[str, Any] = {
+        "test": label,
+        "variant": spec.name,
+        "workload": "forward" if training is None else "train",
+    }
     if not isinstance(example_inputs, tuple | list):
         raise TypeError("example_inputs must be a tuple of positional arguments, e.g. (x,)")
     if kwargs is not None and not isinstance(kwargs, Mapping):
         raise TypeError("kwargs must be a dict of keyword inputs, e.g. {'attention_mask': m}")
     try:
         device = resolve_device(settings.device)
-        with torch_state(settings.threads):
+        # a training step draws random numbers (dropout) in every timed step: each variant
+        # starts from the same seed, and the caller's generator is left as it was
+        rng = seeded(device) if training is not None else contextlib.nullcontext()
+        with torch_state(settings.threads), rng:
             return _measure(
                 model,
                 example_inputs,
@@ -196,18 +168,17 @@ def measure_model(
                 sampler,
                 dict(kwargs or {}),
                 turn,
+                training,
             )
     except VariantUnavailableError as exc:
-        return VariantResult(test=label, variant=spec.name, status="skipped", error=str(exc))
+        return VariantResult(**item, status="skipped", error=str(exc))
     except torch.cuda.OutOfMemoryError as exc:
-        return VariantResult(
-            test=label,
-            variant=spec.name,
-            status="error",
-            error=f"out of memory: {_first_line(exc)}",
-        )
+        return VariantResult(**item, status="error", error=f"out of memory: {_first_line(exc)}")
+    except TrainStepError as exc:  # says itself what to change
+        return VariantResult(**item, status="error", error=str(exc))
     except Exception as exc:  # a model's own failure becomes this variant's error result
-        return VariantResult(test=label, variant=spec.name, status="error", error=_first_line(exc))
+        named = "" if training is None else "train_step: "
+        return VariantResult(**item, status="error", error=named + _first_line(exc))
     finally:
         if spec.is_compiled:
             reset_dynamo()
@@ -221,7 +192,7 @@ class _Taken:
     """What the timed phase of one variant gave: timings, memory, outputs, counts."""
 
     outcome: SamplingOutcome
-    compiled: _Compiled
+    compiled: Compiled
     clock: Clock
     recompiles: int | None
     memory: MemoryReading
@@ -245,12 +216,13 @@ def _measure(
     sampler: Sampler = sample,
     kwargs: Mapping[str, Any] | None = None,
     turn: Callable[[], None] | None = None,
+    training: TrainStep | None = None,
 ) -> VariantResult:
     if reference is None:
         progress("eager reference")
-        reference = drift.compute_reference(model, inputs, device, kwargs)
+        reference = drift.compute_reference(model, inputs, device, kwargs, training)
     progress("building")
-    built = build_variant(model, inputs, spec, device, kwargs)
+    built = build_variant(model, inputs, spec, device, kwargs, training)
     if built.compiled:
         progress("preparing the compiler")
         prime_compiler(device)
@@ -270,7 +242,7 @@ def _measure(
     own_precision = None
     if built.autocast_dtype is not None:
         own_precision = drift.precision_error(
-            model, inputs, device, built.autocast_dtype, reference, kwargs
+            model, inputs, device, built.autocast_dtype, reference, kwargs, training
         )
     check: DriftCheck = drift.judge(
         taken.out, reference, built.tolerance_class, settings.drift_tolerance, own_precision
@@ -279,14 +251,31 @@ def _measure(
         test=label,
         variant=spec.name,
         status="ok",
-        metrics=_metrics(built, taken, drift.figures(taken.out, reference.fp32)),
+        metrics=_metrics(
+            built,
+            taken,
+            drift.figures(taken.out, reference.fp32),
+            settings.batch or batch_of(inputs, kwargs),
+        ),
         samples_ms=taken.outcome.samples_ms,
         repeats_ms=taken.outcome.repeat_medians_ms,
         block_sizes=tuple(len(b) for b in taken.outcome.blocks_ms),
         drift_check=check,
         details=_details(built, taken, device, settings, reference),
         counters=taken.counted,
+        workload="forward" if training is None else "train",
     )
+
+
+def batch_of(inputs: Sequence[Any], kwargs: Mapping[str, Any] | None) -> int:
+    """Items per call: the leading dimension of the first input tensor (positional first,
+    then keyword), 1 where there is none or it has no dimension."""
+    from torch.utils import _pytree as pytree
+
+    for leaf in pytree.tree_leaves((tuple(inputs), dict(kwargs or {}))):
+        if isinstance(leaf, torch.Tensor):
+            return int(leaf.shape[0]) if leaf.dim() > 0 else 1
+    return 1
 
 
 def _take(
@@ -302,7 +291,7 @@ def _take(
     """Compile, sample, then (untimed) peak memory, outputs for drift and exact counts."""
     cache = fresh_compile_cache() if built.compiled else contextlib.nullcontext()
     with cache:
-        call, compiled = _compile(built, device, settings, progress)
+        call, compiled = compile_variant(built, device, settings.warm_compile, progress)
         outcome = sampler(call, clock, for_device(settings.sampling, device.type), progress)
         recompiles = (
             dynamo_counts()[2] - compiled.frames_before_sampling if built.compiled else None
@@ -321,6 +310,7 @@ def _take(
         progress("exact counters")
         dynamo = {
             "graphs": compiled.graphs,
+            "backward_graphs": compiled.backward_graphs,
             "graph_breaks": compiled.graph_breaks,
             "break_reasons": compiled.break_reasons,
             "recompiles": recompiles,
@@ -342,11 +332,14 @@ def _take(
     )
 
 
-def _metrics(built: Built, taken: _Taken, figures: drift.DriftFigures) -> Metrics:
+def _metrics(built: Built, taken: _Taken, figures: drift.DriftFigures, batch: int) -> Metrics:
     memory, compiled = taken.memory, taken.compiled
     seen = built.memory_unseen is None
+    latency = summarize(taken.outcome.samples_ms).metric_fields()
+    p50 = latency.get("latency_p50_ms")
     return Metrics(
-        **summarize(taken.outcome.samples_ms).metric_fields(),
+        **latency,
+        throughput_per_s=batch / (p50 / 1000) if p50 else None,
         peak_memory_bytes=memory.peak_bytes if seen else None,
         peak_memory_reserved_bytes=memory.reserved_bytes if seen else None,
         peak_memory_increase_bytes=None

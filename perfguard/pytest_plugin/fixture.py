@@ -1,9 +1,11 @@
-"""The `perfguard` fixture object: `perfguard.run(model, example_inputs, **options)`."""
+"""The `perfguard` fixture object: `perfguard.run(model, example_inputs, **options)` measures
+a forward call, `perfguard.train_step(model, example_inputs, loss_fn=..., optimizer=...)` a
+training step."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -18,6 +20,7 @@ from perfguard.settings import MARKER_KEYS, THRESHOLD_KEYS
 if TYPE_CHECKING:
     from perfguard.measure.drift import Reference
     from perfguard.measure.runner import MeasureSettings
+    from perfguard.variants.training import TrainStep
 
 # the marker keys that `perfguard.run(...)` takes too: how to measure, not how to judge
 RUN_OPTIONS = tuple(k for k in MARKER_KEYS if k != "variants" and k not in THRESHOLD_KEYS)
@@ -43,22 +46,71 @@ class PerfguardFixture:
         example_inputs: Any,
         *,
         kwargs: Mapping[str, Any] | None = None,
+        batch: int | None = None,
         **options: Any,
     ) -> VariantResult:
         """Measure `model(*example_inputs, **kwargs)` under this item's variant and record it.
 
         `kwargs` holds keyword inputs (`{"attention_mask": mask}`), given to every variant.
+        `batch`: items per call for `throughput_per_s` (default: the first input's leading
+        dimension).
 
         `options` (budget_s, repeats, drift_tolerance, device, threads) override the marker's
         and the session's. A variant that cannot run here skips the item; a model that raises
         fails it with the model's message; drift beyond tolerance fails it.
         """
+        return self._measure("run", model, example_inputs, kwargs, batch, options, None)
+
+    def train_step(
+        self,
+        model: Any,
+        example_inputs: Any,
+        *,
+        loss_fn: Callable[[Any], Any],
+        optimizer: Callable[[list[Any]], Any],
+        kwargs: Mapping[str, Any] | None = None,
+        batch: int | None = None,
+        **options: Any,
+    ) -> VariantResult:
+        """Measure one training step of `model` under this item's variant and record it:
+        zero_grad, `output = model(*example_inputs, **kwargs)`, `loss_fn(output)` (a scalar;
+        targets closed over), backward, optimizer step.
+
+        `optimizer` is a factory called with the trainable parameters
+        (`lambda params: torch.optim.AdamW(params, lr=1e-4)`): each variant trains its own copy
+        of the model with its own optimizer, from the same weights and random state, and the
+        caller's model is left as it was. Drift is judged on the first step's loss and
+        gradients. Inference-only variants (int8, pruning, onnxruntime) skip the item.
+        `batch` and `options` as for `run`.
+        """
+        from perfguard.variants.training import TrainStep
+
+        if not callable(loss_fn) or not callable(optimizer):
+            raise TypeError(
+                "perfguard.train_step() needs loss_fn=(output -> scalar loss) and "
+                "optimizer=(params -> optimizer), e.g. lambda p: torch.optim.AdamW(p)"
+            )
+        training = TrainStep(loss_fn=loss_fn, optimizer=optimizer)
+        return self._measure("train_step", model, example_inputs, kwargs, batch, options, training)
+
+    def _measure(
+        self,
+        name: str,
+        model: Any,
+        example_inputs: Any,
+        kwargs: Mapping[str, Any] | None,
+        batch: int | None,
+        options: Mapping[str, Any],
+        training: TrainStep | None,
+    ) -> VariantResult:
         from perfguard.measure.runner import measure_model
         from perfguard.measure.sampling import sample
 
-        self._check_call(example_inputs, kwargs, options)
-        settings = self._settings(options)
+        self._check_call(name, example_inputs, kwargs, batch, options)
+        settings = self._settings(options, batch)
         if self._state.counting is not None:
+            if training is not None:
+                pytest.skip("instruction counts are taken of forward calls, not training steps")
             self._count(model, example_inputs, settings, kwargs)
         progress = self._state.progress
         progress.start(self._nodeid)
@@ -69,11 +121,12 @@ class PerfguardFixture:
             self.variant,
             settings,
             test=self.test,
-            reference=self._reference(model, example_inputs, kwargs, settings),
+            reference=self._reference(model, example_inputs, kwargs, settings, training),
             progress=progress,
             sampler=sample if worker is None else worker.sampler(),
             kwargs=kwargs,
             turn=None if worker is None else worker.wait_turn,
+            training=training,
         )
         if worker is not None:
             worker.send(
@@ -87,23 +140,35 @@ class PerfguardFixture:
         _end_item(self.variant, result)
         return result
 
-    def _check_call(self, example_inputs: Any, kwargs: Any, options: Mapping[str, Any]) -> None:
+    def _check_call(
+        self,
+        name: str,
+        example_inputs: Any,
+        kwargs: Any,
+        batch: Any,
+        options: Mapping[str, Any],
+    ) -> None:
         unknown = set(options) - set(RUN_OPTIONS)
         if unknown:
             raise TypeError(
-                f"perfguard.run() got unknown option(s) {sorted(unknown)}; "
-                f"known: {', '.join(RUN_OPTIONS)}"
+                f"perfguard.{name}() got unknown option(s) {sorted(unknown)}; "
+                f"known: {', '.join(('batch', *RUN_OPTIONS))}"
             )
         if self.result is not None:
             raise RuntimeError(
-                "perfguard.run() measures one model per test item; it was called twice"
+                f"perfguard.{name}() measures one model per test item; the item already "
+                "measured one (call run or train_step once per test)"
             )
+        if batch is not None and (
+            isinstance(batch, bool) or not isinstance(batch, int) or batch < 1
+        ):
+            raise TypeError(f"batch must be a positive whole number of items, got {batch!r}")
         if not isinstance(example_inputs, tuple | list):
             raise TypeError("example_inputs must be a tuple of positional arguments, e.g. (x,)")
         if kwargs is not None and not isinstance(kwargs, Mapping):
             raise TypeError("kwargs must be a dict of keyword inputs, e.g. {'attention_mask': m}")
 
-    def _settings(self, options: Mapping[str, Any]) -> MeasureSettings:
+    def _settings(self, options: Mapping[str, Any], batch: int | None) -> MeasureSettings:
         """The session's settings, then the marker's, then this call's."""
         from perfguard.measure.runner import MeasureSettings
         from perfguard.measure.sampling import SamplingSettings
@@ -128,6 +193,7 @@ class PerfguardFixture:
             flush_l2=o.flush_l2,
             trace_dir=trace_dir(o),
             trace_side="base" if os.environ.get(ENV_SIDE) == "A" else "head",
+            batch=batch,
         )
 
     def _reference(
@@ -136,6 +202,7 @@ class PerfguardFixture:
         example_inputs: Any,
         kwargs: Mapping[str, Any] | None,
         settings: MeasureSettings,
+        training: TrainStep | None = None,
     ) -> Reference | None:
         """The eager reference outputs of this test's model, computed once for its variants
         (None when the model fails: measuring it gives that error its result). It is computed
@@ -151,14 +218,14 @@ class PerfguardFixture:
             # the reference belongs to this test's model: same weights in another test, or
             # another setting of the same class, must not share it
             key = (
-                f"{self.test}:{where}:{settings.threads}:"
+                f"{self.test}:{where}:{settings.threads}:{training is not None}:"
                 f"{fingerprint(model, example_inputs, kwargs)}"
             )
             reference = state.references.get(key)
             if reference is None:
                 state.progress("eager reference")
                 with torch_state(settings.threads):
-                    reference = compute_reference(model, example_inputs, where, kwargs)
+                    reference = compute_reference(model, example_inputs, where, kwargs, training)
                 state.references[key] = reference
                 while len(state.references) > REFERENCE_CACHE:
                     state.references.popitem(last=False)

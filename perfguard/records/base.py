@@ -49,6 +49,7 @@ Metric = Literal[
     "compile_time_s",
     "drift_max_rel",
     "graphs",
+    "backward_graphs",
     "graph_breaks",
     "recompiles",
     "aten_ops",
@@ -64,6 +65,7 @@ METRICS: tuple[Metric, ...] = (
     "compile_time_s",
     "drift_max_rel",
     "graphs",  # the exact signals (perfguard.stats.exact)
+    "backward_graphs",
     "graph_breaks",
     "recompiles",
     "aten_ops",

@@ -12,6 +12,9 @@ from perfguard.records.base import STATUSES, RecordError, Status, finite_or_none
 from perfguard.records.sketch import BlockStats, QuantileSketch, percentile
 
 _SIGNED = {"drift_cosine", "peak_memory_increase_bytes"}  # the metrics that may be below 0
+WORKLOADS = ("forward", "train")
+"""What one sample times: a forward call (`perfguard.run`), or a training step
+(`perfguard.train_step`: zero_grad, forward, loss, backward, optimizer step)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,6 +38,9 @@ class Metrics:
     # CUDA: the device time of one call's kernels, from the profiled calls (the second clock;
     # shown beside the latency, never gated): launch overhead is in the latency, not in this
     device_time_ms: float | None = None
+    # items per second at p50: the batch (the first input's leading dimension, or `batch=`)
+    # over one call's (or one training step's) median time
+    throughput_per_s: float | None = None
     peak_memory_reserved_bytes: float | None = None
     peak_memory_increase_bytes: float | None = None  # peak minus what was held before the calls
     compile_time_warm_s: float | None = None
@@ -119,6 +125,7 @@ class Counters:
     """
 
     graphs: int | None = None  # graphs dynamo compiled
+    backward_graphs: int | None = None  # a training step: backward graphs AOTAutograd compiled
     graph_breaks: int | None = None
     break_reasons: tuple[tuple[str, int], ...] = ()  # (dynamo's reason, how often)
     recompiles: int | None = None  # frames compiled again while sampling
@@ -252,10 +259,13 @@ class VariantResult:
     counters: Counters | None = None
     block_stats: BlockStats | None = None
     sketch: QuantileSketch | None = None
+    workload: str = "forward"  # WORKLOADS
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
             raise RecordError(f"status must be one of {STATUSES}, got {self.status!r}")
+        if self.workload not in WORKLOADS:
+            raise RecordError(f"workload must be one of {WORKLOADS}, got {self.workload!r}")
         if self.status != "ok" and not self.error:
             raise RecordError(f"a result with status {self.status!r} needs an error message")
         for name in ("samples_ms", "repeats_ms"):
@@ -329,6 +339,7 @@ class VariantResult:
         return {
             "test": self.test,
             "variant": self.variant,
+            "workload": self.workload,
             "status": self.status,
             "error": self.error,
             "metrics": self.metrics.to_json(),
@@ -365,6 +376,7 @@ class VariantResult:
                 counters=None if counters is None else Counters.from_json(counters),
                 block_stats=None if blocks is None else BlockStats.from_json(blocks),
                 sketch=None if sketch is None else QuantileSketch.from_json(sketch),
+                workload=data.get("workload", "forward"),
             )
         except KeyError as exc:
             raise RecordError(f"a result lacks the key {exc.args[0]!r}") from exc

@@ -90,6 +90,16 @@ def speedup(value: float | None) -> str:
     return "–" if value is None else f"{value:.2f}×"
 
 
+def rate(value: float | None) -> str:
+    """Items per second, three significant digits: 950, 12.3k, 1.20M."""
+    if value is None:
+        return "–"
+    for scale, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if value >= scale:
+            return f"{value / scale:.3g}{unit}"
+    return f"{value:.3g}"
+
+
 def count(value: float | None) -> str:
     return "–" if value is None else f"{int(value):,}"
 

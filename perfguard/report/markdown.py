@@ -49,6 +49,7 @@ def _environment() -> jinja2.Environment:
         speedup=fmt.speedup,
         interval=fmt.interval,
         count=fmt.count,
+        rate=fmt.rate,
     )
     # why rows that begin with the kernels' device time (a CUDA run)
     env.tests["device_rows"] = lambda why: bool(why) and why[0][0] == ALL_KERNELS
@@ -257,6 +258,8 @@ def _context(run: Run, th: Thresholds, full_report: str | None) -> dict[str, Any
         # a trend needs two baselines at least, besides this run
         "charted": [c for c in regressions if len(c.trend) >= 2],
         "speedups": _speedups(run.results),
+        # after the variant's name, where a result is not a forward call
+        "kinds": {r.key: " · training step" for r in run.results if r.workload == "train"},
         "thresholds": th,
         "verdicts": fmt.row_verdicts(run.results, comparisons),
         "base_env": run.baseline.environment,

@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from perfguard.records import Comparison, Counters, Metric, Verdict
 
-GRAPH_COUNTERS: tuple[Metric, ...] = ("graphs", "graph_breaks", "recompiles")
+GRAPH_COUNTERS: tuple[Metric, ...] = ("graphs", "backward_graphs", "graph_breaks", "recompiles")
 INSTRUCTION_COUNTERS: tuple[Metric, ...] = ("compile_instructions", "forward_instructions")
 EXACT_METRICS: tuple[Metric, ...] = (*GRAPH_COUNTERS, "aten_ops", "flops", *INSTRUCTION_COUNTERS)
 NAMED = 6  # operators named in a note, most changed first

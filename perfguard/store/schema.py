@@ -32,12 +32,16 @@ History:
   takes a plain or a compressed file. Migration from 4: a result with samples gets its
   blocks and sketch derived from them when it is read (records.VariantResult); nothing else
   changes.
-- 6: a result's metrics may have `device_time_ms` (CUDA: the device time of one call's
-  kernels, from the profiled calls; shown, never gated), and on CUDA its `details.profile`
-  has `device_us` (the same, in µs) and `kernels_us` (device time per call by kernel name);
-  `profile.self_us` is the operators' host self time alone (on CUDA it had the kernels'
-  device time added in). Migration from 5: nothing to convert (no version-5 file was
-  measured on CUDA by a released perfguard; a CPU one means the same).
+- 6: workloads and throughput, and the second clock. A result has `workload`: `forward`
+  (`perfguard.run`) or `train` (`perfguard.train_step`: each sample one training step);
+  metrics have `throughput_per_s` (the batch over p50), and counters `backward_graphs` (a
+  compiled training step's, an exact signal that gates like `graphs`). On CUDA, metrics may
+  have `device_time_ms` (the device time of one call's kernels, from the profiled calls;
+  shown, never gated), and `details.profile` has `device_us` (the same, in µs) and
+  `kernels_us` (device time per call by kernel name); `profile.self_us` is the operators'
+  host self time alone (on CUDA it had the kernels' device time added in). Migration from
+  5: a result without `workload` is a forward call; the new figures read as null (no
+  version-5 file was measured on CUDA by a released perfguard; a CPU one means the same).
 
 A newer version than this perfguard knows is refused (upgrade perfguard). An older one is
 migrated in memory by the steps below, one version at a time; the file on disk is left as it
@@ -95,7 +99,8 @@ def _4_to_5(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def _5_to_6(doc: dict[str, Any]) -> dict[str, Any]:
-    """Version 5 had no device clock: a result without `device_time_ms` reads it as null."""
+    """Version 5 measured forward calls only, without throughput or a device clock: results
+    read `workload` as `forward` and the new figures as null (records.VariantResult)."""
     return {**doc, "schema_version": 6}
 
 

@@ -24,6 +24,7 @@ from perfguard.variants.ort import OnnxRuntime
 from perfguard.variants.prune import Prune
 from perfguard.variants.quantize import Quantize, int8_fallbacks
 from perfguard.variants.spec import VariantSpec
+from perfguard.variants.training import TrainStep, build_training, inference_only
 
 TRANSFORMS: dict[str, ModuleTransform] = {"prune": Prune(), "quantize": Quantize()}
 AMP = Amp()
@@ -76,12 +77,17 @@ def build_variant(
     spec: VariantSpec,
     device: torch.device,
     kwargs: Mapping[str, Any] | None = None,
+    training: TrainStep | None = None,
 ) -> Built:
     """Build `spec` from a copy of `model` (the caller's model is never modified); its call
-    is `model(*example_inputs, **kwargs)`."""
-    reason = unavailable_reason(spec, device)
+    is `model(*example_inputs, **kwargs)`, or with `training` one training step of it."""
+    reason = (inference_only(spec) if training is not None else None) or unavailable_reason(
+        spec, device
+    )
     if reason:
         raise VariantUnavailableError(reason)
+    if training is not None:
+        return _training(model, example_inputs, kwargs, spec, device, training)
     work = copy.deepcopy(model).to(device).eval()
     inputs = tuple(to_device(tuple(example_inputs), device))
     named: dict[str, Any] = to_device(dict(kwargs or {}), device)
@@ -95,6 +101,30 @@ def build_variant(
     if spec.part("onnxruntime") is not None:
         return _onnxruntime(work, inputs, named, spec, device, notes, size, sparsity)
     return _torch(work, inputs, named, spec, device, notes, size, sparsity)
+
+
+def _training(
+    model: nn.Module,
+    example_inputs: Sequence[Any],
+    kwargs: Mapping[str, Any] | None,
+    spec: VariantSpec,
+    device: torch.device,
+    training: TrainStep,
+) -> Built:
+    """A training step of a copy of `model`, under autocast and torch.compile as `spec` says."""
+    amp_part, compile_part = spec.part("amp"), spec.part("compile")
+    return build_training(
+        model,
+        tuple(to_device(tuple(example_inputs), device)),
+        to_device(dict(kwargs or {}), device),
+        spec,
+        device,
+        training,
+        autocast=AMP.context(amp_part, device) if amp_part is not None else contextlib.nullcontext,
+        autocast_dtype=None if amp_part is None else AMP.dtype(amp_part),
+        compiler=COMPILE.compiler(compile_part) if compile_part is not None else None,
+        tolerance_class=tolerance_class(spec),
+    )
 
 
 def _onnxruntime(
