@@ -243,3 +243,28 @@ def test_a_cuda_graph_variants_reserved_memory_holds_eagers_activations() -> Non
     assert graphed.metrics.peak_memory_reserved_bytes >= eager.metrics.peak_memory_bytes
     assert any(n.startswith("memory: a CUDA-graph variant") for n in graphed.details.notes)
     assert not any(n.startswith("memory: a CUDA-graph") for n in eager.details.notes)
+
+
+@pytest.mark.parametrize("variant", ["eager", "compile-default", "amp-bf16", "amp-fp16"])
+def test_a_training_step_on_cuda_counts_gradients_and_optimizer_state(variant: str) -> None:
+    """The step's peak holds the weights, their gradients and AdamW's two moments (four
+    times the weights at least); compiled steps count their backward graphs; fp16 scales."""
+    from perfguard import TrainStep
+
+    model = SmallMLP().train()
+    inputs = example_inputs(model)
+    targets = torch.randn(8, 64)
+    step = TrainStep(
+        lambda out: torch.nn.functional.mse_loss(out.float(), targets.to(out.device)),
+        lambda params: torch.optim.AdamW(params, lr=1e-4),
+    )
+    r = measure(model, inputs, variant, FAST, training=step)
+    assert r.status == "ok", r.error
+    assert r.workload == "train" and r.details.clock == "cuda_event"
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    m = r.metrics
+    assert m.peak_memory_bytes is not None and m.peak_memory_bytes >= 4 * weights
+    assert m.throughput_per_s and m.device_time_ms is not None
+    assert r.drift_check is not None and r.drift_check.passed, r.drift_check
+    if variant == "compile-default":
+        assert r.counters is not None and r.counters.backward_graphs == r.counters.graphs == 1

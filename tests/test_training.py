@@ -314,3 +314,75 @@ def test_the_plugin_measures_a_training_step_and_the_session_goes_on(
     assert by["test_train.py::test_forward", "eager"]["workload"] == "forward"
     report = (pytester.path / "reports" / "perfguard.md").read_text()
     assert "eager · training step" in report
+
+
+AB_MODELS = """
+import torch
+from torch import nn
+
+WIDTH = {width}
+
+def mlp(width):
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(256, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(),
+                         nn.Linear(width, 10))
+
+def step(perfguard, width):
+    x, y = torch.randn(64, 256), torch.randint(0, 10, (64,))
+    perfguard.train_step(
+        mlp(width),
+        (x,),
+        loss_fn=lambda out: nn.functional.cross_entropy(out, y),
+        optimizer=lambda params: torch.optim.AdamW(params, lr=1e-4),
+    )
+"""
+
+AB_TESTS = """
+import pytest
+from mymodels import WIDTH, step
+
+@pytest.mark.perfguard(variants=["eager"], ab_min_change_pct=30)
+def test_widened(perfguard):
+    step(perfguard, WIDTH)
+
+@pytest.mark.perfguard(variants=["eager"], ab_min_change_pct=30)
+def test_same(perfguard):
+    step(perfguard, 256)
+"""
+
+
+def test_a_doubled_hidden_width_is_flagged_on_the_step_by_same_job_ab(
+    pytester: pytest.Pytester,
+) -> None:
+    """One same-job A/B session: the base commit trains a 256-wide MLP in both tests; the
+    head doubles the width in one of them. The widened step is a regression, the other one
+    (identical code on both sides) is not."""
+    from tests.gitrepo import git
+    from tests.timing import ONE_THREAD
+
+    pytester.makepyfile(mymodels=AB_MODELS.format(width=256), test_models=AB_TESTS)
+    git(pytester.path, "init", "-q", "-b", "main")
+    git(pytester.path, "add", "-A")
+    git(pytester.path, "commit", "-q", "-m", "base")
+    pytester.makepyfile(mymodels=AB_MODELS.format(width=512))
+    git(pytester.path, "commit", "-q", "-am", "head: a hidden layer twice as wide")
+    result = pytester.runpytest_subprocess(
+        "--perfguard",
+        "--perfguard-ab=HEAD~1",
+        "--perfguard-device=cpu",
+        ONE_THREAD,
+        "--perfguard-budget=0.3",
+        "--perfguard-repeats=5",
+        "--perfguard-json=out.json",
+        "-p",
+        "no:cacheprovider",
+    )
+    assert result.ret == 1, result.stdout.str()
+    doc = json.loads((pytester.path / "out.json").read_text())
+    p50 = {c["test"]: c for c in doc["comparisons"] if c["metric"] == "latency_p50_ms"}
+    widened, same = p50["test_models.py::test_widened"], p50["test_models.py::test_same"]
+    assert widened["verdict"] == "regression" and widened["change_pct"] > 50, widened
+    assert same["verdict"] == "unchanged", same
+    assert {r["workload"] for r in (*doc["results"], *doc["baseline_results"])} == {"train"}
+    report = (pytester.path / "reports" / "perfguard.md").read_text()
+    assert "| test&#95;models.py::test&#95;widened | eager · training step |" in report

@@ -1,4 +1,4 @@
-"""An example perf suite: three small models, written as a user would write them.
+"""An example perf suite: three small models and a training step, written as a user would.
 
     pytest examples/perf --perfguard
 
@@ -80,6 +80,18 @@ def test_convnet(perfguard):
 @pytest.mark.parametrize("batch", [4])
 def test_encoder(perfguard, batch):
     perfguard.run(Encoder().eval(), (torch.randn(batch, 16, 64),))
+
+
+@pytest.mark.perfguard(variants=["eager", "compile-default"])
+def test_mlp_training_step(perfguard):
+    """One optimization step (zero_grad, forward, loss, backward, AdamW), as training runs it."""
+    targets = torch.randint(0, 64, (32,))
+    perfguard.train_step(
+        MLP(),
+        (torch.randn(32, 256),),
+        loss_fn=lambda out: nn.functional.cross_entropy(out, targets),
+        optimizer=lambda params: torch.optim.AdamW(params, lr=1e-4),
+    )
 
 
 def test_models_are_deterministic_in_eval():

@@ -114,7 +114,8 @@ def _perfguard_variant() -> str:
 
 @pytest.fixture
 def perfguard(request: pytest.FixtureRequest, _perfguard_variant: str) -> PerfguardFixture:
-    """Measure a model under this item's variant: `perfguard.run(model, (x,))`."""
+    """Measure a model under this item's variant: `perfguard.run(model, (x,))`, or a training
+    step: `perfguard.train_step(model, (x,), loss_fn=..., optimizer=...)`."""
     item = request.node
     state = request.config.stash[state_key]
     variant = str(_perfguard_variant)

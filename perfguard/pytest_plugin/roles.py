@@ -122,7 +122,8 @@ class Measuring:
             warnings.warn(
                 PerfguardWarning(
                     f"{item.nodeid} uses the perfguard fixture but never called "
-                    "perfguard.run(model, inputs): nothing was measured. Call it, or drop the "
+                    "perfguard.run(model, inputs) or perfguard.train_step(...): nothing was "
+                    "measured. Call one, or drop the "
                     "fixture"
                 ),
                 stacklevel=1,
