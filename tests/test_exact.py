@@ -282,3 +282,60 @@ def test_a_counter_that_fails_leaves_the_measurement_standing(
     )
     assert r.status == "ok" and r.counters is None
     assert "exact counters not counted: profiler unavailable here" in r.details.notes
+
+
+# --- memory that must not grow ------------------------------------------------------------
+
+
+class Leaky(nn.Module):
+    """The classic leak: every call's output kept in a list."""
+
+    def __init__(self, leak: bool) -> None:
+        super().__init__()
+        self.lin = nn.Linear(32, 64)
+        self.leak = leak
+        self.kept: list[torch.Tensor] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.lin(x).relu()
+        if self.leak:
+            self.kept.append(y)
+        return y
+
+
+@pytest.mark.parametrize("variant", ["eager", "compile-default"])
+def test_a_model_that_keeps_its_outputs_is_caught_with_its_bytes_per_call(variant: str) -> None:
+    settings = replace(FAST, warm_compile=False)
+    leaky = measure_model(Leaky(True), (torch.randn(8, 32),), variant, settings)
+    clean = measure_model(Leaky(False), (torch.randn(8, 32),), variant, settings)
+    assert leaky.counters is not None and clean.counters is not None
+    assert leaky.counters.memory_growth_bytes_per_call == 8 * 64 * 4  # one output a call
+    assert clean.counters.memory_growth_bytes_per_call == 0
+    assert "each warm call leaves 2,048 bytes allocated: a leak" in leaky.details.notes
+    assert not any("a leak" in n for n in clean.details.notes)
+    [growth] = [
+        c
+        for c in exact_comparisons("t", variant, clean.counters, leaky.counters, gate_ops=False)
+        if c.metric == "memory_growth_bytes_per_call"
+    ]
+    assert (growth.verdict, growth.gating, growth.current) == ("regression", True, 2048)
+    assert growth.note.startswith("each warm call leaves 2,048 bytes allocated: a leak")
+
+
+def test_growth_within_the_slack_or_no_worse_than_the_base_is_not_a_leak() -> None:
+    from perfguard.stats.exact import GROWTH_ALLOWED
+
+    def verdict(base: int, head: int) -> str:
+        b = replace(BASE, memory_growth_bytes_per_call=base)
+        h = replace(BASE, memory_growth_bytes_per_call=head)
+        [c] = [
+            c
+            for c in exact_comparisons("t", "eager", b, h, gate_ops=False)
+            if c.metric == "memory_growth_bytes_per_call"
+        ]
+        return c.verdict
+
+    assert verdict(0, GROWTH_ALLOWED) == "unchanged"
+    assert verdict(0, GROWTH_ALLOWED + 1) == "regression"
+    assert verdict(4096, 4096) == "unchanged"
+    assert verdict(4096, 0) == "improvement"

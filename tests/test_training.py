@@ -108,6 +108,7 @@ def test_real_models_train_under_each_variant_with_every_figure(name: str, varia
     )
     counted = r.counters
     assert counted is not None and counted.op_total and counted.flops
+    assert counted.memory_growth_bytes_per_call == 0  # a step keeps nothing beyond its state
     # the backward's operators are in the step: a forward call would have none of these
     assert any("backward" in op for op, _ in counted.ops) or variant == "compile-default"
     if variant == "compile-default":
@@ -248,6 +249,10 @@ def test_the_report_says_which_results_are_training_steps() -> None:
     assert "| mlp | eager · training step |" in text
     assert "| fwd | eager |" in text
     assert "items/s" in text
+    from perfguard.report.terminal import summary_lines
+
+    lines = summary_lines(run_of([step, forward]))
+    assert any(line.startswith("  eager (training step) ") for line in lines), lines
 
 
 PLUGIN_TEST = """

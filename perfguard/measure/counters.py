@@ -8,6 +8,8 @@
 - FLOPs of one call: `torch.utils.flop_counter.FlopCounterMode` over the variant's module
   uncompiled (a dispatch mode, which dynamo would see: compiled code never runs under it);
 - parameter and buffer bytes of the module as measured;
+- the bytes a warm call leaves allocated (a leak: outputs kept in a list, a cache that grows),
+  from the profiler's allocation events;
 - on CUDA, the kernels and the CUDA graphs one call launches, from the profiler's runtime
   events.
 The same profiled calls give each operator's host self time per call (a result's `profile`,
@@ -147,6 +149,43 @@ def profile_counts(
     return out
 
 
+GROWTH_CALLS = 5  # warm calls whose allocations and frees are tallied
+_FIRST = "perfguard: first tallied call"
+
+
+def retained_per_call(call: Callable[[], Any], device: torch.device) -> int:
+    """Bytes a warm call leaves allocated, on the host and the device, per call: from the
+    profiler's memory events over `GROWTH_CALLS` calls, what was allocated and not freed
+    between the end of the first call and the end of the last. Exact, whatever the
+    allocator caches: a model that keeps nothing between calls gives 0, one that appends
+    its outputs to a list gives their size.
+
+    From the end of the first call, not from the start: what a call replaces each time (a
+    training step's gradients, freed by the next step's zero_grad) was allocated before the
+    profile began, and the profiler does not see such a block freed; counted from the start,
+    it would read as one call's leak."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    activities = [ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+        let_go_of_cupti()
+    with profile(activities=activities, profile_memory=True) as prof:
+        for i in range(GROWTH_CALLS):
+            with record_function(_FIRST if i == 0 else "perfguard: tallied call"):
+                call()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+    events = prof.events()
+    first_end = max(e.time_range.end for e in events if e.name == _FIRST)
+    after_first = sum(
+        int(e.self_cpu_memory_usage) + int(getattr(e, "self_device_memory_usage", 0) or 0)
+        for e in events
+        if e.time_range.start > first_end
+    )
+    return max(after_first, 0) // (GROWTH_CALLS - 1)
+
+
 def flops_of(eager_call: Callable[[], Any]) -> int | None:
     """FLOPs of one uncompiled call; None when the counter cannot follow it."""
     from torch.utils.flop_counter import FlopCounterMode
@@ -192,5 +231,6 @@ def count(
         buffer_bytes=tensor_bytes(buffers) if module is not None else None,
         kernel_launches=profiled.get("kernel_launches"),
         cudagraph_launches=profiled.get("cudagraph_launches"),
+        memory_growth_bytes_per_call=retained_per_call(call, device),
     )
     return counters, profiled["profile"]

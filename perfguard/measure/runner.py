@@ -42,6 +42,7 @@ from perfguard.records import (
     VariantResult,
     trace_file_name,
 )
+from perfguard.stats.exact import GROWTH_ALLOWED
 from perfguard.stats.summary import summarize, tail_is_reliable
 from perfguard.variants.base import Built, VariantUnavailableError, first_line
 from perfguard.variants.registry import build_variant
@@ -336,6 +337,7 @@ def _metrics(built: Built, taken: _Taken, figures: drift.DriftFigures, batch: in
     memory, compiled = taken.memory, taken.compiled
     seen = built.memory_unseen is None
     latency = summarize(taken.outcome.samples_ms).metric_fields()
+    device_us = (taken.profile or {}).get("device_us")
     p50 = latency.get("latency_p50_ms")
     return Metrics(
         **latency,
@@ -354,14 +356,9 @@ def _metrics(built: Built, taken: _Taken, figures: drift.DriftFigures, batch: in
         drift_cosine=figures.cosine,
         model_size_bytes=built.model_size_bytes,
         sparsity=built.sparsity,
-        device_time_ms=_device_ms(taken.profile),
+        # the kernels' device time of one call, where the profiled calls ran on CUDA
+        device_time_ms=float(device_us) / 1000 if device_us is not None else None,
     )
-
-
-def _device_ms(profile: Mapping[str, Any] | None) -> float | None:
-    """The kernels' device time of one call, when the profiled calls ran on CUDA."""
-    device_us = None if profile is None else profile.get("device_us")
-    return None if device_us is None else float(device_us) / 1000
 
 
 def _details(
@@ -380,6 +377,9 @@ def _details(
             "--perfguard-flush-l2 applies to CUDA-event timing only: this variant was timed "
             "with a hot cache"
         )
+    growth = None if taken.counted is None else taken.counted.memory_growth_bytes_per_call
+    if growth is not None and growth > GROWTH_ALLOWED:
+        notes.append(f"each warm call leaves {growth:,} bytes allocated: a leak")
     if not outcome.warmup.stable:
         notes.append(f"timings did not settle within {outcome.warmup.calls} warm-up calls")
     n = len(outcome.samples_ms)

@@ -56,6 +56,7 @@ Metric = Literal[
     "flops",
     "compile_instructions",
     "forward_instructions",
+    "memory_growth_bytes_per_call",
 ]
 METRICS: tuple[Metric, ...] = (
     "latency_p50_ms",  # also the row of an item's state: new, missing, error
@@ -72,5 +73,6 @@ METRICS: tuple[Metric, ...] = (
     "flops",
     "compile_instructions",
     "forward_instructions",
+    "memory_growth_bytes_per_call",
 )
 """What a comparison can be of: a closed set (every version of the format wrote only these)."""

@@ -138,6 +138,9 @@ class Counters:
     # instructions under callgrind (--perfguard-instructions), each in a process of its own
     compile_instructions: int | None = None  # the cold compile of a compiled variant
     forward_instructions: int | None = None  # one warm call
+    # bytes of tensors a warm call leaves allocated (what it allocated minus what it freed, by
+    # the profiler's allocation events): 0 for a model that keeps nothing between calls
+    memory_growth_bytes_per_call: int | None = None
 
     def __post_init__(self) -> None:
         for f in fields(self):

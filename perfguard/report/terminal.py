@@ -36,7 +36,8 @@ def summary_lines(run: Run, width: int = WIDTH) -> list[str]:
         if r.test != current_test:
             current_test = r.test
             lines.append(_short(r.test, width))
-        label = _short("  " + r.variant, name_w)
+        step = " (training step)" if r.workload == "train" else ""
+        label = _short("  " + r.variant + step, name_w)
         m = r.metrics
         tail = "*" if "p99" in r.details.tails_too_few else ""
         if r.status == "ok":

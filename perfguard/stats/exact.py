@@ -6,6 +6,10 @@ ATen operators one call dispatches, or in its FLOPs, is reported with what chang
 added or gone, by name); it gates only where the test asks (`gate_ops=True` in its marker),
 since a refactor may legitimately change them. Fewer of anything is an `improvement`.
 
+A warm call that leaves memory allocated (`memory_growth_bytes_per_call`, allocations minus
+frees from the profiler's events) past `GROWTH_ALLOWED` bytes is a leak: a gating regression
+where the base kept less.
+
 Instruction counts under callgrind (`compile_instructions`, `forward_instructions`) repeat to
 a fraction of a percent, not exactly: a change past `instructions_pct` (1.5% by default, the
 tolerance of PyTorch's own compile-time benchmarks) is a gating verdict; within it, unchanged.
@@ -20,7 +24,17 @@ from perfguard.records import Comparison, Counters, Metric, Verdict
 
 GRAPH_COUNTERS: tuple[Metric, ...] = ("graphs", "backward_graphs", "graph_breaks", "recompiles")
 INSTRUCTION_COUNTERS: tuple[Metric, ...] = ("compile_instructions", "forward_instructions")
-EXACT_METRICS: tuple[Metric, ...] = (*GRAPH_COUNTERS, "aten_ops", "flops", *INSTRUCTION_COUNTERS)
+GROWTH: Metric = "memory_growth_bytes_per_call"
+EXACT_METRICS: tuple[Metric, ...] = (
+    *GRAPH_COUNTERS,
+    "aten_ops",
+    "flops",
+    *INSTRUCTION_COUNTERS,
+    GROWTH,
+)
+GROWTH_ALLOWED = 256
+"""Bytes per call a warm call may leave allocated before it is a leak: a little slack for a
+cache that fills once in a while; a kept output of even 8 x 8 floats is past it."""
 NAMED = 6  # operators named in a note, most changed first
 
 
@@ -147,3 +161,27 @@ def exact_comparisons(
         b, h = getattr(base, metric), getattr(head, metric)
         if b is not None and h is not None:
             yield _instructions(test, variant, metric, b, h, instructions_pct)
+    b, h = base.memory_growth_bytes_per_call, head.memory_growth_bytes_per_call
+    if b is not None and h is not None:
+        yield _growth(test, variant, b, h)
+
+
+def _growth(test: str, variant: str, base: int, head: int) -> Comparison:
+    """A leak is a regression when the head keeps more than `GROWTH_ALLOWED` bytes per call
+    and more than the base did; below that both sides hold nothing between calls."""
+    leaks = head > GROWTH_ALLOWED and head > base
+    fixed = base > GROWTH_ALLOWED and head <= GROWTH_ALLOWED
+    c = _comparison(
+        test,
+        variant,
+        GROWTH,
+        base,
+        head,
+        True,
+        f"each warm call leaves {head:,} bytes allocated: a leak (outputs kept alive, a cache "
+        "that grows)"
+        if leaks
+        else "exact count: allocations minus frees of a warm call",
+    )
+    verdict: Verdict = "regression" if leaks else "improvement" if fixed else "unchanged"
+    return replace(c, verdict=verdict)

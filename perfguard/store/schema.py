@@ -34,8 +34,10 @@ History:
   changes.
 - 6: workloads and throughput, and the second clock. A result has `workload`: `forward`
   (`perfguard.run`) or `train` (`perfguard.train_step`: each sample one training step);
-  metrics have `throughput_per_s` (the batch over p50), and counters `backward_graphs` (a
-  compiled training step's, an exact signal that gates like `graphs`). On CUDA, metrics may
+  metrics have `throughput_per_s` (the batch over p50); counters have `backward_graphs` (a
+  compiled training step's, an exact signal that gates like `graphs`) and
+  `memory_growth_bytes_per_call` (what a warm call leaves allocated; comparisons may have
+  that metric, a leak gating as a regression). On CUDA, metrics may
   have `device_time_ms` (the device time of one call's kernels, from the profiled calls;
   shown, never gated), and `details.profile` has `device_us` (the same, in µs) and
   `kernels_us` (device time per call by kernel name); `profile.self_us` is the operators'
