@@ -11,13 +11,13 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9 _.:/()\[\]=,+-]")
 TITLE_CHARS = 80
 
 
-def _label(text: str) -> str:
+def label(text: str) -> str:
     """Text from a test made inert inside a quoted mermaid string (and its code fence)."""
     clean = _UNSAFE.sub("", " ".join(text.split()))
     return clean if len(clean) <= TITLE_CHARS else clean[: TITLE_CHARS - 3] + "..."
 
 
-def _number(value: float) -> str:
+def number(value: float) -> str:
     return f"{value:.6g}"
 
 
@@ -29,16 +29,16 @@ def trend_chart(c: Comparison, commit: str | None) -> str:
         points.append(((commit or "")[:7] + " (this run)" if commit else "this run", c.current))
     values = [v * scale for _, v in points]
     top = max(values) * 1.1 if values and max(values) > 0 else 1.0
-    labels = ", ".join(f'"{_label(name)}"' for name, _ in points)
-    title = _label(f"{c.test} [{c.variant}] {c.metric}")
+    labels = ", ".join(f'"{label(name)}"' for name, _ in points)
+    title = label(f"{c.test} [{c.variant}] {c.metric}")
     return "\n".join(
         [
             "```mermaid",
             "xychart-beta",
             f'    title "{title}"',
             f"    x-axis [{labels}]",
-            f'    y-axis "{unit}" 0 --> {_number(top)}',
-            f"    line [{', '.join(_number(v) for v in values)}]",
+            f'    y-axis "{unit}" 0 --> {number(top)}',
+            f"    line [{', '.join(number(v) for v in values)}]",
             "```",
         ]
     )

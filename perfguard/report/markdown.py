@@ -21,6 +21,7 @@ from perfguard.github import COMMENT_LIMIT, MARKER
 from perfguard.records import Comparison, Run, VariantResult
 from perfguard.report import format as fmt
 from perfguard.report.charts import trend_chart
+from perfguard.report.sweeps import find_sweeps, sweep_chart
 from perfguard.stats.exact import EXACT_METRICS
 from perfguard.stats.verdicts import Thresholds, summarize_verdicts
 from perfguard.stats.why import ALL_KERNELS
@@ -232,6 +233,7 @@ def render_markdown(
 def _context(run: Run, th: Thresholds, full_report: str | None) -> dict[str, Any]:
     """What the template reads, everything in it (the degrading picks the shares)."""
     comparisons = run.comparisons
+    sweeps = find_sweeps(run.results, comparisons)
     # exact signals first, in a table of their own: certain, and read differently
     exact = [c for c in comparisons if c.metric in EXACT_METRICS and c.verdict != "unchanged"]
     exact.sort(key=lambda c: (c.verdict != "regression", not c.gating, c.test, c.variant))
@@ -260,6 +262,8 @@ def _context(run: Run, th: Thresholds, full_report: str | None) -> dict[str, Any
         "speedups": _speedups(run.results),
         # after the variant's name, where a result is not a forward call
         "kinds": {r.key: " · training step" for r in run.results if r.workload == "train"},
+        "sweeps": sweeps,
+        "sweep_charts": [sweep_chart(s) for s in sweeps],
         "thresholds": th,
         "verdicts": fmt.row_verdicts(run.results, comparisons),
         "base_env": run.baseline.environment,
