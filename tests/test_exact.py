@@ -297,7 +297,7 @@ class Leaky(nn.Module):
         self.kept: list[torch.Tensor] = []
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.lin(x).relu()
+        y: torch.Tensor = self.lin(x).relu()
         if self.leak:
             self.kept.append(y)
         return y
