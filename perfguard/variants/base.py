@@ -77,6 +77,14 @@ class Built:
         return call() if self.fetch_outputs is None else self.fetch_outputs(call)
 
 
+def compiled_or_eager(
+    module: nn.Module, compiler: Callable[[nn.Module], Callable[..., Any]] | None, compiled: bool
+) -> Callable[..., Any]:
+    """`module` through `compiler` when there is one and `compiled` asks for it (each call a
+    fresh compile: the cold and the warm one are timed apart), else `module` itself."""
+    return compiler(module) if compiled and compiler is not None else module
+
+
 class ModuleTransform(Protocol):
     """A family that rewrites the module (pruning, quantization) before it runs."""
 

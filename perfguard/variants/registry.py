@@ -16,6 +16,7 @@ from perfguard.variants.base import (
     Built,
     ModuleTransform,
     VariantUnavailableError,
+    compiled_or_eager,
     model_size_bytes,
     weight_sparsity,
 )
@@ -117,7 +118,6 @@ def _training(
         model,
         tuple(to_device(tuple(example_inputs), device)),
         to_device(dict(kwargs or {}), device),
-        spec,
         device,
         training,
         autocast=AMP.context(amp_part, device) if amp_part is not None else contextlib.nullcontext,
@@ -185,8 +185,7 @@ def _torch(
         notes.extend(int8_fallbacks(work, lambda: work(*inputs, **named)))
 
     def make_call(compiled: bool = True) -> Callable[[], Any]:
-        use = compiled and compiler is not None
-        fn: Callable[..., Any] = compiler(work) if use and compiler else work
+        fn = compiled_or_eager(work, compiler, compiled)
 
         def call() -> Any:
             with torch.inference_mode(), autocast():

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from perfguard.variants.base import Built, VariantUnavailableError, model_size_bytes
+from perfguard.variants.base import Built, compiled_or_eager, model_size_bytes
 from perfguard.variants.spec import VariantSpec
 
 SEED = 20_240_917  # the random state every variant's step starts from
@@ -146,7 +146,6 @@ def build_training(
     model: nn.Module,
     inputs: tuple[Any, ...],
     named: dict[str, Any],
-    spec: VariantSpec,
     device: torch.device,
     step: TrainStep,
     autocast: Callable[[], contextlib.AbstractContextManager[object]],
@@ -154,11 +153,9 @@ def build_training(
     compiler: Callable[[nn.Module], Callable[..., Any]] | None,
     tolerance_class: str,
 ) -> Built:
-    """One training step of a copy of `model` under `spec`, its call `step()`; its outputs
-    for the drift check are the loss and gradients of a first step from the saved state."""
-    reason = inference_only(spec)
-    if reason:
-        raise VariantUnavailableError(reason)
+    """One training step of a copy of `model` under autocast and `compiler` (a variant the
+    registry found trainable: `inference_only`), its call `step()`; its outputs for the
+    drift check are the loss and gradients of a first step from the saved state."""
     work = copy.deepcopy(model).to(device).train()
     params = trainable(work)
     optimizer = make_optimizer(step, params)
@@ -167,8 +164,7 @@ def build_training(
     random = _fallback_random if compiler is not None else contextlib.nullcontext
 
     def make_call(compiled: bool = True) -> Callable[[], Any]:
-        use = compiled and compiler is not None
-        fn: Callable[..., Any] = compiler(work) if use and compiler else work
+        fn = compiled_or_eager(work, compiler, compiled)
 
         def train() -> Any:
             optimizer.zero_grad(set_to_none=True)
