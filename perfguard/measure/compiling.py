@@ -53,7 +53,7 @@ def compile_variant(
     info.cold_s = timed_first_call(call, device)
     info.graph_breaks, info.break_reasons = dynamo_breaks()
     info.graphs = dynamo_graphs()
-    if built.details.get("workload") == "train":
+    if built.training:
         info.backward_graphs = backward_graphs(info.graphs)
     if warm:
         progress("compiling (warm cache)")

@@ -66,6 +66,7 @@ class Built:
     """How to get outputs for the drift check from a call; default: the call's return value."""
     autocast_dtype: Any = None
     """The dtype a reduced-precision variant runs in (its drift is held to eager's in it)."""
+    training: bool = False  # a training step (`training.py`), not a forward call
     memory_unseen: str | None = None
     # the module as measured (quantized, pruned; not compiled), and one call of it uncompiled:
     # what the exact counters look at (parameter bytes, FLOPs)
