@@ -49,13 +49,15 @@ def bert() -> tuple[nn.Module, dict[str, torch.Tensor], TrainStep]:
     model = transformers.BertForSequenceClassification(config)
     ids = torch.randint(0, 100, (4, 16), generator=torch.Generator().manual_seed(1))
     labels = torch.tensor([0, 2, 1, 0])
-    step = TrainStep(lambda out: nn.functional.cross_entropy(out.logits, labels), adamw)
+    step = TrainStep(
+        lambda out: nn.functional.cross_entropy(out.logits, labels.to(out.logits.device)), adamw
+    )
     return model, {"input_ids": ids, "attention_mask": torch.ones_like(ids)}, step
 
 
 def classifier(model: nn.Module, classes: int) -> TrainStep:
     targets = torch.arange(8) % classes
-    return TrainStep(lambda out: nn.functional.cross_entropy(out, targets), adamw)
+    return TrainStep(lambda out: nn.functional.cross_entropy(out, targets.to(out.device)), adamw)
 
 
 def case(name: str) -> tuple[nn.Module, tuple[Any, ...], dict[str, Any], TrainStep]:
