@@ -243,28 +243,3 @@ def test_a_cuda_graph_variants_reserved_memory_holds_eagers_activations() -> Non
     assert graphed.metrics.peak_memory_reserved_bytes >= eager.metrics.peak_memory_bytes
     assert any(n.startswith("memory: a CUDA-graph variant") for n in graphed.details.notes)
     assert not any(n.startswith("memory: a CUDA-graph") for n in eager.details.notes)
-
-
-@pytest.mark.parametrize("variant", ["eager", "compile-default", "amp-bf16", "amp-fp16"])
-@pytest.mark.parametrize("name", ["mlp", "cnn", "bert"])
-def test_a_training_step_on_cuda_counts_gradients_and_optimizer_state(
-    name: str, variant: str
-) -> None:
-    """The models of the CPU's training tests, on the GPU: the step's peak holds the weights,
-    their gradients and AdamW's two moments (four times the weights at least); compiled steps
-    count their backward graphs; fp16 scales its loss; drift stays in its class."""
-    from tests.test_training import case
-
-    model, inputs, named, step = case(name)
-    r = measure(model, inputs, variant, FAST, kwargs=named, training=step)
-    assert r.status == "ok", r.error
-    assert r.workload == "train" and r.details.clock == "cuda_event"
-    weights = sum(p.numel() * p.element_size() for p in model.parameters())
-    m = r.metrics
-    assert m.peak_memory_bytes is not None and m.peak_memory_bytes >= 4 * weights
-    assert m.throughput_per_s and m.device_time_ms is not None
-    assert r.drift_check is not None and r.drift_check.passed, r.drift_check
-    counted = r.counters
-    assert counted is not None and counted.memory_growth_bytes_per_call == 0
-    if variant == "compile-default":
-        assert counted.backward_graphs == counted.graphs and counted.graph_breaks == 0

@@ -95,7 +95,7 @@ def steps(stage: str) -> list[Step]:
                 f"cuda tests: {name}",
                 (*pytest, f"tests/{name}.py", "-v", "-rs", f"--junitxml={{work}}/{name}.xml"),
             )
-            for name in ("test_cuda", "test_health", "test_ort")
+            for name in ("test_cuda", "test_health", "test_ort", "test_cuda_training")
         ]
     if stage == "timer":
         return [
