@@ -102,6 +102,17 @@ def let_go_of_cupti(cuda_version: str | None = None) -> bool:
     return True
 
 
+def _activities(device: torch.device) -> list[Any]:
+    """What a profile of calls on `device` records: the host, and on CUDA the device too
+    (with the profiler asked to detach from CUDA when it is done)."""
+    from torch.profiler import ProfilerActivity
+
+    if device.type != "cuda":
+        return [ProfilerActivity.CPU]
+    let_go_of_cupti()
+    return [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+
+
 def profile_counts(
     call: Callable[[], Any],
     device: torch.device,
@@ -111,13 +122,9 @@ def profile_counts(
     """Per call: ATen operators by name, their host self time, and on CUDA kernel and graph
     launches and the kernels' device time. `trace`: also write the Chrome trace of these
     calls there."""
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import profile
 
-    activities = [ProfilerActivity.CPU]
-    if device.type == "cuda":
-        activities.append(ProfilerActivity.CUDA)
-        let_go_of_cupti()
-    with profile(activities=activities) as prof:
+    with profile(activities=_activities(device)) as prof:
         for _ in range(calls):
             call()
         if device.type == "cuda":
@@ -164,13 +171,9 @@ def retained_per_call(call: Callable[[], Any], device: torch.device) -> int:
     training step's gradients, freed by the next step's zero_grad) was allocated before the
     profile began, and the profiler does not see such a block freed; counted from the start,
     it would read as one call's leak."""
-    from torch.profiler import ProfilerActivity, profile, record_function
+    from torch.profiler import profile, record_function
 
-    activities = [ProfilerActivity.CPU]
-    if device.type == "cuda":
-        activities.append(ProfilerActivity.CUDA)
-        let_go_of_cupti()
-    with profile(activities=activities, profile_memory=True) as prof:
+    with profile(activities=_activities(device), profile_memory=True) as prof:
         for i in range(GROWTH_CALLS):
             with record_function(_FIRST if i == 0 else "perfguard: tallied call"):
                 call()

@@ -264,7 +264,7 @@ def _measure(
         drift_check=check,
         details=_details(built, taken, device, settings, reference),
         counters=taken.counted,
-        workload="forward" if training is None else "train",
+        workload="train" if built.training else "forward",
     )
 
 
