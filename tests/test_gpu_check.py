@@ -118,10 +118,15 @@ def test_every_stage_fits_the_files_a_call_brings_back() -> None:
     for stage in gpu_check.STAGES:
         for number, step in enumerate(gpu_check.steps(stage), 1):
             assert PLAIN.match(f"{number:02d}-{gpu_check._plain(step.name)}.log"), step.name
-    every = {v for s in ("variants", "autotune") for v in (st.name for st in gpu_check.steps(s))}
+    every = {st.name for s in ("variants", "autotune") for st in gpu_check.steps(s)}
     from perfguard.variants.spec import BASE_VARIANTS
 
-    assert every == set(BASE_VARIANTS)  # every variant is measured in some stage
+    tests = {name for name in every if name.startswith("cuda tests: ")}
+    assert every - tests == set(BASE_VARIANTS)  # every variant is measured in some stage
+    # max-autotune's cuda test items run in autotune's stage, the other items in cuda's
+    picks = [" ".join(st.argv) for s in ("cuda", "autotune") for st in gpu_check.steps(s)]
+    assert sum("test_cuda.py -k not max-autotune" in p for p in picks) == 1
+    assert sum("test_cuda.py -k max-autotune" in p for p in picks) == 1
 
 
 @pytest.mark.parametrize(
@@ -154,3 +159,25 @@ def test_the_env_stage_rehearsed_on_the_cpu_installs_the_tree_and_says_each_step
         (log,) = [n for n in tar.getnames() if n.endswith("torch-CUDA-and-NVML.log")]
         text = _text(tar, log)
     assert '"device_type": "cpu"' in text and "runner health:" in text
+
+
+def test_under_gpu_check_a_failure_is_printed_when_it_happens(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A step stopped at its stage's deadline never reaches pytest's summary: on a lent H200
+    that lost the reason of a failed item; the repository's conftest prints it at once."""
+    pytester.makeconftest((ROOT / "conftest.py").read_text(encoding="utf-8"))
+    pytester.makepyfile(
+        "def test_fails():\n    assert 1 + 1 == 3, 'the reason'\n\ndef test_next():\n    pass\n"
+    )
+    monkeypatch.setenv("PERFGUARD_FAIL_NOW", "1")
+    out = pytester.runpytest_subprocess("-v", "-p", "no:cacheprovider")
+    err = out.stderr.str()
+    assert (
+        "--- test_under_gpu_check_a_failure_is_printed_when_it_happens.py::test_fails failed" in err
+    )
+    assert "the reason" in err
+    monkeypatch.delenv("PERFGUARD_FAIL_NOW")
+    assert (
+        "failed (call)" not in pytester.runpytest_subprocess("-p", "no:cacheprovider").stderr.str()
+    )

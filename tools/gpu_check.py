@@ -91,11 +91,9 @@ def steps(stage: str) -> list[Step]:
         ]
     if stage == "cuda":
         return [
-            Step(
-                f"cuda tests: {name}",
-                (*pytest, f"tests/{name}.py", "-v", "-rs", f"--junitxml={{work}}/{name}.xml"),
-            )
-            for name in ("test_cuda", "test_health", "test_ort", "test_cuda_training")
+            _cuda_tests(name, pytest, "not max-autotune" if name == "test_cuda" else None)
+            # the quick files first: a stage cut at its deadline loses the compiles, not them
+            for name in ("test_health", "test_ort", "test_cuda", "test_cuda_training")
         ]
     if stage == "timer":
         return [
@@ -105,21 +103,26 @@ def steps(stage: str) -> list[Step]:
             )
         ]
     if stage in ("variants", "autotune"):
+        # max-autotune's cuda test items compile for a minute each: this stage's, not cuda's
+        first = [_cuda_tests("test_cuda", pytest, "max-autotune")]
         return [
-            Step(
-                variant,
-                (
-                    *pytest,
-                    "examples/perf",
-                    "--perfguard",
-                    "--perfguard-device={device}",
-                    f"--perfguard-variants={variant}",
-                    "--perfguard-compare=none",
-                    f"--perfguard-json={{work}}/{variant}.json",
-                    f"--perfguard-report={{work}}/{variant}.md",
-                ),
-            )
-            for variant in (AUTOTUNE if stage == "autotune" else VARIANTS)
+            *(first if stage == "autotune" else []),
+            *(
+                Step(
+                    variant,
+                    (
+                        *pytest,
+                        "examples/perf",
+                        "--perfguard",
+                        "--perfguard-device={device}",
+                        f"--perfguard-variants={variant}",
+                        "--perfguard-compare=none",
+                        f"--perfguard-json={{work}}/{variant}.json",
+                        f"--perfguard-report={{work}}/{variant}.md",
+                    ),
+                )
+                for variant in (AUTOTUNE if stage == "autotune" else VARIANTS)
+            ),
         ]
     if stage in ("study", "study-gpu"):
         study = ("{py}", "benchmarks/detection.py")
@@ -138,6 +141,23 @@ def steps(stage: str) -> list[Step]:
             Step("paired study, the table", (*study, "analyze", "--ab-dir", where), closing=True),
         ]
     raise ValueError(f"no stage {stage!r}: the stages are {', '.join(STAGES)}")
+
+
+def _cuda_tests(name: str, pytest: tuple[str, ...], pick: str | None = None) -> Step:
+    """One file of `cuda` tests, or its items that `pick` (a `-k` expression) selects; its
+    JUnit XML beside the log."""
+    xml = name if pick is None else f"{name}-{_plain(pick)}"
+    return Step(
+        f"cuda tests: {name}" + (f" ({pick})" if pick else ""),
+        (
+            *pytest,
+            f"tests/{name}.py",
+            *(("-k", pick) if pick else ()),
+            "-v",
+            "-rs",
+            f"--junitxml={{work}}/{xml}.xml",
+        ),
+    )
 
 
 def pack(work: Path, archive: Path, state: Path | None = None) -> None:
@@ -327,6 +347,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         env = {
             **os.environ,
             "PYTHONUNBUFFERED": "1",
+            "PERFGUARD_FAIL_NOW": "1",  # a failure's traceback at once (tests/conftest.py)
             "PYTHONPATH": os.pathsep.join(filter(None, [site, os.environ.get("PYTHONPATH")])),
         }
         ctx = Context(args.out.resolve(), args.device, args.stage_seconds, python, env, say)
