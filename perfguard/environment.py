@@ -91,6 +91,7 @@ def collect_environment(device: Any) -> dict[str, Any]:
             cudnn=torch.backends.cudnn.version(),
             gpu_driver=_gpu_driver(),
             tf32_matmul=bool(torch.backends.cuda.matmul.allow_tf32),
+            tf32_cudnn=bool(torch.backends.cudnn.allow_tf32),
         )
     else:
         env["device"] = env["cpu"]

@@ -16,6 +16,7 @@ WATCHED_VERSIONS = (
     "torch_threads",
     "float32_matmul_precision",
     "tf32_matmul",
+    "tf32_cudnn",
 )
 
 

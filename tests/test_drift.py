@@ -37,6 +37,36 @@ def test_classes_loosen_in_order() -> None:
     assert check.reference == "fp64" and check.error > check.allowed
 
 
+def test_where_tf32_is_allowed_a_compiled_fp32_variant_gets_tf32s_error() -> None:
+    """As an H200 gave it: a compiled CNN whose convolutions ran in TF32 (1.9e-4 of the RMS
+    off fp64) where eager's were fp32 (1.4e-7): not drift the user did not allow."""
+    r = ref([1.0, -2.0, 3.0, -4.0], high=[1.0, -2.0, 3.0, -4.0])
+    off = r.fp32 * (1 + 2e-4)
+    assert not drift.judge(off, r, "compiled-fp32").passed
+    assert drift.judge(off, r, "compiled-fp32", tf32=True).passed
+    assert not drift.judge(r.fp32 * (1 + 5e-3), r, "compiled-fp32", tf32=True).passed
+    assert not drift.judge(off, r, "exact", tf32=True).passed  # eager's own class: untouched
+
+
+def test_tf32_is_allowed_for_convolutions_by_default_and_for_matmuls_by_choice() -> None:
+    from torch import nn
+
+    cnn, mlp = nn.Sequential(nn.Conv2d(3, 4, 3)), nn.Sequential(nn.Linear(4, 4))
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    matmul = torch.backends.cuda.matmul
+    kept = (torch.backends.cudnn.allow_tf32, matmul.allow_tf32)
+    try:
+        torch.backends.cudnn.allow_tf32, matmul.allow_tf32 = True, False
+        assert drift.tf32_allowed(cnn, cuda) and not drift.tf32_allowed(mlp, cuda)
+        assert not drift.tf32_allowed(cnn, cpu)
+        torch.backends.cudnn.allow_tf32 = False
+        assert not drift.tf32_allowed(cnn, cuda)
+        matmul.allow_tf32 = True
+        assert drift.tf32_allowed(mlp, cuda)
+    finally:
+        torch.backends.cudnn.allow_tf32, matmul.allow_tf32 = kept
+
+
 def test_user_override_per_class_or_for_all() -> None:
     r = ref([1.0, 2.0], high=[1.0, 2.0])
     off = r.fp32 * 1.2

@@ -177,6 +177,14 @@ def _mean(out: torch.Tensor) -> torch.Tensor:
     return out.mean()
 
 
+def _target_elsewhere(out: torch.Tensor) -> torch.Tensor:
+    """What cross_entropy says on CUDA of targets left on the CPU (seen on an H200)."""
+    raise RuntimeError(
+        "Expected all tensors to be on the same device, but got target is on cpu, "
+        "different from other tensors on cuda:0"
+    )
+
+
 def _broken_optimizer(params: list[nn.Parameter]) -> torch.optim.Optimizer:
     return torch.optim.AdamW(params, lr=-1.0)  # AdamW refuses a negative rate
 
@@ -220,8 +228,25 @@ def _broken_optimizer(params: list[nn.Parameter]) -> torch.optim.Optimizer:
             "train_step: the model has no trainable parameters (requires_grad is False on "
             "every one): there is nothing to train; measure it with perfguard.run instead",
         ),
+        (
+            nn.Linear(4, 4),
+            _target_elsewhere,
+            adamw,
+            "train_step: RuntimeError: Expected all tensors to be on the same device, but got "
+            "target is on cpu, different from other tensors on cuda:0 (perfguard moves the "
+            "model and its inputs to the run's device; tensors that loss_fn holds, its "
+            "targets, stay where they are: `target.to(out.device)`)",
+        ),
     ],
-    ids=["raises", "non-scalar", "not-a-tensor", "factory-raises", "not-an-optimizer", "frozen"],
+    ids=[
+        "raises",
+        "non-scalar",
+        "not-a-tensor",
+        "factory-raises",
+        "not-an-optimizer",
+        "frozen",
+        "target-elsewhere",
+    ],
 )
 def test_a_wrong_step_is_one_clear_error(
     model: nn.Module,

@@ -41,6 +41,12 @@ TOLERANCES: dict[str, tuple[float, float]] = {
     "pruned": (2.0, 1.0),
 }
 
+TF32_FLOOR = 1e-3
+"""A compiled fp32 variant's extra error where TF32 is allowed on CUDA (cuDNN's convolutions
+by PyTorch's default, matmuls by the user's choice), relative to the output's RMS: a compiler
+that changes a convolution's layout gets other cuDNN kernels, TF32's among them, where eager's
+were full fp32 (an H200, a small CNN, compile-default: 1.9e-4 of RMS against eager's 1.4e-7)."""
+
 REDUCED_PRECISION_FLOOR = 1e-3
 """With eager's own error in the reduced dtype measured, what a compiler's reordering may
 add on top of twice that, relative to the output's RMS."""
@@ -190,14 +196,19 @@ def judge(
     tolerance_class: str,
     override: DriftTolerance = None,
     precision_error: float | None = None,
+    tf32: bool = False,
 ) -> DriftCheck:
     """Pass when error(variant, fp64) <= multiplier * (error(eager, fp64) + eager's own
     call-to-call spread) + tol * rms(fp64).
 
     `precision_error`: for a reduced-precision variant, the error of eager under the same
     autocast dtype (`precision_error()`), which then stands for eager's error, and the class's
-    fixed tolerance shrinks to a floor for the reordering a compiler may add."""
+    fixed tolerance shrinks to a floor for the reordering a compiler may add. `tf32`: TF32 is
+    allowed where the variant ran (`tf32_allowed`), and a compiled fp32 variant gets
+    TF32_FLOOR."""
     multiplier, tol = TOLERANCES[tolerance_class]
+    if tf32 and tolerance_class == "compiled-fp32":
+        tol = max(tol, TF32_FLOOR)
     high = reference.fp64 if reference.fp64 is not None else reference.fp32
     error = _rms(out - high)
     eager_error = _rms(reference.fp32 - high)
@@ -222,6 +233,17 @@ def judge(
         allowed=allowed,
         reference="fp64" if reference.fp64 is not None else "fp32",
     )
+
+
+def tf32_allowed(module: nn.Module, device: torch.device) -> bool:
+    """Whether kernels of `module` may run in TF32 on `device`: matmuls where the user allowed
+    it, convolutions where cuDNN is allowed it (PyTorch's default) and the model has some."""
+    if device.type != "cuda":
+        return False
+    if torch.backends.cuda.matmul.allow_tf32:
+        return True
+    convs = any(isinstance(m, nn.modules.conv._ConvNd) for m in module.modules())
+    return convs and bool(torch.backends.cudnn.allow_tf32)
 
 
 _PLAIN = (int, float, str, bool, type(None))

@@ -34,20 +34,13 @@ from perfguard.measure.sampling import (
     for_device,
     sample,
 )
-from perfguard.records import (
-    Counters,
-    Details,
-    DriftCheck,
-    Metrics,
-    VariantResult,
-    trace_file_name,
-)
+from perfguard.records import Counters, Details, DriftCheck, Metrics, VariantResult, trace_file_name
 from perfguard.stats.exact import GROWTH_ALLOWED
 from perfguard.stats.summary import summarize, tail_is_reliable
 from perfguard.variants.base import Built, VariantUnavailableError, first_line
 from perfguard.variants.registry import build_variant
 from perfguard.variants.spec import VariantSpec, parse_variant
-from perfguard.variants.training import TrainStep, TrainStepError, seeded
+from perfguard.variants.training import TrainStep, TrainStepError, seeded, training_error
 
 
 @dataclass(frozen=True)
@@ -178,8 +171,8 @@ def measure_model(
     except TrainStepError as exc:  # says itself what to change
         return VariantResult(**item, status="error", error=str(exc))
     except Exception as exc:  # a model's own failure becomes this variant's error result
-        named = "" if training is None else "train_step: "
-        return VariantResult(**item, status="error", error=named + _first_line(exc))
+        error = _first_line(exc) if training is None else training_error(_first_line(exc))
+        return VariantResult(**item, status="error", error=error)
     finally:
         if spec.is_compiled:
             reset_dynamo()
@@ -245,8 +238,9 @@ def _measure(
         own_precision = drift.precision_error(
             model, inputs, device, built.autocast_dtype, reference, kwargs, training
         )
+    tf32 = drift.tf32_allowed(model, device)
     check: DriftCheck = drift.judge(
-        taken.out, reference, built.tolerance_class, settings.drift_tolerance, own_precision
+        taken.out, reference, built.tolerance_class, settings.drift_tolerance, own_precision, tf32
     )
     return VariantResult(
         test=label,

@@ -235,3 +235,15 @@ class _State:
         optimizer.load_state_dict(copy.deepcopy(self.optimizer))
         if scaler is not None and self.scaler is not None:
             scaler.load_state_dict(self.scaler)
+
+
+def training_error(message: str) -> str:
+    """A training step's own failure (`message`: its first line), with what to change where
+    the failure is a known one."""
+    hint = ""
+    if "same device" in message:  # seen on CUDA: targets left on the CPU
+        hint = (
+            " (perfguard moves the model and its inputs to the run's device; tensors that "
+            "loss_fn holds, its targets, stay where they are: `target.to(out.device)`)"
+        )
+    return f"train_step: {message}{hint}"
