@@ -89,7 +89,7 @@ def test_mlp_training_step(perfguard):
     perfguard.train_step(
         MLP(),
         (torch.randn(32, 256),),
-        loss_fn=lambda out: nn.functional.cross_entropy(out, targets),
+        loss_fn=lambda out: nn.functional.cross_entropy(out, targets.to(out.device)),
         optimizer=lambda params: torch.optim.AdamW(params, lr=1e-4),
     )
 
