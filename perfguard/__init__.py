@@ -2,7 +2,8 @@
 
 The public API: `measure_model` measures one model under one variant, with
 `MeasureSettings`, returning an immutable `VariantResult` that keeps the raw samples; given
-`training=TrainStep(loss_fn, optimizer)`, it measures a training step instead.
+`training=TrainStep(loss_fn, optimizer)`, it measures a training step instead, and given
+`generation=Generation(max_new_tokens)` a greedy `model.generate`.
 Heavy modules (torch) load on first use, so `perfguard report` and `compare` work
 without torch.
 """
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from perfguard.measure.drift import Reference, compute_reference
     from perfguard.measure.runner import MeasureSettings, measure_model
     from perfguard.measure.sampling import SamplingSettings
+    from perfguard.variants.generation import Generation
     from perfguard.variants.training import TrainStep
 
 _LAZY = {
@@ -33,6 +35,7 @@ _LAZY = {
     "compute_reference": "perfguard.measure.drift",
     "Reference": "perfguard.measure.drift",
     "TrainStep": "perfguard.variants.training",
+    "Generation": "perfguard.variants.generation",
 }
 
 
@@ -46,6 +49,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "Comparison",
+    "Generation",
     "MeasureSettings",
     "Metrics",
     "PerfguardWarning",

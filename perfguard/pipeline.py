@@ -25,6 +25,7 @@ from perfguard.git import (
 from perfguard.health import Health
 from perfguard.records import BaselineRef, Run, VariantResult, trace_file_name
 from perfguard.report.outputs import write_reports
+from perfguard.stats.thresholds import TIMED_METRICS
 from perfguard.stats.verdicts import Thresholds, add_note, compare_runs, withhold_speed_verdicts
 from perfguard.stats.why import with_why
 from perfguard.store.baselines import BaselineError, BaselineStore, Saved, write_json_atomic
@@ -204,7 +205,7 @@ def keep_regressed_traces(run: Run, folder: Path) -> None:
     keep = {
         trace_file_name(c.test, c.variant, side)
         for c in run.comparisons
-        if c.verdict == "regression" and c.gating and c.metric.startswith("latency_")
+        if c.verdict == "regression" and c.gating and c.metric in TIMED_METRICS
         for side in ("head", "base")
     }
     if folder.is_dir():

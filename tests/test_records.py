@@ -55,7 +55,7 @@ def test_run_round_trips_through_json() -> None:
         ),
     )
     doc = json.loads(json.dumps(run.to_json()))
-    assert doc["schema_version"] == SCHEMA_VERSION == 6
+    assert doc["schema_version"] == SCHEMA_VERSION == 7
     assert set(doc["results"][0]) >= {"test", "variant", "status", "error", "metrics", "samples_ms"}
     assert set(doc["comparisons"][0]) >= {
         "test",
@@ -122,9 +122,10 @@ def test_confirmation_rounds_round_trip_with_their_base_sides() -> None:
 def test_a_comparison_is_of_a_known_metric() -> None:
     from perfguard.records import METRICS
     from perfguard.stats.exact import EXACT_METRICS
+    from perfguard.stats.thresholds import PHASE_METRICS
     from perfguard.stats.verdicts import LATENCY_METRICS
 
-    made = {*LATENCY_METRICS, *EXACT_METRICS, "peak_memory_bytes", "compile_time_s"}
+    made = {*LATENCY_METRICS, *PHASE_METRICS, *EXACT_METRICS, "peak_memory_bytes", "compile_time_s"}
     assert made | {"drift_max_rel"} == set(METRICS)
     with pytest.raises(RecordError, match="metric must be one of"):
         Comparison(

@@ -10,14 +10,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from perfguard.records import Comparison
-from perfguard.stats.verdicts import LATENCY_METRICS, Thresholds
+from perfguard.stats.thresholds import TIMED_METRICS
+from perfguard.stats.verdicts import Thresholds
 
 Key = tuple[str, str]
 
 
 def is_flagged_latency(c: Comparison) -> bool:
     """A latency regression or improvement: what a confirmation re-measure must show again."""
-    return c.verdict in ("regression", "improvement") and c.metric in LATENCY_METRICS
+    return c.verdict in ("regression", "improvement") and c.metric in TIMED_METRICS
 
 
 def confirm_targets(comparisons: Sequence[Comparison]) -> list[Key]:
@@ -57,7 +58,7 @@ def moved_keys(comparisons: Sequence[Comparison], thresholds: Thresholds | None)
 def undecided(c: Comparison) -> bool:
     """A gating latency comparison that was tested and gave no regression or improvement."""
     return (
-        c.metric in LATENCY_METRICS
+        c.metric in TIMED_METRICS
         and c.gating
         and c.verdict in ("unchanged", "inconclusive")
         and c.p_value is not None

@@ -30,7 +30,11 @@ from torch.utils import _pytree as pytree
 
 from perfguard.records import DriftCheck
 from perfguard.variants.base import first_line
+from perfguard.variants.generation import Generation, generated_tokens, prompt_logits
 from perfguard.variants.training import TrainStep, first_gradients
+
+Workload = TrainStep | Generation
+"""What a sample is besides a forward call: a training step, or a generation."""
 
 # class -> (multiplier of eager's own error, extra error allowed relative to the output's RMS)
 TOLERANCES: dict[str, tuple[float, float]] = {
@@ -82,6 +86,7 @@ class Reference:
     fp64: np.ndarray[Any, np.dtype[np.float64]] | None
     fp64_note: str = ""
     fp32_spread: float = 0.0  # RMS difference between two identical eager fp32 calls
+    tokens: Any = None  # a generation's: eager's greedy tokens, prompt included
 
 
 def _double(value: Any) -> Any:
@@ -96,14 +101,17 @@ def _eager_outputs(
     args: Sequence[Any],
     named: Mapping[str, Any],
     device: torch.device,
-    training: TrainStep | None,
+    training: Workload | None,
     autocast: Callable[[], contextlib.AbstractContextManager[object]] = contextlib.nullcontext,
 ) -> np.ndarray[Any, np.dtype[np.float64]]:
-    """What drift is judged on, from eager: the outputs of a forward call, or for a training
-    step the loss and every gradient of a first step from the seeded state."""
-    if training is not None:
+    """What drift is judged on, from eager: the outputs of a forward call, for a training
+    step the loss and every gradient of a first step from the seeded state, for a generation
+    the logits of its first new token."""
+    if isinstance(training, TrainStep):
         return flatten_outputs(first_gradients(work, args, named, training, device, autocast))
     with torch.inference_mode(), autocast():
+        if isinstance(training, Generation):
+            return flatten_outputs(prompt_logits(work, tuple(args), dict(named)))
         return flatten_outputs(work(*args, **named))
 
 
@@ -112,16 +120,20 @@ def compute_reference(
     inputs: Sequence[Any],
     device: torch.device,
     kwargs: Mapping[str, Any] | None = None,
-    training: TrainStep | None = None,
+    training: Workload | None = None,
 ) -> Reference:
     """Run eager fp32 and, where the model allows, eager fp64. Computed once per test.
-    With `training`, what is compared is the first step's loss and gradients."""
+    With `training`, what is compared is the first step's loss and gradients (a training
+    step) or the first new token's logits and the tokens (a generation)."""
     from perfguard.variants.registry import to_device
 
     work = copy.deepcopy(model).to(device)
-    work.train(training is not None)
+    work.train(isinstance(training, TrainStep))
     args = to_device(tuple(inputs), device)
     named = to_device(dict(kwargs or {}), device)
+    tokens = None
+    if isinstance(training, Generation):
+        tokens = generated_tokens(work, tuple(args), dict(named), training)
     fp32 = _eager_outputs(work, args, named, device, training)
     again = _eager_outputs(work, args, named, device, training)
     if not np.all(np.isfinite(fp32)):
@@ -131,12 +143,11 @@ def compute_reference(
         fp64 = _eager_outputs(work.double(), _double(args), _double(named), device, training)
     except (RuntimeError, TypeError, NotImplementedError) as exc:
         first = first_line(exc)
-        return Reference(
-            fp32, None, f"the model does not run in fp64 ({first}); judged on fp32", spread
-        )
+        note = f"the model does not run in fp64 ({first}); judged on fp32"
+        return Reference(fp32, None, note, spread, tokens)
     if fp64.shape != fp32.shape:
-        return Reference(fp32, None, "fp64 outputs differ in shape; judged on fp32", spread)
-    return Reference(fp32, fp64, fp32_spread=spread)
+        return Reference(fp32, None, "fp64 outputs differ in shape; judged on fp32", spread, tokens)
+    return Reference(fp32, fp64, fp32_spread=spread, tokens=tokens)
 
 
 def precision_error(
@@ -146,14 +157,14 @@ def precision_error(
     dtype: torch.dtype,
     reference: Reference,
     kwargs: Mapping[str, Any] | None = None,
-    training: TrainStep | None = None,
+    training: Workload | None = None,
 ) -> float:
     """RMS error of eager under autocast to `dtype` against the high-precision reference:
     the error that precision itself brings, which a reduced-precision variant is held to."""
     from perfguard.variants.registry import to_device
 
     work = copy.deepcopy(model).to(device)
-    work.train(training is not None)
+    work.train(isinstance(training, TrainStep))
     args = to_device(tuple(inputs), device)
     named = to_device(dict(kwargs or {}), device)
     out = _eager_outputs(

@@ -16,6 +16,7 @@ from torch import nn
 from perfguard.measure import counters, drift
 from perfguard.measure.clock import Clock, CudaEventClock, HostClock
 from perfguard.measure.compiling import Compiled, compile_variant
+from perfguard.measure.generating import with_generation
 from perfguard.measure.isolation import (
     cudagraph_skips,
     dynamo_counts,
@@ -38,7 +39,8 @@ from perfguard.records import Counters, Details, DriftCheck, Metrics, VariantRes
 from perfguard.stats.exact import GROWTH_ALLOWED
 from perfguard.stats.summary import summarize, tail_is_reliable
 from perfguard.variants.base import Built, VariantUnavailableError, first_line
-from perfguard.variants.registry import build_variant
+from perfguard.variants.generation import Generation, GenerationError, PhasedClock
+from perfguard.variants.registry import batch_of, build_variant
 from perfguard.variants.spec import VariantSpec, parse_variant
 from perfguard.variants.training import TrainStep, TrainStepError, seeded, training_error
 
@@ -115,10 +117,12 @@ def measure_model(
     kwargs: Mapping[str, Any] | None = None,
     turn: Callable[[], None] | None = None,
     training: TrainStep | None = None,
+    generation: Generation | None = None,
 ) -> VariantResult:
     """Measure `model(*example_inputs, **kwargs)` under `variant`; never raises for a model's
     failure. With `training`, each sample is one training step instead (zero_grad, forward,
-    `training.loss_fn(output)`, backward, optimizer step; see `perfguard.variants.training`).
+    `training.loss_fn(output)`, backward, optimizer step; see `perfguard.variants.training`);
+    with `generation`, one greedy `model.generate` (`perfguard.variants.generation`).
     Keyword inputs (`attention_mask=...`) reach every variant, the ONNX export and the drift
     references alike.
 
@@ -137,7 +141,7 @@ def measure_model(
     item: dict[str, Any] = {
         "test": label,
         "variant": spec.name,
-        "workload": "forward" if training is None else "train",
+        "workload": "train" if training else "generate" if generation else "forward",
     }
     if not isinstance(example_inputs, tuple | list):
         raise TypeError("example_inputs must be a tuple of positional arguments, e.g. (x,)")
@@ -162,13 +166,13 @@ def measure_model(
                 sampler,
                 dict(kwargs or {}),
                 turn,
-                training,
+                training or generation,
             )
     except VariantUnavailableError as exc:
         return VariantResult(**item, status="skipped", error=str(exc))
     except torch.cuda.OutOfMemoryError as exc:
         return VariantResult(**item, status="error", error=f"out of memory: {_first_line(exc)}")
-    except TrainStepError as exc:  # says itself what to change
+    except (TrainStepError, GenerationError) as exc:  # says itself what to change
         return VariantResult(**item, status="error", error=str(exc))
     except Exception as exc:  # a model's own failure becomes this variant's error result
         error = _first_line(exc) if training is None else training_error(_first_line(exc))
@@ -210,13 +214,15 @@ def _measure(
     sampler: Sampler = sample,
     kwargs: Mapping[str, Any] | None = None,
     turn: Callable[[], None] | None = None,
-    training: TrainStep | None = None,
+    training: drift.Workload | None = None,
 ) -> VariantResult:
     if reference is None:
         progress("eager reference")
         reference = drift.compute_reference(model, inputs, device, kwargs, training)
     progress("building")
-    built = build_variant(model, inputs, spec, device, kwargs, training)
+    generation = training if isinstance(training, Generation) else None
+    step = training if isinstance(training, TrainStep) else None
+    built = build_variant(model, inputs, spec, device, kwargs, step, generation)
     if built.compiled:
         progress("preparing the compiler")
         prime_compiler(device)
@@ -230,6 +236,8 @@ def _measure(
             if device.type == "cuda" and built.timing == "device"
             else HostClock()
         )
+    if built.generation is not None:
+        clock = PhasedClock(clock, built.generation)  # keeps each sample's TTFT and TPOT
     taken = _take(built, clock, device, label, spec, settings, progress, sampler)
     if not np.all(np.isfinite(taken.out)):
         raise drift.NonFiniteOutputError(f"{spec.name} returned NaN or Inf")
@@ -242,7 +250,8 @@ def _measure(
     check: DriftCheck = drift.judge(
         taken.out, reference, built.tolerance_class, settings.drift_tolerance, own_precision, tf32
     )
-    return VariantResult(
+    batch = settings.batch or batch_of(inputs, kwargs)
+    result = VariantResult(
         test=label,
         variant=spec.name,
         status="ok",
@@ -250,7 +259,7 @@ def _measure(
             built,
             taken,
             drift.figures(taken.out, reference.fp32),
-            settings.batch or batch_of(inputs, kwargs),
+            batch,
         ),
         samples_ms=taken.outcome.samples_ms,
         repeats_ms=taken.outcome.repeat_medians_ms,
@@ -258,19 +267,12 @@ def _measure(
         drift_check=check,
         details=_details(built, taken, device, settings, reference),
         counters=taken.counted,
-        workload="train" if built.training else "forward",
+        workload="train" if built.training else "generate" if generation else "forward",
     )
-
-
-def batch_of(inputs: Sequence[Any], kwargs: Mapping[str, Any] | None) -> int:
-    """Items per call: the leading dimension of the first input tensor (positional first,
-    then keyword), 1 where there is none or it has no dimension."""
-    from torch.utils import _pytree as pytree
-
-    for leaf in pytree.tree_leaves((tuple(inputs), dict(kwargs or {}))):
-        if isinstance(leaf, torch.Tensor):
-            return int(leaf.shape[0]) if leaf.dim() > 0 else 1
-    return 1
+    if generation is None or not isinstance(taken.clock, PhasedClock):
+        return result
+    n = generation.max_new_tokens
+    return with_generation(result, taken.clock, taken.outcome, reference, n, batch)
 
 
 def _take(

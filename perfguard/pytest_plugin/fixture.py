@@ -20,6 +20,7 @@ from perfguard.settings import MARKER_KEYS, THRESHOLD_KEYS
 if TYPE_CHECKING:
     from perfguard.measure.drift import Reference
     from perfguard.measure.runner import MeasureSettings
+    from perfguard.variants.generation import Generation
     from perfguard.variants.training import TrainStep
 
 # the marker keys that `perfguard.run(...)` takes too: how to measure, not how to judge
@@ -93,6 +94,33 @@ class PerfguardFixture:
         training = TrainStep(loss_fn=loss_fn, optimizer=optimizer)
         return self._measure("train_step", model, example_inputs, kwargs, batch, options, training)
 
+    def generate(
+        self,
+        model: Any,
+        input_ids: Any,
+        *,
+        max_new_tokens: int,
+        kwargs: Mapping[str, Any] | None = None,
+        batch: int | None = None,
+        **options: Any,
+    ) -> VariantResult:
+        """Measure greedy generation by `model.generate` (a Hugging Face-style model) under
+        this item's variant and record it: each sample one whole generation of exactly
+        `max_new_tokens` new tokens after the prompt `input_ids` (an end-of-sequence token
+        ends nothing), with the time to the first token (TTFT), per output token after it
+        (TPOT) and new tokens per second. `kwargs` go to `generate` (an attention mask).
+        Drift: the first new token's logits against eager's in fp64, and the new tokens
+        against eager's. Compiled variants use a static cache and a compiled forward;
+        onnxruntime skips. `batch` and `options` as for `run`.
+        """
+        from perfguard.variants.generation import Generation, GenerationError
+
+        try:
+            generation = Generation(max_new_tokens)
+        except GenerationError as exc:
+            raise TypeError(f"perfguard.generate(): {exc}") from None
+        return self._measure("generate", model, (input_ids,), kwargs, batch, options, generation)
+
     def _measure(
         self,
         name: str,
@@ -101,16 +129,20 @@ class PerfguardFixture:
         kwargs: Mapping[str, Any] | None,
         batch: int | None,
         options: Mapping[str, Any],
-        training: TrainStep | None,
+        training: TrainStep | Generation | None,
     ) -> VariantResult:
         from perfguard.measure.runner import measure_model
         from perfguard.measure.sampling import sample
+        from perfguard.variants.generation import Generation
+        from perfguard.variants.training import TrainStep
 
         self._check_call(name, example_inputs, kwargs, batch, options)
         settings = self._settings(options, batch)
         if self._state.counting is not None:
             if training is not None:
-                pytest.skip("instruction counts are taken of forward calls, not training steps")
+                pytest.skip(
+                    "instruction counts are of forward calls, not training steps or generations"
+                )
             self._count(model, example_inputs, settings, kwargs)
         progress = self._state.progress
         progress.start(self._nodeid)
@@ -126,7 +158,8 @@ class PerfguardFixture:
             sampler=sample if worker is None else worker.sampler(),
             kwargs=kwargs,
             turn=None if worker is None else worker.wait_turn,
-            training=training,
+            training=training if isinstance(training, TrainStep) else None,
+            generation=training if isinstance(training, Generation) else None,
         )
         if worker is not None:
             worker.send(
@@ -202,7 +235,7 @@ class PerfguardFixture:
         example_inputs: Any,
         kwargs: Mapping[str, Any] | None,
         settings: MeasureSettings,
-        training: TrainStep | None = None,
+        training: TrainStep | Generation | None = None,
     ) -> Reference | None:
         """The eager reference outputs of this test's model, computed once for its variants
         (None when the model fails: measuring it gives that error its result). It is computed
@@ -218,7 +251,7 @@ class PerfguardFixture:
             # the reference belongs to this test's model: same weights in another test, or
             # another setting of the same class, must not share it
             key = (
-                f"{self.test}:{where}:{settings.threads}:{training is not None}:"
+                f"{self.test}:{where}:{settings.threads}:{_workload_key(training)}:"
                 f"{fingerprint(model, example_inputs, kwargs)}"
             )
             reference = state.references.get(key)
@@ -271,3 +304,11 @@ def _end_item(variant: str, result: VariantResult) -> None:
             "accept it)",
             pytrace=False,
         )
+
+
+def _workload_key(workload: Any) -> str:
+    """What a workload adds to the key of its eager reference (a generation's tokens depend on
+    how many it makes)."""
+    if workload is None:
+        return "forward"
+    return f"{type(workload).__name__}{getattr(workload, 'max_new_tokens', '')}"

@@ -18,8 +18,8 @@ from perfguard.records.base import (
     Verdict,
 )
 from perfguard.records.comparisons import BESIDE, FRESH, Comparison, Confirmation
+from perfguard.records.counters import Counters
 from perfguard.records.results import (
-    Counters,
     Details,
     DriftCheck,
     Metrics,

@@ -6,7 +6,7 @@ import math
 import re
 from typing import Literal
 
-SCHEMA_VERSION = 6  # the history is in perfguard/store/schema.py
+SCHEMA_VERSION = 7  # the history is in perfguard/store/schema.py
 SHA = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
 """A full git commit id (SHA-1, or SHA-256 in a repository that uses it)."""
 
@@ -45,6 +45,12 @@ Metric = Literal[
     "latency_p50_ms",
     "latency_p95_ms",
     "latency_p99_ms",
+    "ttft_p50_ms",
+    "ttft_p95_ms",
+    "ttft_p99_ms",
+    "tpot_p50_ms",
+    "tpot_p95_ms",
+    "tpot_p99_ms",
     "peak_memory_bytes",
     "compile_time_s",
     "drift_max_rel",
@@ -62,6 +68,12 @@ METRICS: tuple[Metric, ...] = (
     "latency_p50_ms",  # also the row of an item's state: new, missing, error
     "latency_p95_ms",
     "latency_p99_ms",
+    "ttft_p50_ms",  # a generation's time to its first token, and per token after it
+    "ttft_p95_ms",
+    "ttft_p99_ms",
+    "tpot_p50_ms",
+    "tpot_p95_ms",
+    "tpot_p99_ms",
     "peak_memory_bytes",
     "compile_time_s",
     "drift_max_rel",

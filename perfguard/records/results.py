@@ -9,12 +9,14 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from perfguard.records.base import STATUSES, RecordError, Status, finite_or_none
+from perfguard.records.counters import Counters
 from perfguard.records.sketch import BlockStats, QuantileSketch, percentile
 
 _SIGNED = {"drift_cosine", "peak_memory_increase_bytes"}  # the metrics that may be below 0
-WORKLOADS = ("forward", "train")
-"""What one sample times: a forward call (`perfguard.run`), or a training step
-(`perfguard.train_step`: zero_grad, forward, loss, backward, optimizer step)."""
+WORKLOADS = ("forward", "train", "generate")
+"""What one sample times: a forward call (`perfguard.run`), a training step
+(`perfguard.train_step`: zero_grad, forward, loss, backward, optimizer step), or a greedy
+generation (`perfguard.generate`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,6 +43,17 @@ class Metrics:
     # items per second at p50: the batch (the first input's leading dimension, or `batch=`)
     # over one call's (or one training step's) median time
     throughput_per_s: float | None = None
+    # a generation (`perfguard.generate`): time to the first new token and per new token after
+    # it (percentiles over the samples, each sample one whole generation), new tokens per second
+    # at the whole generation's p50, and the share of new tokens identical to eager's
+    ttft_p50_ms: float | None = None
+    ttft_p95_ms: float | None = None
+    ttft_p99_ms: float | None = None
+    tpot_p50_ms: float | None = None
+    tpot_p95_ms: float | None = None
+    tpot_p99_ms: float | None = None
+    tokens_per_s: float | None = None
+    token_agreement: float | None = None
     peak_memory_reserved_bytes: float | None = None
     peak_memory_increase_bytes: float | None = None  # peak minus what was held before the calls
     compile_time_warm_s: float | None = None
@@ -114,69 +127,6 @@ def trace_file_name(test: str, variant: str, side: str) -> str:
     """The Chrome trace of a test, variant and side ("head" or "base"): a name of its own."""
     stem = re.sub(r"[^A-Za-z0-9_.\[\]-]+", "-", f"{test}[{variant}]").strip("-")
     return f"{stem}.{side}.trace.json"
-
-
-@dataclass(frozen=True, kw_only=True)
-class Counters:
-    """Exact figures of one variant: they do not vary between runs, so a change is certain.
-
-    Counted in calls of their own, after the timed samples. `None`: not counted here (not a
-    compiled variant, not on CUDA, or the counter was not available).
-    """
-
-    graphs: int | None = None  # graphs dynamo compiled
-    backward_graphs: int | None = None  # a training step: backward graphs AOTAutograd compiled
-    graph_breaks: int | None = None
-    break_reasons: tuple[tuple[str, int], ...] = ()  # (dynamo's reason, how often)
-    recompiles: int | None = None  # frames compiled again while sampling
-    ops: tuple[tuple[str, int], ...] = ()  # ATen operators one call dispatches, by name
-    flops: int | None = None  # of one call, torch.utils.flop_counter
-    param_bytes: int | None = None
-    buffer_bytes: int | None = None
-    kernel_launches: int | None = None  # CUDA kernels one call launches
-    cudagraph_launches: int | None = None  # CUDA graphs one call replays
-    # instructions under callgrind (--perfguard-instructions), each in a process of its own
-    compile_instructions: int | None = None  # the cold compile of a compiled variant
-    forward_instructions: int | None = None  # one warm call
-    # bytes of tensors a warm call leaves allocated (what it allocated minus what it freed, by
-    # the profiler's allocation events): 0 for a model that keeps nothing between calls
-    memory_growth_bytes_per_call: int | None = None
-
-    def __post_init__(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name in ("break_reasons", "ops"):
-                pairs = tuple((str(k), int(n)) for k, n in value)
-                if any(n < 0 for _, n in pairs):
-                    raise RecordError(f"counters.{f.name} must count from 0")
-                object.__setattr__(self, f.name, tuple(sorted(pairs)))
-            elif value is not None:
-                if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-                    raise RecordError(f"counters.{f.name} must be a count, got {value!r}")
-                object.__setattr__(self, f.name, int(value))
-
-    @property
-    def op_total(self) -> int | None:
-        return sum(n for _, n in self.ops) if self.ops else None
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
-        out["break_reasons"] = dict(self.break_reasons)
-        out["ops"] = dict(self.ops)
-        return out
-
-    @classmethod
-    def from_json(cls, data: Any) -> Counters:
-        if not isinstance(data, Mapping):
-            raise RecordError(f"counters must be an object, got {data!r}")
-        known = {f.name for f in fields(cls)}
-        values = {k: v for k, v in data.items() if k in known}
-        for name in ("break_reasons", "ops"):
-            found = values.get(name) or {}
-            if not isinstance(found, Mapping):
-                raise RecordError(f"counters.{name} must be an object of counts")
-            values[name] = tuple(found.items())
-        return cls(**values)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -263,6 +213,9 @@ class VariantResult:
     block_stats: BlockStats | None = None
     sketch: QuantileSketch | None = None
     workload: str = "forward"  # WORKLOADS
+    # a generation's per-repeat TTFT and TPOT (p50, p95, p99 of each block): what their
+    # comparisons test, kept in compact results too
+    phases: tuple[tuple[str, BlockStats], ...] = ()
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -317,6 +270,12 @@ class VariantResult:
             raise ValueError(f"p{q:g} of each repeat was not kept in this compact result")
         return kept
 
+    def phase_quantiles(self, phase: str, q: float) -> list[float]:
+        """Percentile `q` of each repeat of a generation's `phase` ("ttft", "tpot"); empty
+        where the result has none."""
+        stats = dict(self.phases).get(phase)
+        return [] if stats is None else list(stats.percentile(q) or [])
+
     def compact(self) -> VariantResult:
         """This result as a baseline stores it: without the raw samples (their per-repeat
         summaries and sketch stay)."""
@@ -357,6 +316,7 @@ class VariantResult:
             "counters": None if self.counters is None else self.counters.to_json(),
             "blocks": None if self.block_stats is None else self.block_stats.to_json(),
             "sketch": None if self.sketch is None else self.sketch.to_json(),
+            "phases": {name: stats.to_json() for name, stats in self.phases} or None,
         }
 
     @classmethod
@@ -380,6 +340,15 @@ class VariantResult:
                 block_stats=None if blocks is None else BlockStats.from_json(blocks),
                 sketch=None if sketch is None else QuantileSketch.from_json(sketch),
                 workload=data.get("workload", "forward"),
+                phases=_phases(data.get("phases")),
             )
         except KeyError as exc:
             raise RecordError(f"a result lacks the key {exc.args[0]!r}") from exc
+
+
+def _phases(data: Any) -> tuple[tuple[str, BlockStats], ...]:
+    if data is None:
+        return ()
+    if not isinstance(data, Mapping):
+        raise RecordError(f"phases must map a phase's name to its blocks, got {data!r}")
+    return tuple((str(name), BlockStats.from_json(stats)) for name, stats in data.items())

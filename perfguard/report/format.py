@@ -100,6 +100,11 @@ def rate(value: float | None) -> str:
     return f"{value:.3g}"
 
 
+def percent(value: float | None) -> str:
+    """A share (0 to 1) as a percentage: 100%, 93.8%."""
+    return "–" if value is None else f"{value * 100:.3g}%"
+
+
 def count(value: float | None) -> str:
     return "–" if value is None else f"{int(value):,}"
 

@@ -27,6 +27,8 @@ from perfguard.stats.verdicts import Thresholds, summarize_verdicts
 from perfguard.stats.why import ALL_KERNELS
 
 MAX_CHARTS = 5
+KINDS = {"train": " · training step", "generate": " · generation"}
+"""How the tables name a result that is not one forward call, after its variant."""
 
 
 @cache
@@ -51,6 +53,7 @@ def _environment() -> jinja2.Environment:
         interval=fmt.interval,
         count=fmt.count,
         rate=fmt.rate,
+        percent=fmt.percent,
     )
     # why rows that begin with the kernels' device time (a CUDA run)
     env.tests["device_rows"] = lambda why: bool(why) and why[0][0] == ALL_KERNELS
@@ -261,7 +264,7 @@ def _context(run: Run, th: Thresholds, full_report: str | None) -> dict[str, Any
         "charted": [c for c in regressions if len(c.trend) >= 2],
         "speedups": _speedups(run.results),
         # after the variant's name, where a result is not a forward call
-        "kinds": {r.key: " · training step" for r in run.results if r.workload == "train"},
+        "kinds": {r.key: KINDS[r.workload] for r in run.results if r.workload in KINDS},
         "sweeps": sweeps,
         "sweep_charts": [sweep_chart(s) for s in sweeps],
         "thresholds": th,

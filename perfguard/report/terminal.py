@@ -36,7 +36,7 @@ def summary_lines(run: Run, width: int = WIDTH) -> list[str]:
         if r.test != current_test:
             current_test = r.test
             lines.append(_short(r.test, width))
-        step = " (training step)" if r.workload == "train" else ""
+        step = {"train": " (training step)", "generate": " (generation)"}.get(r.workload, "")
         label = _short("  " + r.variant + step, name_w)
         m = r.metrics
         tail = "*" if "p99" in r.details.tails_too_few else ""

@@ -12,7 +12,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from perfguard.records import Comparison, VariantResult, Verdict
+from perfguard.records import Comparison, Metric, VariantResult, Verdict
 from perfguard.stats.sequential import look_alpha
 from perfguard.stats.tests import (
     benjamini_hochberg,
@@ -26,6 +26,7 @@ from perfguard.stats.tests import (
 )
 from perfguard.stats.thresholds import (
     LATENCY_METRICS,
+    PHASE_METRICS,
     NoiseFloor,
     Thresholds,
     add_note,
@@ -77,7 +78,7 @@ and two p95s passed the 5% bar with significance."""
 
 def ab_bar(metric: str, th: Thresholds) -> float:
     """The smallest change a same-job A/B latency verdict may act on, for this metric."""
-    factor = 1.0 if metric == "latency_p50_ms" else TAIL_BAR_FACTOR
+    factor = 1.0 if metric.endswith("_p50_ms") else TAIL_BAR_FACTOR
     return th.ab_min_change_pct * factor
 
 
@@ -126,11 +127,11 @@ def latency_comparisons(
     *,
     paired: bool = False,
 ) -> list[Pending | Comparison]:
-    """p50, p95 and p99 of one item; the tested ones wait for the run's correction."""
+    """p50, p95 and p99 of one item (and of a generation's TTFT and TPOT, where both sides
+    have them); the tested ones wait for the run's correction."""
     out: list[Pending | Comparison] = []
-    for metric, q in LATENCY_METRICS.items():
+    for metric, a, b in _per_repeat(base, head):
         b_val, h_val = getattr(base.metrics, metric), getattr(head.metrics, metric)
-        a, b = block_percentiles(base, q), block_percentiles(head, q)
         row = Comparison(
             test=head.test,
             variant=head.variant,
@@ -141,7 +142,7 @@ def latency_comparisons(
             p_value=None,
             cohens_d=None,
             verdict="inconclusive",
-            gating=metric != "latency_p99_ms" or th.gate_p99,
+            gating=not metric.endswith("_p99_ms") or th.gate_p99,
         )
         if len(a) < th.min_repeats or len(b) < th.min_repeats:
             note = f"too few repeats ({len(a)} vs {len(b)}; need {th.min_repeats})"
@@ -165,6 +166,22 @@ def latency_comparisons(
             current_ci=bootstrap_ci(b),
         )
         out.append(Pending(tested, found.practical_pct, found.p))
+    return out
+
+
+def _per_repeat(
+    base: VariantResult, head: VariantResult
+) -> list[tuple[Metric, list[float], list[float]]]:
+    """Each timed metric with its figure per repeat on either side."""
+    out = [
+        (metric, block_percentiles(base, q), block_percentiles(head, q))
+        for metric, q in LATENCY_METRICS.items()
+    ]
+    if base.phases and head.phases:
+        out.extend(
+            (metric, base.phase_quantiles(phase, q), head.phase_quantiles(phase, q))
+            for metric, (phase, q) in PHASE_METRICS.items()
+        )
     return out
 
 

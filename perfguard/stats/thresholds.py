@@ -16,6 +16,20 @@ LATENCY_METRICS: dict[Metric, float] = {
     "latency_p99_ms": 99.0,
 }
 
+PHASE_METRICS: dict[Metric, tuple[str, float]] = {
+    "ttft_p50_ms": ("ttft", 50.0),
+    "ttft_p95_ms": ("ttft", 95.0),
+    "ttft_p99_ms": ("ttft", 99.0),
+    "tpot_p50_ms": ("tpot", 50.0),
+    "tpot_p95_ms": ("tpot", 95.0),
+    "tpot_p99_ms": ("tpot", 99.0),
+}
+"""A generation's time to its first token and per token after it: tested per repeat like
+latency (the phase's percentile in each block), where both sides measured a generation."""
+
+TIMED_METRICS: frozenset[Metric] = frozenset((*LATENCY_METRICS, *PHASE_METRICS))
+"""The metrics whose comparisons are tested on repeats, confirmed and corrected together."""
+
 
 @dataclass(frozen=True)
 class Thresholds:

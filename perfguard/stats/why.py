@@ -19,6 +19,7 @@ from dataclasses import replace
 from typing import Any
 
 from perfguard.records import Comparison, VariantResult
+from perfguard.stats.thresholds import TIMED_METRICS
 
 TOP = 5  # operators shown under a regression
 KERNEL = "kernel: "  # before a kernel's name among the operators
@@ -81,7 +82,7 @@ def with_why(
     out = []
     for c in comparisons:
         key: Any = (c.test, c.variant)
-        if c.verdict == "regression" and c.gating and c.metric.startswith("latency_"):
+        if c.verdict == "regression" and c.gating and c.metric in TIMED_METRICS:
             rows = why_of(bases.get(key), heads.get(key))
             if rows:
                 c = replace(c, why=rows)

@@ -44,6 +44,13 @@ History:
   host self time alone (on CUDA it had the kernels' device time added in). Migration from
   5: a result without `workload` is a forward call; the new figures read as null (no
   version-5 file was measured on CUDA by a released perfguard; a CPU one means the same).
+- 7: generations. `workload` may be `generate` (`perfguard.generate`: each sample one whole
+  greedy `model.generate`); metrics may have `ttft_p50_ms`/`_p95_`/`_p99_` (time to the
+  first new token), `tpot_p50_ms`/`_p95_`/`_p99_` (per new token after it), `tokens_per_s`
+  and `token_agreement` (the share of new tokens identical to eager's); a result may have
+  `phases`, the per-repeat p50, p95 and p99 of `ttft` and `tpot` (what their comparisons
+  test, kept in compact results), and comparisons may have those six metrics. Migration
+  from 6: nothing changes (no result of version 6 is a generation).
 
 A newer version than this perfguard knows is refused (upgrade perfguard). An older one is
 migrated in memory by the steps below, one version at a time; the file on disk is left as it
@@ -106,12 +113,18 @@ def _5_to_6(doc: dict[str, Any]) -> dict[str, Any]:
     return {**doc, "schema_version": 6}
 
 
+def _6_to_7(doc: dict[str, Any]) -> dict[str, Any]:
+    """Version 6 had no generations: results read `phases` as empty."""
+    return {**doc, "schema_version": 7}
+
+
 MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
     1: _1_to_2,
     2: _2_to_3,
     3: _3_to_4,
     4: _4_to_5,
     5: _5_to_6,
+    6: _6_to_7,
 }
 """version N -> a function turning a version-N document into a version-(N+1) one."""
 

@@ -67,6 +67,7 @@ class Built:
     autocast_dtype: Any = None
     """The dtype a reduced-precision variant runs in (its drift is held to eager's in it)."""
     training: bool = False  # a training step (`training.py`), not a forward call
+    generation: Any = None  # a generation's token clock (`generation.TokenTimes`)
     memory_unseen: str | None = None
     # the module as measured (quantized, pruned; not compiled), and one call of it uncompiled:
     # what the exact counters look at (parameter bytes, FLOPs)

@@ -21,6 +21,7 @@ from perfguard.variants.base import (
     weight_sparsity,
 )
 from perfguard.variants.compile import GRAPHED_ON_CUDA, POOL_NOTE, Compile
+from perfguard.variants.generation import Generation, build_generation
 from perfguard.variants.ort import OnnxRuntime
 from perfguard.variants.prune import Prune
 from perfguard.variants.quantize import Quantize, int8_fallbacks
@@ -79,11 +80,15 @@ def build_variant(
     device: torch.device,
     kwargs: Mapping[str, Any] | None = None,
     training: TrainStep | None = None,
+    generation: Generation | None = None,
 ) -> Built:
     """Build `spec` from a copy of `model` (the caller's model is never modified); its call
-    is `model(*example_inputs, **kwargs)`, or with `training` one training step of it."""
-    reason = (inference_only(spec) if training is not None else None) or unavailable_reason(
-        spec, device
+    is `model(*example_inputs, **kwargs)`, with `training` one training step of it, with
+    `generation` one greedy `model.generate`."""
+    reason = (
+        (inference_only(spec) if training is not None else None)
+        or (generation_only(spec) if generation is not None else None)
+        or unavailable_reason(spec, device)
     )
     if reason:
         raise VariantUnavailableError(reason)
@@ -101,7 +106,30 @@ def build_variant(
     sparsity = weight_sparsity(work) if pruned else None
     if spec.part("onnxruntime") is not None:
         return _onnxruntime(work, inputs, named, spec, device, notes, size, sparsity)
-    return _torch(work, inputs, named, spec, device, notes, size, sparsity)
+    built = _torch(work, inputs, named, spec, device, notes, size, sparsity)
+    if generation is None:
+        return built
+    amp_part, compile_part = spec.part("amp"), spec.part("compile")
+    return build_generation(
+        work,
+        inputs,
+        named,
+        device,
+        generation,
+        compiler=COMPILE.compiler(compile_part) if compile_part is not None else None,
+        autocast=AMP.context(amp_part, device) if amp_part is not None else contextlib.nullcontext,
+        base=built,
+    )
+
+
+def generation_only(spec: VariantSpec) -> str | None:
+    """Why `spec` cannot measure a generation, or None."""
+    if spec.part("onnxruntime") is not None:
+        return (
+            f"{spec.name} runs an exported forward graph, not model.generate: a generation "
+            "is measured under eager, compile-*, amp-*, int8-* and pruning"
+        )
+    return None
 
 
 def _training(
@@ -206,3 +234,12 @@ def _torch(
         module=work,
         eager_call=make_call(compiled=False),
     )
+
+
+def batch_of(inputs: Sequence[Any], kwargs: Mapping[str, Any] | None) -> int:
+    """Items per call: the leading dimension of the first input tensor (positional first,
+    then keyword), 1 where there is none or it has no dimension."""
+    for leaf in pytree.tree_leaves((tuple(inputs), dict(kwargs or {}))):
+        if isinstance(leaf, torch.Tensor):
+            return int(leaf.shape[0]) if leaf.dim() > 0 else 1
+    return 1
