@@ -67,7 +67,9 @@ AB_PLAN = {0: 25, 5: 5, 10: 15, 20: 5, 100: 5}  # A/B runs per injected level (t
 AB_LEVELS = (0, 2, 5, 10, 20, 100)  # what `--plan` may ask for (+2%: the GPU-bound model)
 GPU_DEPTH = 100  # blocks of the GPU-bound model: +2% and +5% are whole blocks
 TRAIN_WIDTH = 256  # hidden width of the training-step model (train-mlp)
-WIDENED = ("train-mlp",)  # models whose level widens them rather than adding blocks
+GEN_WIDTH = 512  # hidden size of the generating model (gen-gpt2)
+GEN_TOKENS = 8  # new tokens of each of its generations
+WIDENED = ("train-mlp", "gen-gpt2")  # models whose level widens them rather than adding blocks
 LOADS = ("none", "steady", "bursty", "busy")
 
 
@@ -135,6 +137,17 @@ def _build(kind: str, extra_pct: int) -> tuple[Any, tuple[Any, ...]]:
         layers += [nn.Linear(width, 10)]
         x = torch.randn(64, 256, generator=gen)
         return nn.Sequential(*layers).train(), (x,)
+    elif kind == "gen-gpt2":  # greedy generation; +N% widens the hidden size by N% (heads of 16)
+        import transformers
+
+        width = 16 * round(GEN_WIDTH * (1 + extra_pct / 100) / 16)
+        config = transformers.GPT2Config(
+            n_layer=2, n_embd=width, n_head=width // 16, vocab_size=1000, n_positions=64,
+            bos_token_id=0, eos_token_id=0,
+        )  # fmt: skip
+        ids = torch.randint(1, 1000, (1, 16), generator=gen)
+        model: Any = transformers.GPT2LMHeadModel(config)
+        return model.eval(), (ids,)
     elif kind == "linear":
         for _ in range(blocks):
             layers += [nn.Linear(256, 256), nn.ReLU()]
@@ -362,6 +375,8 @@ def test_model(perfguard, kind):
             loss_fn=lambda out: out.square().mean(),
             optimizer=lambda params: torch.optim.AdamW(params, lr=1e-4),
         )
+    elif kind.startswith("gen-"):
+        perfguard.generate(model, inputs[0], max_new_tokens={GEN_TOKENS})
     else:
         perfguard.run(model, inputs)
 """
@@ -372,6 +387,7 @@ def _study_models(extra_pct: int) -> str:
     return (
         "from __future__ import annotations\n\nfrom typing import Any\n\n"
         f"DEPTH = {DEPTH}\nGPU_DEPTH = {GPU_DEPTH}\nTRAIN_WIDTH = {TRAIN_WIDTH}\n"
+        f"GEN_WIDTH = {GEN_WIDTH}\n"
         f"EXTRA_PCT = {extra_pct}\n\n\n"
         + inspect.getsource(_build)
         + "\n\ndef build(kind):\n    return _build(kind, EXTRA_PCT)\n"
@@ -556,16 +572,19 @@ def _record_wall(directory: Path, name: str, seconds: float) -> None:
     path.write_text(json.dumps(walls, indent=1), encoding="utf-8")
 
 
-def analyze_ab(directories: Sequence[Path]) -> tuple[str, dict[int, dict[str, Any]]]:
+def analyze_ab(
+    directories: Sequence[Path], metric: str = "latency_p50_ms"
+) -> tuple[str, dict[int, dict[str, Any]]]:
     """The A/B table from the results files kept in `directories`: per injected level, how
     often a model's comparison was a gating regression, how often `inconclusive` (not
     caught), any other verdict than `unchanged` on identical code, the block pairs taken,
-    and the wall time of a run."""
+    and the wall time of a run. The measured change is `metric`'s; a column more counts
+    that metric's own regressions (a generation's `tpot_p50_ms`, say)."""
     import numpy as np
 
     def row0() -> dict[str, Any]:
         return {"n": 0, "pg": 0, "flagged": 0, "inconclusive": 0, "effect": [], "pairs": [],
-                "wall": []}  # fmt: skip
+                "wall": [], "on_metric": 0}  # fmt: skip
 
     tally: dict[int, dict[str, Any]] = {p: row0() for p in AB_LEVELS}
     for directory in directories:
@@ -592,14 +611,15 @@ def analyze_ab(directories: Sequence[Path]) -> tuple[str, dict[int, dict[str, An
                 row["pg"] += "regression" in verdicts
                 row["flagged"] += bool(verdicts & {"regression", "improvement"})
                 row["inconclusive"] += "inconclusive" in verdicts and "regression" not in verdicts
-                p50 = next(c for c in mine if c["metric"] == "latency_p50_ms")
-                if p50["change_pct"] is not None:
-                    row["effect"].append(p50["change_pct"])
+                chosen = next((c for c in mine if c["metric"] == metric), None)
+                if chosen is not None and chosen["change_pct"] is not None:
+                    row["effect"].append(chosen["change_pct"])
+                    row["on_metric"] += chosen["verdict"] == "regression"
     lines = [
-        "| injected | measured p50 change (median, IQR) | comparisons | regression | "
-        "inconclusive | identical: regression or improvement | pairs (median, max) | "
-        "wall per run (median) |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        f"| injected | measured {metric} change (median, IQR) | comparisons | regression | "
+        f"regression on {metric} | inconclusive | identical: regression or improvement | "
+        "pairs (median, max) | wall per run (median) |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for level, row in tally.items():
         if not row["n"]:
@@ -611,7 +631,8 @@ def analyze_ab(directories: Sequence[Path]) -> tuple[str, dict[int, dict[str, An
         false = f"{row['flagged']}" if level == 0 else "–"
         lines.append(
             f"| {name} | {med:+.1f}% ({q1:+.1f}% to {q3:+.1f}%) | {row['n']} "
-            f"| {row['pg']} ({100 * row['pg'] / row['n']:.1f}%) | {row['inconclusive']} "
+            f"| {row['pg']} ({100 * row['pg'] / row['n']:.1f}%) | {row['on_metric']} "
+            f"| {row['inconclusive']} "
             f"| {false} | {pairs} | {wall} |"
         )
     return "\n".join(lines), tally
@@ -791,8 +812,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--models",
         default=",".join(MODELS),
         help="linear, conv (launch-bound on a GPU), gpu-linear (GPU-bound), train-mlp (a "
-        "training step; a level widens its hidden layers)",
+        "training step; a level widens its hidden layers), gen-gpt2 (a greedy generation; a "
+        "level widens its hidden size)",
     )
+    run_ab.add_argument("--metric", default="latency_p50_ms", help="whose change the table reports")
     run_ab.add_argument("--variants", default="eager", help="the variants each model runs in")
     wall = sub.add_parser("wall", help="stored mode and the PR configuration, timed in turn")
     wall.add_argument("--dir", type=Path, default=Path("reports/detection-wall"))
@@ -820,7 +843,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "run-ab":
         suite = (args.models.split(","), args.variants.split(","))
         run_ab_study(args.dir, args.seed, args.plan, args.load, suite)
-        table, _ = analyze_ab([args.dir])
+        table, _ = analyze_ab([args.dir], args.metric)
         (args.dir / "summary.md").write_text(table + "\n", encoding="utf-8")
         print(table)
         return 0

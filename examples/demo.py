@@ -1,7 +1,7 @@
 """`make demo`: the whole product on a CPU, in a scratch git repository.
 
 1. commit A of a small perf suite (MLP, conv-bn-relu CNN, transformer encoder, the MLP's
-   training step) on `main`;
+   training step, a small GPT-2's generation) on `main`;
    `pytest --perfguard --perfguard-save` measures it and saves its baseline;
 2. a pull-request-like branch makes the MLP wider (real extra compute);
    `pytest --perfguard` measures it, finds A's baseline through git, compares;

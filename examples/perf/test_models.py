@@ -1,4 +1,5 @@
-"""An example perf suite: three small models and a training step, written as a user would.
+"""An example perf suite: three small models, a training step and a generation, written as a
+user would.
 
     pytest examples/perf --perfguard
 
@@ -92,6 +93,23 @@ def test_mlp_training_step(perfguard):
         loss_fn=lambda out: nn.functional.cross_entropy(out, targets.to(out.device)),
         optimizer=lambda params: torch.optim.AdamW(params, lr=1e-4),
     )
+
+
+@pytest.mark.perfguard(variants=["eager"])
+def test_gpt2_generation(perfguard):
+    """Greedy generation of a small GPT-2 built from its config: TTFT, TPOT and tokens/s."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.GPT2Config(
+        n_layer=2,
+        n_embd=128,
+        n_head=4,
+        vocab_size=1000,
+        n_positions=64,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
+    model = transformers.GPT2LMHeadModel(config).eval()
+    perfguard.generate(model, torch.randint(1, 1000, (1, 16)), max_new_tokens=8)
 
 
 def test_models_are_deterministic_in_eval():
