@@ -29,7 +29,7 @@ demo-history: $(STAMP)
 	$(PY) -m examples.history_demo
 
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=20
 
 # the wheel and sdist as users get them: built, twine-checked, installed into a fresh venv,
 # then `perfguard init` and `pytest --perfguard` in a new repository
