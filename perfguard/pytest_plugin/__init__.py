@@ -53,8 +53,8 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(
             "--perfguard cannot run under pytest-xdist (-n, --dist): measurements on one "
             "device must not overlap. Run the perf tests in one process (drop -n and --dist, "
-            "or add -p no:xdist), and shard across machines instead (see the README, "
-            "'Sharding')"
+            "or add -p no:xdist), and shard across machines instead (--perfguard-shard=K/N; "
+            "docs/ci.md, 'Use it in CI')"
         )
     if options.enabled and options.save and not options.worker:
         from perfguard.git import GitRefused, git_state

@@ -26,7 +26,7 @@ AB_REPEAT_FACTOR = 3
 """A/B splits the same budget into three times the blocks (2 s over 15: 0.13 s a block by
 default): the paired test gains more from pairs than from long blocks, a burst of load on the
 host spoils a smaller share of them, and six pairs, the first look, then take less time than
-stored mode's five repeats (see the README for the study)."""
+stored mode's five repeats (docs/method.md, "The PR configuration on a busy runner")."""
 
 
 @dataclass
