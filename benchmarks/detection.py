@@ -643,7 +643,7 @@ def analyze_ab(
 
 def naive_alarm(base: Sequence[float], head: Sequence[float]) -> bool:
     """The naive rule, first measured at 73% false alarms: raw samples, p < 0.05, |d| > 0.2."""
-    from perfguard.stats.tests import cohens_d, welch_t_test
+    from perfguard.stats.significance import cohens_d, welch_t_test
 
     t, p, _ = welch_t_test(base, head)
     return p < 0.05 and abs(cohens_d(base, head)) > 0.2 and t > 0

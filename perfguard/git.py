@@ -105,7 +105,7 @@ def git_state_or_refusal(path: Path) -> tuple[GitState | None, GitRefused | None
         return None, exc
 
 
-def resolve(path: Path, ref: str) -> str:
+def resolve_commit(path: Path, ref: str) -> str:
     repo = _repo(path)
     try:
         # verified: a full sha of a commit this clone lacks (a shallow one) must not pass
@@ -234,7 +234,7 @@ def find_baseline(
 
 def explicit_baseline(path: Path, ref: str, has_baseline: Callable[[str], bool]) -> BaselineChoice:
     """`--perfguard-compare=REF`: that commit's baseline, or a reason why there is none."""
-    sha = resolve(path, ref)
+    sha = resolve_commit(path, ref)
     if has_baseline(sha):
         return BaselineChoice(sha, f"asked for with --perfguard-compare={ref} ({sha[:10]})")
     return BaselineChoice(

@@ -60,7 +60,7 @@ class FinishSettings:
 
 
 @dataclass(frozen=True)
-class SameJobBase:
+class BaseMeasuredBeside:
     """Same-job A/B: the base revision's results, measured in this job beside ours."""
 
     commit: str
@@ -70,7 +70,7 @@ class SameJobBase:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class PipelineOutcome:
     run: Run
     report_path: Path | None
     json_path: Path | None
@@ -127,9 +127,9 @@ def finish_run(
     *,
     extra_settings: Mapping[str, Any] | None = None,
     health: Health | None = None,
-    same_job: SameJobBase | None = None,
+    same_job: BaseMeasuredBeside | None = None,
     remeasure: Remeasure | None = None,
-) -> Outcome:
+) -> PipelineOutcome:
     """Compare, write and save. Results are always written, even when comparing fails.
 
     `same_job`: compare with the base measured in this job (paired), not a stored baseline.
@@ -196,7 +196,7 @@ def finish_run(
     if settings.save:
         saved = _save(run, settings, state, store, messages, failures, error is not None)
     error = "; ".join(failures) or None
-    return Outcome(run, report_path, json_path, saved, tuple(messages), error)
+    return PipelineOutcome(run, report_path, json_path, saved, tuple(messages), error)
 
 
 def keep_regressed_traces(run: Run, folder: Path) -> None:
@@ -379,7 +379,7 @@ def _with_stored_context(
     return replace(run, comparisons=tuple(out))
 
 
-def _compare_same_job(run: Run, base: SameJobBase, settings: FinishSettings) -> Run:
+def _compare_same_job(run: Run, base: BaseMeasuredBeside, settings: FinishSettings) -> Run:
     """Paired comparison with the base measured in this job; no history noise floor."""
     base_run = Run(
         commit=base.commit,

@@ -12,7 +12,7 @@ from perfguard.git import (
     explicit_baseline,
     find_baseline,
     git_state,
-    resolve,
+    resolve_commit,
 )
 from tests.gitrepo import commit, git
 
@@ -132,9 +132,9 @@ def test_explicit_ref(repo: Path) -> None:
 
 def test_resolve_knows_only_commits_this_clone_holds(repo: Path) -> None:
     a = commit(repo, "A")
-    assert resolve(repo, a[:8]) == a and resolve(repo, "HEAD") == a
+    assert resolve_commit(repo, a[:8]) == a and resolve_commit(repo, "HEAD") == a
     # a full sha parses without being here (a shallow clone lacks the base commit)
     with pytest.raises(GitError, match="is not a revision of this repository"):
-        resolve(repo, "0" * 40)
+        resolve_commit(repo, "0" * 40)
     with pytest.raises(GitError):
-        resolve(repo, "no-such-branch")
+        resolve_commit(repo, "no-such-branch")

@@ -168,7 +168,7 @@ def test_two_tries_that_agree_show_the_stored_figure_is_off(
 
 
 def test_same_job_notes_the_stored_baseline_as_context(steady: tuple[Path, Path, str]) -> None:
-    from perfguard.pipeline import SameJobBase
+    from perfguard.pipeline import BaseMeasuredBeside
 
     repo, store_dir, _ = steady
     base = git(repo, "rev-parse", "HEAD~1")
@@ -176,7 +176,7 @@ def test_same_job_notes_the_stored_baseline_as_context(steady: tuple[Path, Path,
         [result(T, "eager", 1.02, seed=9)],
         run([]).environment,
         FinishSettings(root=repo, baseline_dir=store_dir, machine=MACHINE),
-        same_job=SameJobBase(base, "same-job A/B", (result(T, "eager", 1.0, seed=5),), {}),
+        same_job=BaseMeasuredBeside(base, "same-job A/B", (result(T, "eager", 1.0, seed=5),), {}),
     )
     p50 = next(c for c in outcome.run.comparisons if c.metric == "latency_p50_ms")
     assert outcome.run.baseline.mode == "ab"
@@ -191,7 +191,7 @@ def test_same_job_flags_stand_only_when_a_fresh_pair_of_processes_shows_them_aga
 ) -> None:
     """Two processes of identical code now and then differ by more than the bar: a second
     round, other processes, decides whether the first round's verdict stands."""
-    from perfguard.pipeline import SameJobBase
+    from perfguard.pipeline import BaseMeasuredBeside
 
     repo, store_dir, _ = steady
     base = git(repo, "rev-parse", "HEAD~1")
@@ -209,7 +209,7 @@ def test_same_job_flags_stand_only_when_a_fresh_pair_of_processes_shows_them_aga
         [result(T, "eager", 1.5, seed=9)],
         run([]).environment,
         FinishSettings(root=repo, baseline_dir=store_dir, machine=MACHINE),
-        same_job=SameJobBase(base, "same-job A/B", (result(T, "eager", 1.0, seed=5),), {}),
+        same_job=BaseMeasuredBeside(base, "same-job A/B", (result(T, "eager", 1.0, seed=5),), {}),
         remeasure=remeasure,
     )
     assert asked == [(((T, "eager"),), base, ())]  # beside the same base commit, once
@@ -226,7 +226,7 @@ def test_a_disturbed_same_job_round_names_the_figure_it_was_checked_against(
 ) -> None:
     """In same-job A/B the base commit's figure is the base side this job measured first
     (1.0 ms), not the stored baseline (which the check does not read there)."""
-    from perfguard.pipeline import SameJobBase
+    from perfguard.pipeline import BaseMeasuredBeside
 
     repo, store_dir, _ = steady
     base = git(repo, "rev-parse", "HEAD~1")
@@ -235,7 +235,7 @@ def test_a_disturbed_same_job_round_names_the_figure_it_was_checked_against(
         [result(T, "eager", 3.0, seed=9)],
         run([]).environment,
         FinishSettings(root=repo, baseline_dir=store_dir, machine=MACHINE),
-        same_job=SameJobBase(base, "same-job A/B", (result(T, "eager", 1.0, seed=5),), {}),
+        same_job=BaseMeasuredBeside(base, "same-job A/B", (result(T, "eager", 1.0, seed=5),), {}),
         remeasure=remeasure,  # type: ignore[arg-type]
     )
     assert asked == [40.0, 9.0]

@@ -573,7 +573,7 @@ def _remeasurer(
     from dataclasses import replace
 
     from perfguard.pytest_plugin.confirm import remeasurer
-    from perfguard.pytest_plugin.options import resolve
+    from perfguard.pytest_plugin.options import read_options
 
     def sleep(seconds: float) -> None:
         slept.append(seconds)
@@ -581,7 +581,7 @@ def _remeasurer(
 
     return remeasurer(
         config,
-        replace(resolve(config), confirm=2, confirm_gap_s=60.0),
+        replace(read_options(config), confirm=2, confirm_gap_s=60.0),
         {("t", "eager"): "t.py::t[eager]", ("u", "eager"): "t.py::u[eager]"},
         {"t.py::t[eager]": 50.0, "t.py::u[eager]": 90.0},  # measured 50 s and 10 s ago
         said.append,

@@ -19,7 +19,7 @@ from perfguard.measure.clock import FakeClock
 from perfguard.measure.sampling import SamplingSettings, sample_on_demand
 from perfguard.records import Run, VariantResult
 from perfguard.stats.sequential import LOOKS
-from perfguard.stats.tests import paired_cohens_d, paired_min_detectable_pct, paired_t_test
+from perfguard.stats.significance import paired_cohens_d, paired_min_detectable_pct, paired_t_test
 from perfguard.stats.verdicts import Thresholds, compare_runs
 from tests.factories import from_blocks
 from tests.gitrepo import git

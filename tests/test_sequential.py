@@ -14,7 +14,7 @@ from scipy.stats import mstats
 from perfguard.ab.driver import Design, Driver, SideOutcome
 from perfguard.records import Details, Run, VariantResult
 from perfguard.stats.sequential import LOOKS, look, look_alpha, should_stop
-from perfguard.stats.tests import (
+from perfguard.stats.significance import (
     log_ratio_interval,
     paired_t_test,
     paired_test,

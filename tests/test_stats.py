@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from perfguard.stats.tests import (
+from perfguard.stats.significance import (
     benjamini_hochberg,
     bootstrap_ci,
     cohens_d,

@@ -122,11 +122,11 @@ def cmd_merge(args: argparse.Namespace) -> int:
 
 
 def _paired_base(runs: Sequence[tuple[Path, Run]], merged: Run, compare: str, root: Path) -> Any:
-    """Same-job A/B shards: the base side they measured beside the head (a `SameJobBase`),
+    """Same-job A/B shards: the base side they measured beside the head (a `BaseMeasuredBeside`),
     which the whole run is compared with, paired, as one unsharded `--perfguard-ab` run would
     be. None for shards compared with a stored baseline (or `--compare none`)."""
-    from perfguard.git import resolve
-    from perfguard.pipeline import SameJobBase
+    from perfguard.git import resolve_commit
+    from perfguard.pipeline import BaseMeasuredBeside
 
     measured = [(path, run) for path, run in runs if run.results]
     paired = [(path, run) for path, run in measured if run.baseline.mode == "ab"]
@@ -149,12 +149,12 @@ def _paired_base(runs: Sequence[tuple[Path, Run]], merged: Run, compare: str, ro
             )
     if base is None:
         raise InputError(f"{path} is an A/B run without its base commit: merge without --compare")
-    if compare != "auto" and resolve(root, compare) != base:
+    if compare != "auto" and resolve_commit(root, compare) != base:
         raise InputError(
             f"the shards measured {base[:10]} beside this commit (same-job A/B), not "
             f"{compare!r}: use --compare auto, which compares with what they measured"
         )
-    return SameJobBase(
+    return BaseMeasuredBeside(
         base, first.baseline.reason, merged.baseline_results, first.baseline.environment or {}
     )
 

@@ -20,7 +20,7 @@ from perfguard.pytest_plugin.collection import VARIANT_PARAM, test_id, test_name
 from perfguard.pytest_plugin.fixture import PerfguardFixture
 from perfguard.pytest_plugin.marker import HELP as MARKER_HELP
 from perfguard.pytest_plugin.marker import read_marker
-from perfguard.pytest_plugin.options import add_options, resolve
+from perfguard.pytest_plugin.options import add_options, read_options
 from perfguard.pytest_plugin.progress import ProgressWriter
 from perfguard.pytest_plugin.roles import role_for
 from perfguard.pytest_plugin.signals import HeldImport, interrupt_on_sigterm
@@ -48,7 +48,7 @@ def _under_xdist(config: pytest.Config) -> bool:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER_HELP)
-    options = resolve(config)
+    options = read_options(config)
     if options.enabled and _under_xdist(config):
         raise pytest.UsageError(
             "--perfguard cannot run under pytest-xdist (-n, --dist): measurements on one "

@@ -14,7 +14,7 @@ from perfguard.records import Details, Metrics, VariantResult
 from perfguard.stats.summary import summarize
 from perfguard.variants.spec import RECORD_ONLY
 
-MIN_BLOCKS = 5
+MAX_BLOCKS = 5
 
 
 def _raw_seconds(fixture: Any) -> list[float] | None:
@@ -27,11 +27,12 @@ def _raw_seconds(fixture: Any) -> list[float] | None:
 
 
 def _blocks(n: int) -> tuple[int, ...]:
-    """Split n rounds in order into up to MIN_BLOCKS contiguous repeat blocks."""
-    if n < 2 * MIN_BLOCKS:
+    """Split n rounds in order into MAX_BLOCKS contiguous repeat blocks (one block when there
+    are fewer than twice that)."""
+    if n < 2 * MAX_BLOCKS:
         return (n,)
-    base, extra = divmod(n, MIN_BLOCKS)
-    return tuple(base + (1 if i < extra else 0) for i in range(MIN_BLOCKS))
+    base, extra = divmod(n, MAX_BLOCKS)
+    return tuple(base + (1 if i < extra else 0) for i in range(MAX_BLOCKS))
 
 
 def result_from_benchmark(test: str, fixture: Any) -> VariantResult | None:

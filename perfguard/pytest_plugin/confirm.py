@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from perfguard.confirm import ConfirmRound, Remeasure
-from perfguard.git import GitError, resolve
+from perfguard.git import GitError, resolve_commit
 from perfguard.pytest_plugin.options import Options
 from perfguard.records import RecordError, Run, VariantResult
 
@@ -112,7 +112,7 @@ def _known_commit(root: Path, commit: str | None) -> str | None:
     if commit is None:
         return None
     try:
-        return resolve(root, commit)
+        return resolve_commit(root, commit)
     except GitError:
         return None
 

@@ -14,7 +14,7 @@ from perfguard.pytest_plugin.state import SessionState
 from perfguard.records import VariantResult
 
 outcome_key = pytest.StashKey[Any]()
-"""The pipeline's `Outcome`, for the terminal summary."""
+"""The pipeline's `PipelineOutcome`, for the terminal summary."""
 
 
 def finish_session(session: pytest.Session, state: SessionState, exitstatus: int) -> None:
@@ -61,7 +61,7 @@ def _close_ab(
 ) -> Any:
     """Same-job A/B: stop the workers, remove the base's worktree (after counting its
     instructions there), and hand over the base's side. None when not driving A/B."""
-    from perfguard.pipeline import SameJobBase
+    from perfguard.pipeline import BaseMeasuredBeside
 
     ab = state.ab
     if ab is None:
@@ -74,7 +74,8 @@ def _close_ab(
 
     # before the monitor stops: the workers' CPU time is then ours
     ab.close(interrupted=interrupted, before_removal=count_base if counting else None)
-    return SameJobBase(ab.commit, ab.reason, tuple(ab.base_results), ab.base_environment or {})
+    base = tuple(ab.base_results)
+    return BaseMeasuredBeside(ab.commit, ab.reason, base, ab.base_environment or {})
 
 
 def _settings(

@@ -216,7 +216,7 @@ def _refuse_conflicts(config: Any, by_name: Mapping[str, Setting], ab_source: st
         )
 
 
-def resolve(config: pytest.Config) -> Options:
+def read_options(config: pytest.Config) -> Options:
     """Read and validate every option; a bad value is a usage error naming where it came from."""
     by_name = {o.name: o for o in OPTIONS}
     root = Path(config.rootpath)

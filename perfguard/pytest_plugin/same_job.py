@@ -81,7 +81,7 @@ def start(
     `paths` (`session_paths`) meanwhile and are sent the items later."""
     from perfguard.ab.driver import Driver
     from perfguard.ab.worktree import Worktree
-    from perfguard.git import GitError, ab_reference, resolve
+    from perfguard.git import GitError, ab_reference, resolve_commit
     from perfguard.pytest_plugin.options import trace_dir
     from perfguard.store.baselines import BaselineError
     from perfguard.store.objects import open_store
@@ -101,7 +101,7 @@ def start(
                 raise GitError(choice.reason)
             commit, reason = choice.commit, f"same-job A/B against {choice.reason}"
         else:
-            commit = resolve(root, ref)
+            commit = resolve_commit(root, ref)
             reason = f"same-job A/B against --perfguard-ab={ref} ({commit[:10]})"
         worktree = Worktree(root, commit)
     except (GitError, BaselineError) as exc:  # BaselineError: a store that cannot be listed

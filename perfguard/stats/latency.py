@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 from perfguard.records import Comparison, Metric, VariantResult, Verdict
 from perfguard.stats.sequential import look_alpha
-from perfguard.stats.tests import (
+from perfguard.stats.significance import (
     benjamini_hochberg,
     bootstrap_ci,
     cohens_d,

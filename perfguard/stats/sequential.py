@@ -35,7 +35,7 @@ time, and a few such pairs widen the mean's interval past any decision; the trim
 sets them aside. The mean is the stronger when the pairs are quiet, and when a large change
 meets bursts on every other pair, so that the ratios fall in two clusters.
 The final verdict (in `perfguard.stats.verdicts`) takes the same two tests
-(`perfguard.stats.tests.paired_test`) and scales the p-value by alpha / alpha_k of the look
+(`perfguard.stats.significance.paired_test`) and scales the p-value by alpha / alpha_k of the look
 it stopped at, so the same data give the same decision.
 """
 
@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from perfguard.stats.tests import PAIRED_STATISTICS, log_ratio_interval
+from perfguard.stats.significance import PAIRED_STATISTICS, log_ratio_interval
 
 LOOKS: tuple[int, ...] = (6, 10, 16, 24, 32)
 """Pairs at each look. Six pairs decide a clear case; 32 are the cap for a noisy one."""
@@ -112,7 +112,7 @@ def look(
     """Decide from the log ratios (log head/base per pair) at a look of level `alpha_k`.
 
     Two statistics of the log ratios are asked, each at half the look's level (Bonferroni):
-    the mean, and the 25%-trimmed mean (`perfguard.stats.tests.PAIRED_STATISTICS`). A change
+    the mean, and the 25%-trimmed mean (`perfguard.stats.significance.PAIRED_STATISTICS`). A change
     called by either stops; so does `unchanged` when neither calls a change.
     `tests`: how many p-values the run's Benjamini-Hochberg correction will share this one
     with. A change is called only at alpha_k / tests (Bonferroni, which BH never undercuts),

@@ -37,7 +37,7 @@ __all__ = [
     "add_note",
     "change_pct",
     "compare_runs",
-    "forbidding_change",
+    "hardware_change_reason",
     "is_item_state",
     "practical_bar",
     "summarize_verdicts",
@@ -80,7 +80,7 @@ def compare_runs(
             if r.key not in head_keys and r.status == "ok"
         )
     out = decide_latency(items, th_all)
-    forbid = forbidding_change(base, head)
+    forbid = hardware_change_reason(base, head)
     return withhold_speed_verdicts(out, forbid) if forbid else out
 
 
@@ -173,7 +173,7 @@ HARDWARE_KEYS = ("device", "cpu", "cpu_count", "gpu_count", "torch_threads")
 """Environment keys whose change makes timings incomparable: no verdict across them."""
 
 
-def forbidding_change(base: Run | None, head: Run) -> str:
+def hardware_change_reason(base: Run | None, head: Run) -> str:
     """Why no speed or memory verdict can be given between these runs ('' when it can)."""
     if base is None or not base.environment:
         return ""

@@ -233,14 +233,14 @@ def for_run(
     parts of the `history` baselines on that commit's first-parent line (the noise floor and
     the trend chart); and HEAD's own records (a save updates them). `choices` gets one line
     per machine saying what was chosen."""
-    from perfguard.git import explicit_baseline, find_baseline, first_parent_commits, resolve
+    from perfguard.git import explicit_baseline, find_baseline, first_parent_commits, resolve_commit
 
     def select(
         available: set[tuple[str, str]],
     ) -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
         records: set[tuple[str, str]] = set()
         parts: set[tuple[str, str]] = set()
-        head = resolve(root, "HEAD")
+        head = resolve_commit(root, "HEAD")
         for machine in sorted({m for m, _ in available}):
             shas = {sha for m, sha in available if m == machine}
             if ref == "auto":
