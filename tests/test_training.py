@@ -140,8 +140,11 @@ def test_the_step_costs_more_than_the_forward_and_counts_the_backward() -> None:
     assert forward.counters and step.counters and forward.counters.flops
     assert step.counters.flops and step.counters.flops > 2 * forward.counters.flops
     assert forward.workload == "forward"
-    assert step.metrics.latency_p50_ms and forward.metrics.latency_p50_ms
-    assert step.metrics.latency_p50_ms > forward.metrics.latency_p50_ms
+    # the fastest sample of each: on a busy machine a p50 can catch a whole scheduler slice
+    # (a hogged run read the forward's p50 at 40 ms against the step's 8.8 ms); the quickest
+    # of a block's samples is one that ran undisturbed
+    assert step.samples_ms and forward.samples_ms
+    assert min(step.samples_ms) > min(forward.samples_ms)
 
 
 def test_each_variant_starts_from_the_same_state_and_the_callers_model_is_untouched() -> None:
