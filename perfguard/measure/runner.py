@@ -267,7 +267,7 @@ def _measure(
         drift_check=check,
         details=_details(built, taken, device, settings, reference),
         counters=taken.counted,
-        workload="train" if built.training else "generate" if generation else "forward",
+        workload="train" if built.training else "generate" if built.generation else "forward",
     )
     if generation is None or not isinstance(taken.clock, PhasedClock):
         return result

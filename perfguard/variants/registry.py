@@ -109,17 +109,28 @@ def build_variant(
     built = _torch(work, inputs, named, spec, device, notes, size, sparsity)
     if generation is None:
         return built
-    amp_part, compile_part = spec.part("amp"), spec.part("compile")
+    autocast, compiler = _autocast_and_compiler(spec, device)
     return build_generation(
-        work,
-        inputs,
-        named,
-        device,
-        generation,
-        compiler=COMPILE.compiler(compile_part) if compile_part is not None else None,
-        autocast=AMP.context(amp_part, device) if amp_part is not None else contextlib.nullcontext,
-        base=built,
+        work, inputs, named, device, generation, compiler=compiler, autocast=autocast, base=built
     )
+
+
+def _autocast_and_compiler(
+    spec: VariantSpec, device: torch.device
+) -> tuple[Callable[[], contextlib.AbstractContextManager[object]], Callable[[Any], Any] | None]:
+    """The autocast context (a no-op without an amp part) and the compiler (None without a
+    compile part) that `spec` runs under, as every build (forward, training, generation) uses
+    them."""
+    amp_part, compile_part = spec.part("amp"), spec.part("compile")
+    autocast: Callable[[], contextlib.AbstractContextManager[object]] = (
+        AMP.context(amp_part, device) if amp_part is not None else contextlib.nullcontext
+    )
+    return autocast, COMPILE.compiler(compile_part) if compile_part is not None else None
+
+
+def _autocast_dtype(spec: VariantSpec) -> Any:
+    amp_part = spec.part("amp")
+    return None if amp_part is None else AMP.dtype(amp_part)
 
 
 def generation_only(spec: VariantSpec) -> str | None:
@@ -141,16 +152,16 @@ def _training(
     training: TrainStep,
 ) -> Built:
     """A training step of a copy of `model`, under autocast and torch.compile as `spec` says."""
-    amp_part, compile_part = spec.part("amp"), spec.part("compile")
+    autocast, compiler = _autocast_and_compiler(spec, device)
     return build_training(
         model,
         tuple(to_device(tuple(example_inputs), device)),
         to_device(dict(kwargs or {}), device),
         device,
         training,
-        autocast=AMP.context(amp_part, device) if amp_part is not None else contextlib.nullcontext,
-        autocast_dtype=None if amp_part is None else AMP.dtype(amp_part),
-        compiler=COMPILE.compiler(compile_part) if compile_part is not None else None,
+        autocast=autocast,
+        autocast_dtype=_autocast_dtype(spec),
+        compiler=compiler,
         tolerance_class=tolerance_class(spec),
     )
 
@@ -200,12 +211,8 @@ def _torch(
 ) -> Built:
     """The (transformed) module in inference mode, under autocast and torch.compile as the
     variant says."""
-    amp_part = spec.part("amp")
-    autocast: Callable[[], contextlib.AbstractContextManager[object]] = (
-        AMP.context(amp_part, device) if amp_part is not None else contextlib.nullcontext
-    )
+    autocast, compiler = _autocast_and_compiler(spec, device)
     compile_part = spec.part("compile")
-    compiler = COMPILE.compiler(compile_part) if compile_part is not None else None
     if device.type == "cuda" and compile_part is not None and compile_part.name in GRAPHED_ON_CUDA:
         notes.append(POOL_NOTE)  # which figure is which, for this variant
     quantize_part = spec.part("quantize")
@@ -226,7 +233,7 @@ def _torch(
         timing="device",
         tolerance_class=tolerance_class(spec),
         compiled=compiler is not None,
-        autocast_dtype=None if amp_part is None else AMP.dtype(amp_part),
+        autocast_dtype=_autocast_dtype(spec),
         model_size_bytes=size,
         sparsity=sparsity,
         notes=notes,
