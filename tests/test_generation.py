@@ -9,12 +9,14 @@ import json
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
 
 from perfguard import Generation, MeasureSettings, SamplingSettings, VariantResult
 from perfguard import measure_model as measure
+from perfguard.measure.drift import FIRST_TOKEN_ONLY, Reference, drift_view
 from perfguard.measure.generating import with_generation
 from perfguard.measure.sampling import SamplingOutcome, WarmupOutcome
 from perfguard.records import Run
@@ -27,6 +29,7 @@ from perfguard.variants.generation import (
     GenerationError,
     PhasedClock,
     TokenTimes,
+    decode_compiled,
     token_agreement,
 )
 from tests import factories
@@ -117,6 +120,49 @@ def test_what_cannot_generate_says_so() -> None:
     assert skipped.error is not None and "not model.generate" in skipped.error
     with pytest.raises(GenerationError, match="at least 2"):
         Generation(1)
+
+
+def test_a_compiled_generation_compiles_the_decode_steps_and_prefills_eagerly() -> None:
+    """As transformers' compiled generation: one shape through the compiled forward (a new
+    token a row), the prompt's prefill through the eager one (on an H200, a prefill and a
+    decode graph recorded into one CUDA-graph tree by reduce-overhead crashed the process)."""
+    model = gpt2()
+    shapes: dict[str, list[tuple[int, ...]]] = {"compiled": [], "eager": []}
+
+    def recording(fn: Any, name: str) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            shapes[name].append(tuple(kwargs["input_ids"].shape))
+            return fn(*args, **kwargs)
+
+        return call
+
+    forward = model.forward  # the "compiler" wraps the plain forward: each call counted once
+    model.forward = decode_compiled(
+        recording(forward, "eager"), lambda _: recording(forward, "compiled")
+    )
+    generate: Any = model.generate  # (nn.Module's attributes are typed as tensors)
+    with torch.inference_mode():
+        out = generate(prompt(), max_new_tokens=NEW, min_new_tokens=NEW, do_sample=False)
+    assert out.shape == (2, 8 + NEW)
+    assert shapes["eager"] == [(2, 8)]
+    assert shapes["compiled"] == [(2, 1)] * (NEW - 1)
+
+
+def test_drift_is_judged_on_two_new_tokens_or_the_first_alone_where_it_is_not_eagers() -> None:
+    """The second new token's logits come from a decode step (what compiling changes) and
+    follow eager's first token; where a variant's first token differs, they follow another
+    prefix, and only the first token's logits are compared, with a note."""
+    eager = torch.tensor([[5, 6, 7, 8], [5, 6, 9, 9]])  # prompts of 2, then 2 new tokens
+    flat = np.arange(2 * 2 * 3, dtype=np.float64)  # batch 2, 2 tokens, a vocabulary of 3
+    reference = Reference(flat, flat + 0.5, tokens=eager)
+    out, against, note = drift_view(flat.copy(), reference, eager.clone(), new_tokens=2)
+    assert note is None and against is reference and out.size == 12
+    other = eager.clone()
+    other[1, 2] = 4  # the second row's first new token is not eager's
+    out, against, note = drift_view(flat.copy(), reference, other, new_tokens=2)
+    assert note == FIRST_TOKEN_ONLY
+    assert out.tolist() == [0, 1, 2, 6, 7, 8]  # each row's first new token's logits
+    assert against.fp64 is not None and against.fp64.tolist() == [0.5, 1.5, 2.5, 6.5, 7.5, 8.5]
 
 
 class _Steps:

@@ -20,7 +20,7 @@ import contextlib
 import copy
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -30,7 +30,12 @@ from torch.utils import _pytree as pytree
 
 from perfguard.records import DriftCheck
 from perfguard.variants.base import first_line
-from perfguard.variants.generation import Generation, generated_tokens, prompt_logits
+from perfguard.variants.generation import (
+    Generation,
+    first_steps_logits,
+    first_token_only,
+    generated_tokens,
+)
 from perfguard.variants.training import TrainStep, first_gradients
 
 Workload = TrainStep | Generation
@@ -103,15 +108,16 @@ def _eager_outputs(
     device: torch.device,
     training: Workload | None,
     autocast: Callable[[], contextlib.AbstractContextManager[object]] = contextlib.nullcontext,
+    tokens: Any = None,
 ) -> np.ndarray[Any, np.dtype[np.float64]]:
     """What drift is judged on, from eager: the outputs of a forward call, for a training
     step the loss and every gradient of a first step from the seeded state, for a generation
-    the logits of its first new token."""
+    the logits of its first two new tokens (`tokens`: eager's, which the second follows)."""
     if isinstance(training, TrainStep):
         return flatten_outputs(first_gradients(work, args, named, training, device, autocast))
     with torch.inference_mode(), autocast():
         if isinstance(training, Generation):
-            return flatten_outputs(prompt_logits(work, tuple(args), dict(named)))
+            return flatten_outputs(first_steps_logits(work, tuple(args), dict(named), tokens))
         return flatten_outputs(work(*args, **named))
 
 
@@ -124,7 +130,7 @@ def compute_reference(
 ) -> Reference:
     """Run eager fp32 and, where the model allows, eager fp64. Computed once per test.
     With `training`, what is compared is the first step's loss and gradients (a training
-    step) or the first new token's logits and the tokens (a generation)."""
+    step) or the first two new tokens' logits and the tokens (a generation)."""
     from perfguard.variants.registry import to_device
 
     work = copy.deepcopy(model).to(device)
@@ -134,13 +140,15 @@ def compute_reference(
     tokens = None
     if isinstance(training, Generation):
         tokens = generated_tokens(work, tuple(args), dict(named), training)
-    fp32 = _eager_outputs(work, args, named, device, training)
-    again = _eager_outputs(work, args, named, device, training)
+    fp32 = _eager_outputs(work, args, named, device, training, tokens=tokens)
+    again = _eager_outputs(work, args, named, device, training, tokens=tokens)
     if not np.all(np.isfinite(fp32)):
         raise NonFiniteOutputError("eager outputs hold NaN or Inf")
     spread = _rms(again - fp32) if again.shape == fp32.shape else 0.0
     try:
-        fp64 = _eager_outputs(work.double(), _double(args), _double(named), device, training)
+        fp64 = _eager_outputs(
+            work.double(), _double(args), _double(named), device, training, tokens=tokens
+        )
     except (RuntimeError, TypeError, NotImplementedError) as exc:
         first = first_line(exc)
         note = f"the model does not run in fp64 ({first}); judged on fp32"
@@ -168,7 +176,13 @@ def precision_error(
     args = to_device(tuple(inputs), device)
     named = to_device(dict(kwargs or {}), device)
     out = _eager_outputs(
-        work, args, named, device, training, lambda: torch.autocast(device.type, dtype=dtype)
+        work,
+        args,
+        named,
+        device,
+        training,
+        lambda: torch.autocast(device.type, dtype=dtype),
+        reference.tokens,
     )
     high = reference.fp64 if reference.fp64 is not None else reference.fp32
     return _rms(out - high) if out.shape == high.shape else math.inf
@@ -244,6 +258,49 @@ def judge(
         allowed=allowed,
         reference="fp64" if reference.fp64 is not None else "fp32",
     )
+
+
+FIRST_TOKEN_ONLY = (
+    "its first new token differs from eager's in some row: drift judged on the first new "
+    "token's logits alone (the second's follow another prefix)"
+)
+
+
+def drift_view(
+    out: np.ndarray[Any, Any], reference: Reference, tokens: Any, new_tokens: int
+) -> tuple[np.ndarray[Any, Any], Reference, str | None]:
+    """What a generation's drift is judged on: the first two new tokens' logits, each
+    following eager's tokens; where the variant's first new token is not eager's, the first's
+    alone (and a note that says so)."""
+    if tokens is None or reference.tokens is None or tokens.shape != reference.tokens.shape:
+        return out, reference, None
+    first = int(reference.tokens.shape[1]) - new_tokens  # the first new token's position
+    if bool((tokens[:, first].cpu() == reference.tokens[:, first].cpu()).all()):
+        return out, reference, None
+    batch = int(reference.tokens.shape[0])
+    cut, fp32, fp64 = first_token_only(out, reference.fp32, reference.fp64, batch)
+    return cut, replace(reference, fp32=fp32, fp64=fp64), FIRST_TOKEN_ONLY
+
+
+def check(
+    out: np.ndarray[Any, Any],
+    reference: Reference,
+    tolerance_class: str,
+    override: DriftTolerance,
+    own_precision: Callable[[], float] | None,
+    tf32: bool,
+    generated: tuple[Any, int] | None = None,
+) -> tuple[DriftCheck, DriftFigures, str | None]:
+    """A variant's drift check and figures against `reference`; `own_precision`: eager's
+    error under the variant's autocast, computed when needed; `generated`: a generation's
+    tokens and its count of new tokens, and then the note where its first new token is not
+    eager's."""
+    note = None
+    if generated is not None:
+        out, reference, note = drift_view(out, reference, *generated)
+    precision = own_precision() if own_precision is not None else None
+    verdict = judge(out, reference, tolerance_class, override, precision, tf32)
+    return verdict, figures(out, reference.fp32), note
 
 
 def tf32_allowed(module: nn.Module, device: torch.device) -> bool:

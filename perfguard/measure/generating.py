@@ -26,9 +26,11 @@ def with_generation(
     reference: Reference,
     new_tokens: int,
     batch: int,
+    drift_note: str | None = None,
 ) -> VariantResult:
     """`result` (a generation's, measured with `clock`) with TTFT, TPOT, tokens per second,
-    the token agreement and the per-repeat phases."""
+    the token agreement and the per-repeat phases; `drift_note`: what its drift was judged
+    on, where that is not the usual."""
     per_block = clock.per_block(outcome.warmup.calls, outcome.blocks_ms)
     phases = tuple((name, BlockStats.of(per_block[name])) for name in PHASES)
     figures: dict[str, Any] = {}
@@ -44,6 +46,8 @@ def with_generation(
     p50 = result.metrics.latency_p50_ms
     figures["tokens_per_s"] = batch * new_tokens / (p50 / 1000) if p50 else None
     tokens, notes, check = clock.times.tokens, list(result.details.notes), result.drift_check
+    if drift_note:
+        notes.append(drift_note)
     if tokens is not None and reference.tokens is not None:
         prompt = int(reference.tokens.shape[1]) - new_tokens
         agreement = token_agreement(tokens, reference.tokens, prompt)

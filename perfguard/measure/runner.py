@@ -35,7 +35,7 @@ from perfguard.measure.sampling import (
     for_device,
     sample,
 )
-from perfguard.records import Counters, Details, DriftCheck, Metrics, VariantResult, trace_file_name
+from perfguard.records import Counters, Details, Metrics, VariantResult, trace_file_name
 from perfguard.stats.exact import GROWTH_ALLOWED
 from perfguard.stats.summary import summarize, tail_is_reliable
 from perfguard.variants.base import Built, VariantUnavailableError, first_line
@@ -241,26 +241,28 @@ def _measure(
     taken = _take(built, clock, device, label, spec, settings, progress, sampler)
     if not np.all(np.isfinite(taken.out)):
         raise drift.NonFiniteOutputError(f"{spec.name} returned NaN or Inf")
-    own_precision = None
-    if built.autocast_dtype is not None:
-        own_precision = drift.precision_error(
-            model, inputs, device, built.autocast_dtype, reference, kwargs, training
-        )
-    tf32 = drift.tf32_allowed(model, device)
-    check: DriftCheck = drift.judge(
-        taken.out, reference, built.tolerance_class, settings.drift_tolerance, own_precision, tf32
+    dtype = built.autocast_dtype
+    check, figures, drift_note = drift.check(
+        taken.out,
+        reference,
+        built.tolerance_class,
+        settings.drift_tolerance,
+        None
+        if dtype is None
+        else lambda: drift.precision_error(
+            model, inputs, device, dtype, reference, kwargs, training
+        ),
+        drift.tf32_allowed(model, device),
+        (taken.clock.times.tokens, generation.max_new_tokens)
+        if generation is not None and isinstance(taken.clock, PhasedClock)
+        else None,
     )
     batch = settings.batch or batch_of(inputs, kwargs)
     result = VariantResult(
         test=label,
         variant=spec.name,
         status="ok",
-        metrics=_metrics(
-            built,
-            taken,
-            drift.figures(taken.out, reference.fp32),
-            batch,
-        ),
+        metrics=_metrics(built, taken, figures, batch),
         samples_ms=taken.outcome.samples_ms,
         repeats_ms=taken.outcome.repeat_medians_ms,
         block_sizes=tuple(len(b) for b in taken.outcome.blocks_ms),
@@ -272,7 +274,7 @@ def _measure(
     if generation is None or not isinstance(taken.clock, PhasedClock):
         return result
     n = generation.max_new_tokens
-    return with_generation(result, taken.clock, taken.outcome, reference, n, batch)
+    return with_generation(result, taken.clock, taken.outcome, reference, n, batch, drift_note)
 
 
 def _take(

@@ -109,8 +109,8 @@ class PerfguardFixture:
         `max_new_tokens` new tokens after the prompt `input_ids` (an end-of-sequence token
         ends nothing), with the time to the first token (TTFT), per output token after it
         (TPOT) and new tokens per second. `kwargs` go to `generate` (an attention mask).
-        Drift: the first new token's logits against eager's in fp64, and the new tokens
-        against eager's. Compiled variants use a static cache and a compiled forward;
+        Drift: the first two new tokens' logits against eager's in fp64, and the new tokens
+        against eager's. Compiled variants use a static cache and compile the decode step;
         onnxruntime skips. `batch` and `options` as for `run`.
         """
         from perfguard.variants.generation import Generation, GenerationError

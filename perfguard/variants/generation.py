@@ -8,9 +8,12 @@ token's, not its launch's): the time to the first token (TTFT: the prompt's pref
 first decode) and the time per output token after it (TPOT) come from inside the sample, and
 `tokens_per_s` is the batch's new tokens over the whole generation's median.
 
-Compiled variants generate the way transformers documents it for `torch.compile`: a static
-KV cache (fixed shapes, so the decode step compiles once) and the model's `forward` compiled
-(in the variant's mode; `reduce-overhead` replays the decode step as a CUDA graph on a GPU).
+Compiled variants generate the way transformers' own compiled generation does: a static KV
+cache (fixed shapes, so the decode step compiles once), the decode steps through the compiled
+`forward` (in the variant's mode; `reduce-overhead` replays the decode step as a CUDA graph on
+a GPU) and the prompt's prefill through the eager one (one prompt, one shape: compiling it
+would only add a second graph, and on an H200 a prefill and a decode graph recorded into the
+same CUDA-graph tree crashed the process).
 """
 
 from __future__ import annotations
@@ -165,7 +168,7 @@ def build_generation(
         config.disable_compile = True  # perfguard compiles forward itself, in its mode
 
     def make_call(compiled: bool = True) -> Callable[[], Any]:
-        fn = compiler(forward) if compiled and compiler is not None else forward
+        fn = decode_compiled(forward, compiler) if compiled and compiler is not None else forward
 
         def generate(**extra: Any) -> Any:
             work.forward = fn  # this call's forward (compiled or not), whatever ran last
@@ -182,11 +185,12 @@ def build_generation(
         return call
 
     def first_logits(call: Callable[[], Any]) -> Any:
-        """The drift check's outputs: the first new token's logits, from a generation by the
-        same (compiled) forward as the timed calls; its tokens are kept for the agreement."""
+        """The drift check's outputs: the first two new tokens' logits (the prefill's and a
+        decode step's), from a generation by the same (compiled) forward as the timed calls;
+        its tokens are kept for the agreement."""
         out = call.with_logits()  # type: ignore[attr-defined]
         times.tokens = out.sequences
-        return out.logits[0].float()
+        return torch.stack([out.logits[0], out.logits[1]], dim=1).float()
 
     return Built(
         make_call=make_call,
@@ -205,12 +209,50 @@ def build_generation(
     )
 
 
-def prompt_logits(model: nn.Module, args: tuple[Any, ...], named: dict[str, Any]) -> Any:
-    """Eager's logits for the first new token (the prompt's last position): what a
-    generation's drift is judged on."""
-    out = model(*args, **named)
-    logits = out.logits if hasattr(out, "logits") else out[0]
-    return logits[:, -1, :]
+def decode_compiled(
+    forward: Callable[..., Any], compiler: Callable[[Any], Callable[..., Any]]
+) -> Callable[..., Any]:
+    """`forward` compiled for the decode steps (one new token a row); the prompt's prefill
+    calls the eager `forward`, as transformers' compiled generation does."""
+    compiled = compiler(forward)
+
+    def step(*args: Any, **kwargs: Any) -> Any:
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        decoding = ids is not None and ids.shape[-1] == 1  # (a prefill may pass inputs_embeds)
+        return (compiled if decoding else forward)(*args, **kwargs)
+
+    return step
+
+
+def first_steps_logits(
+    model: nn.Module, args: tuple[Any, ...], named: dict[str, Any], tokens: torch.Tensor
+) -> Any:
+    """Eager's logits for the first two new tokens, as greedy generation makes them: the
+    prompt's prefill, then one cached decode step of the first new token of `tokens` (eager's):
+    what a generation's drift is judged on (the second is a decode step, which is what a
+    compiled generation compiles). Shape (batch, 2, vocabulary)."""
+    prompt, *rest = args
+    first = model(prompt, *rest, **named, use_cache=True)
+    token = tokens[:, prompt.shape[-1] : prompt.shape[-1] + 1].to(prompt.device)
+    extra = {k: v for k, v in named.items() if k != "attention_mask"}
+    if "attention_mask" in named:  # the new token is attended to as the prompt is
+        mask = named["attention_mask"]
+        extra["attention_mask"] = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=-1)
+    second = model(token, past_key_values=first.past_key_values, use_cache=True, **extra)
+    return torch.stack([first.logits[:, -1, :], second.logits[:, -1, :]], dim=1)
+
+
+def first_token_only(
+    out: Any, reference_fp32: Any, reference_fp64: Any, batch: int
+) -> tuple[Any, Any, Any]:
+    """`out` and the references (flat, the first two new tokens' logits a row) cut to the
+    first new token's logits: where a variant's first new token is not eager's, its second
+    token's logits follow another prefix and cannot be compared."""
+
+    def first(flat: Any) -> Any:
+        return None if flat is None else flat.reshape(batch, 2, -1)[:, 0, :].reshape(-1)
+
+    return first(out), first(reference_fp32), first(reference_fp64)
 
 
 def generated_tokens(
