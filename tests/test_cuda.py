@@ -227,8 +227,17 @@ def test_counting_with_the_profiler_does_not_slow_the_items_after_it(counted: st
     else:
         r = measure(model, example_inputs(model), counted, FAST)  # counts, CUDA graphs and all
         assert r.status == "ok", r.error
-    after = median_ms()
-    assert after <= 1.10 * before, (before, after)
+    # At once, then as the next item is timed (after its warm-up: about a second of calls).
+    # On an H200 (torch 2.11, CUDA 13.0) the median read at once after an eager profile was
+    # 12.8% slower in one run (0.512 -> 0.578 ms) and equal in the run before: each reading
+    # is printed so a failing run says whether CUPTI detaches late or never.
+    readings = [median_ms()]
+    settle = time.perf_counter() + 1.0
+    while time.perf_counter() < settle:
+        clock.time_call(launches)
+    readings.append(median_ms())
+    print(f"launches' median: before {before:.4f} ms, after {readings}")
+    assert readings[-1] <= 1.10 * before, (before, readings)
 
 
 def test_a_cuda_graph_variants_reserved_memory_holds_eagers_activations() -> None:

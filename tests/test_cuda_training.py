@@ -64,3 +64,8 @@ def test_a_generation_on_cuda_times_its_tokens_and_makes_eagers(name: str, varia
     assert m.token_agreement == 1.0
     assert r.drift_check is not None and r.drift_check.passed, r.drift_check
     assert m.peak_memory_bytes is not None and m.peak_memory_bytes > 0
+    if variant == "compile-reduce-overhead":  # each decode step replays the graph recorded once
+        counted = r.counters
+        assert r.details.cudagraph_skips == 0 and m.recompiles == 0
+        assert counted is not None and counted.cudagraph_launches is not None
+        assert counted.cudagraph_launches >= 6 - 1  # a graph a decode step; the prefill eager

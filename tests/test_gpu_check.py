@@ -4,6 +4,7 @@ without CUDA (a stage's steps faked, or rehearsed on the CPU)."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import subprocess
@@ -122,7 +123,10 @@ def test_every_stage_fits_the_files_a_call_brings_back() -> None:
     from perfguard.variants.spec import BASE_VARIANTS
 
     tests = {name for name in every if name.startswith("cuda tests: ")}
-    assert every - tests == set(BASE_VARIANTS)  # every variant is measured in some stage
+    assert every - tests - {"the variant table"} == set(BASE_VARIANTS)  # each in some stage
+    for stage in ("variants", "autotune"):  # each ends with its table, even when cut short
+        last = gpu_check.steps(stage)[-1]
+        assert last.closing and "benchmarks/variant_table.py" in last.argv
     # max-autotune's cuda test items run in autotune's stage, the other items in cuda's
     picks = [" ".join(st.argv) for s in ("cuda", "autotune") for st in gpu_check.steps(s)]
     assert sum("test_cuda.py -k not max-autotune" in p for p in picks) == 1
@@ -181,3 +185,29 @@ def test_under_gpu_check_a_failure_is_printed_when_it_happens(
     assert (
         "failed (call)" not in pytester.runpytest_subprocess("-p", "no:cacheprovider").stderr.str()
     )
+
+
+def test_the_variant_table_has_a_row_a_result_and_a_skips_reason(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from benchmarks import variant_table
+    from perfguard.records import VariantResult
+    from tests import factories
+
+    measured = factories.result("t.py::test_mlp", "compile-default", 0.25, compile_s=2.5)
+    skipped = VariantResult(
+        test="t.py::test_mlp", variant="onnxruntime", status="skipped", error="no CUDA provider"
+    )
+    (tmp_path / "a.json").write_text(
+        json.dumps(factories.run([measured, skipped]).to_json()), encoding="utf-8"
+    )
+    assert variant_table.main([str(tmp_path), "--out", str(tmp_path / "table.md")]) == 0
+    lines = (tmp_path / "table.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 4 and all(line.count("|") == 12 for line in lines)
+    assert re.match(r"\| test_mlp \| compile-default \| 2[45]\d\.\d µs \|", lines[2])
+    assert "2.5 s / – " in lines[2] and "(1.0e-04)" in lines[2]  # cold / warm; drift's allowance
+    assert lines[3].startswith("| test_mlp | onnxruntime | skipped: no CUDA provider |")
+
+    (tmp_path / "b.json").write_text("{", encoding="utf-8")
+    assert variant_table.main([str(tmp_path / "b.json")]) == 2
+    assert "not a perfguard results file" in capsys.readouterr().err

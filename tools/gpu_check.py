@@ -123,6 +123,11 @@ def steps(stage: str) -> list[Step]:
                 )
                 for variant in (AUTOTUNE if stage == "autotune" else VARIANTS)
             ),
+            Step(
+                "the variant table",
+                ("{py}", "benchmarks/variant_table.py", "{work}", "--out", "{work}/table.md"),
+                closing=True,
+            ),
         ]
     if stage in ("study", "study-gpu"):
         study = ("{py}", "benchmarks/detection.py")
