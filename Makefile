@@ -1,5 +1,5 @@
 # make demo: measure the example suite twice and write a compared report (CPU is enough).
-# make test: the test suite.   make lint: ruff, mypy, and actionlint and zizmor on the workflows.
+# make test: the test suite (make test-fast: its unit tier).   make lint: ruff, mypy, and actionlint and zizmor on the workflows.
 # make package-check: build the wheel and install it as a new user would.
 # Each target creates or reuses .venv and installs the pinned development dependencies.
 
@@ -8,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.perfguard-installed
 
-.PHONY: demo demo-history test lint package-check gpu-check gpu-wheels venv clean
+.PHONY: demo demo-history test test-fast lint package-check gpu-check gpu-wheels venv clean
 
 venv: $(STAMP)
 
@@ -30,6 +30,10 @@ demo-history: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q --durations=20
+
+# the unit tier: every test not marked slow (a second or more on a 2-core machine), under a minute
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow" --durations=10
 
 # the wheel and sdist as users get them: built, twine-checked, installed into a fresh venv,
 # then `perfguard init` and `pytest --perfguard` in a new repository

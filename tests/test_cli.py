@@ -108,6 +108,7 @@ def test_baselines_list(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert "cuda-test-gpu" in out and "a" * 12 in out
 
 
+@pytest.mark.slow
 def test_report_and_compare_run_without_torch(files: dict[str, Path], tmp_path: Path) -> None:
     code = (
         "import sys; sys.modules['torch'] = None\n"

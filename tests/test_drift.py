@@ -118,6 +118,7 @@ def test_exact_allows_what_eager_itself_changes_between_identical_calls() -> Non
     assert drift.judge(high + variant, jumpy, "exact").passed  # eager is not bit-stable itself
 
 
+@pytest.mark.slow
 def test_fp16_is_held_to_fp16s_own_error_not_bf16s() -> None:
     from perfguard import MeasureSettings, SamplingSettings, measure_model
 

@@ -140,6 +140,7 @@ class Branchy(nn.Module):
         return torch.relu(y)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("item", [False, True])
 def test_measuring_counts_graph_breaks_with_reasons_and_operators(item: bool) -> None:
     settings = replace(FAST, warm_compile=False)
@@ -246,6 +247,7 @@ def test_on_cuda_the_why_leads_with_the_kernels_device_time_and_names_kernels() 
     )
 
 
+@pytest.mark.slow
 def test_on_the_cpu_there_is_no_device_clock() -> None:
     r = measure_model(
         Branchy(False), (torch.randn(4, 32),), "eager", replace(FAST, warm_compile=False)
@@ -256,6 +258,7 @@ def test_on_the_cpu_there_is_no_device_clock() -> None:
     assert "| device time |" not in render_markdown(run([r]))
 
 
+@pytest.mark.slow
 def test_a_variants_profiled_calls_are_written_as_a_chrome_trace(tmp_path: Path) -> None:
     settings = replace(FAST, warm_compile=False, trace_dir=tmp_path)
     r = measure_model(Branchy(False), (torch.randn(4, 32),), "eager", settings, test="t.py::test_b")
@@ -303,6 +306,7 @@ class Leaky(nn.Module):
         return y
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", ["eager", "compile-default"])
 def test_a_model_that_keeps_its_outputs_is_caught_with_its_bytes_per_call(variant: str) -> None:
     settings = replace(FAST, warm_compile=False)

@@ -80,6 +80,7 @@ def stored_tests(repo: Path) -> set[str]:
 # ---- 1. a save never shrinks what is stored ---------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_save_of_some_tests_updates_the_stored_baseline_and_keeps_the_rest(
     pytester: pytest.Pytester, three: Path
 ) -> None:
@@ -100,6 +101,7 @@ def test_a_save_of_some_tests_updates_the_stored_baseline_and_keeps_the_rest(
     assert stored_tests(three) == {"test_c"}
 
 
+@pytest.mark.slow
 def test_an_interrupted_session_or_a_collection_error_saves_nothing(
     pytester: pytest.Pytester, three: Path
 ) -> None:
@@ -279,6 +281,7 @@ def test_a_push_a_server_hook_refuses_says_the_servers_reason_at_once(
 # ---- 2. a depth-1 clone -------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_depth_1_clone_of_a_pr_merge_commit_explains_itself_and_keeps_the_results(
     pytester: pytest.Pytester, tmp_path: Path
 ) -> None:
@@ -334,6 +337,7 @@ def test_three(perfguard):
 """
 
 
+@pytest.mark.slow
 def test_two_models_with_the_same_weights_and_other_settings_get_their_own_reference(
     pytester: pytest.Pytester,
 ) -> None:
@@ -378,6 +382,7 @@ def test_wrong_type_fields_are_one_line_naming_the_file_exit_2(
     assert str(path) in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_a_wrong_type_baseline_keeps_the_runs_json_and_report(
     pytester: pytest.Pytester, three: Path
 ) -> None:
@@ -405,6 +410,7 @@ def test_records_check_their_field_types() -> None:
 # ---- 8. NaN and negative options -----------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("option", "says"),
     [
@@ -425,6 +431,7 @@ def test_nan_and_negative_options_are_usage_errors(
     done.stderr.fnmatch_lines([f"*{option.partition('=')[0]}*{says}*"])
 
 
+@pytest.mark.slow
 def test_a_nan_marker_value_is_an_error_naming_the_test(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         test_m="""
@@ -510,6 +517,7 @@ def _wait_gone(pids: list[int], seconds: float) -> list[int]:
     return [p for p in pids if _alive(p)]
 
 
+@pytest.mark.slow
 def test_sigterm_ends_an_ab_session_with_its_workers_and_worktree(
     pytester: pytest.Pytester, tmp_path: Path
 ) -> None:
@@ -522,6 +530,7 @@ def test_sigterm_ends_an_ab_session_with_its_workers_and_worktree(
     assert len(git(pytester.path, "worktree", "list").splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_after_kill_9_the_workers_go_and_the_next_start_prunes_what_it_left(
     pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -562,6 +571,7 @@ def test_stale_temp_files_are_cleaned_at_the_next_save_and_files_are_readable(
     assert stat.S_IMODE(second.stat().st_mode) == 0o644
 
 
+@pytest.mark.slow
 def test_a_full_disk_is_one_line_not_a_traceback(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_three=THREE)
     pytester.makeconftest(
@@ -647,6 +657,7 @@ def test_a_results_file_of_the_wrong_shape_is_one_line_and_exit_2(
 # ---- a repository that git refuses to read --------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_repository_git_refuses_keeps_the_measurements_and_says_what_git_said(
     three: Path,
     pytester: pytest.Pytester,
@@ -688,6 +699,7 @@ def test_another_users_checkout_names_the_safe_directory_to_add(tmp_path: Path) 
         git_state(repo)
 
 
+@pytest.mark.slow
 def test_save_replace_alone_is_a_usage_error_not_ignored(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_three=THREE)
     done = measure(pytester, "--perfguard-save-replace")
@@ -695,6 +707,7 @@ def test_save_replace_alone_is_a_usage_error_not_ignored(pytester: pytest.Pytest
     done.stderr.fnmatch_lines(["*--perfguard-save-replace*saves nothing alone*"])
 
 
+@pytest.mark.slow
 def test_a_full_disk_during_a_save_names_the_baseline_folder(
     three: Path, pytester: pytest.Pytester
 ) -> None:

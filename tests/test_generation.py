@@ -111,6 +111,7 @@ def test_real_models_generate_with_every_figure_and_eagers_tokens(name: str, var
     assert phases["tpot"].sizes == tuple(len(b) for b in r.blocks())
 
 
+@pytest.mark.slow
 def test_what_cannot_generate_says_so() -> None:
     r = measure(nn.Linear(4, 4), (torch.randn(2, 4),), "eager", FAST, generation=Generation(4))
     assert r.status == "error" and r.workload == "generate"
@@ -122,6 +123,7 @@ def test_what_cannot_generate_says_so() -> None:
         Generation(1)
 
 
+@pytest.mark.slow
 def test_a_compiled_generation_compiles_the_decode_steps_and_prefills_eagerly() -> None:
     """As transformers' compiled generation: one shape through the compiled forward (a new
     token a row), the prompt's prefill through the eager one (on an H200, a prefill and a

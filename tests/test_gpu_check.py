@@ -32,6 +32,7 @@ def _load() -> Any:
 gpu_check = _load()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: gpu-check runs")
 def test_gpu_check_without_cuda_says_so_and_exits_2(tmp_path: Path) -> None:
     out = tmp_path / "figures"
@@ -57,6 +58,7 @@ def _context(out: Path, seconds: float, said: list[str]) -> Any:
     return gpu_check.Context(out, "cpu", seconds, sys.executable, dict(os.environ), said.append)
 
 
+@pytest.mark.slow
 def test_a_stage_keeps_its_time_archives_after_every_step_and_names_files_plainly(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -150,6 +152,7 @@ def test_a_wrong_stage_or_step_is_one_usage_line(
     assert said in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_the_env_stage_rehearsed_on_the_cpu_installs_the_tree_and_says_each_step(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -165,6 +168,7 @@ def test_the_env_stage_rehearsed_on_the_cpu_installs_the_tree_and_says_each_step
     assert '"device_type": "cpu"' in text and "runner health:" in text
 
 
+@pytest.mark.slow
 def test_under_gpu_check_a_failure_is_printed_when_it_happens(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:

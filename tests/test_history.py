@@ -104,6 +104,7 @@ def history_repo(tmp_path: Path) -> tuple[Path, list[str]]:
     return repo, shas
 
 
+@pytest.mark.slow
 def test_the_history_command_finds_the_steps_with_their_commit_ranges(
     history_repo: tuple[Path, list[str]],
     monkeypatch: pytest.MonkeyPatch,
@@ -149,6 +150,7 @@ def test_history_without_git_orders_by_date_and_says_so() -> None:
     assert (step.previous, step.commit) == (f"{14:040x}", f"{15:040x}")
 
 
+@pytest.mark.slow
 def test_a_broken_baseline_is_left_out_with_a_line_naming_it(
     history_repo: tuple[Path, list[str]],
     monkeypatch: pytest.MonkeyPatch,
@@ -171,6 +173,7 @@ def test_a_broken_baseline_is_left_out_with_a_line_naming_it(
     assert main(["history", "--max-p", "0"]) == 2
 
 
+@pytest.mark.slow
 def test_history_reads_the_baselines_branch_without_checking_it_out(
     history_repo: tuple[Path, list[str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -194,6 +197,7 @@ def test_history_reads_the_baselines_branch_without_checking_it_out(
 # --- the site ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_site_has_a_page_per_test_with_plots_and_escaped_names(
     history_repo: tuple[Path, list[str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -218,6 +222,7 @@ def _chromium() -> str | None:
     return next((found for name in names if (found := shutil.which(name))), None)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     _chromium() is None and not os.environ.get("CI"),
     reason="Chromium is not installed (apt-get install chromium); CI requires it",
@@ -258,6 +263,7 @@ def test_the_site_loads_in_headless_chromium_without_errors_and_plots_have_data(
 # --- the alert --------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_alert_opens_one_issue_and_updates_it_on_a_rerun(
     history_repo: tuple[Path, list[str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -288,6 +294,7 @@ def test_the_alert_opens_one_issue_and_updates_it_on_a_rerun(
         assert [m for m, _ in fake.requests].count("PATCH") == 3  # the memory one alone
 
 
+@pytest.mark.slow
 def test_no_alert_when_main_has_no_new_regression(
     history_repo: tuple[Path, list[str]],
     monkeypatch: pytest.MonkeyPatch,

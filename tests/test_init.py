@@ -82,6 +82,7 @@ def test_init_outside_git_is_a_one_line_error(
     assert "git repository" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("ab", "store"), [(False, None), (True, None), (True, "s3://perf-bucket/baselines")]
 )

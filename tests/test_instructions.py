@@ -194,6 +194,7 @@ def test_version_2_files_load_with_no_instruction_counts() -> None:
     assert run.results[1].counters is None
 
 
+@pytest.mark.slow
 def test_a_bad_mode_is_a_usage_error(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_user="def test_plain():\n    pass\n")
     got = pytester.runpytest_subprocess("--perfguard", "--perfguard-instructions=compile,warp")
@@ -201,6 +202,7 @@ def test_a_bad_mode_is_a_usage_error(pytester: pytest.Pytester) -> None:
     assert "--perfguard-instructions: expected a list of compile, forward" in got.stderr.str()
 
 
+@pytest.mark.slow
 def test_no_valgrind_when_asked_is_a_usage_error_before_measuring(
     pytester: pytest.Pytester,
 ) -> None:
@@ -220,6 +222,7 @@ COUNTED = (
 )
 
 
+@pytest.mark.slow
 @needs_valgrind
 def test_a_region_is_counted_alike_in_every_process_and_more_work_counts_more(
     tmp_path: Path,
@@ -241,6 +244,7 @@ def test_a_region_is_counted_alike_in_every_process_and_more_work_counts_more(
     assert missing.error.startswith("callgrind counted no forward (exit code 0)")
 
 
+@pytest.mark.slow
 @needs_valgrind
 def test_the_plugin_counts_a_forward_call_under_callgrind(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(

@@ -24,6 +24,7 @@ class Masked(nn.Module):
 FAST = MeasureSettings(sampling=SamplingSettings(budget_s=0.02, repeats=2), device="cpu")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "variant",
     ["eager", "compile-default", "int8-dynamic", "prune-l1-unstructured", "onnxruntime"],
@@ -69,6 +70,7 @@ def test_bert(perfguard):
 """
 
 
+@pytest.mark.slow
 def test_a_hugging_face_bert_from_a_config_runs_with_keyword_inputs(
     pytester: pytest.Pytester,
 ) -> None:

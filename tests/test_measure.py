@@ -33,7 +33,10 @@ MODELS: dict[str, Callable[[], nn.Module]] = {
 }
 
 
-@pytest.fixture(scope="module", params=sorted(MODELS))
+@pytest.fixture(
+    scope="module",  # every variant of three models measured: its tests are slow ones
+    params=[pytest.param(name, marks=pytest.mark.slow) for name in sorted(MODELS)],
+)
 def measured(request: pytest.FixtureRequest) -> dict[str, VariantResult]:
     torch.manual_seed(0)
     model = MODELS[request.param]().eval()
@@ -45,6 +48,7 @@ def measured(request: pytest.FixtureRequest) -> dict[str, VariantResult]:
     }
 
 
+@pytest.mark.slow
 def test_every_cpu_variant_is_ok_with_sane_metrics(measured: dict[str, VariantResult]) -> None:
     for variant, r in measured.items():
         if variant in CUDA_ONLY:
@@ -97,6 +101,7 @@ def test_pruning_reports_its_sparsity_and_quantization_shrinks_the_model(
     assert eager_size is not None and int8_size is not None and int8_size < eager_size
 
 
+@pytest.mark.slow
 def test_compiled_variants_count_graph_breaks_and_recompiles(
     measured: dict[str, VariantResult],
 ) -> None:
@@ -108,6 +113,7 @@ def test_compiled_variants_count_graph_breaks_and_recompiles(
     assert broken.metrics.graph_breaks is not None and broken.metrics.graph_breaks >= 1
 
 
+@pytest.mark.slow
 def test_composition_and_amount() -> None:
     model = SmallMLP().eval()
     r = measure(model, example_inputs(model), "prune-l1-unstructured:0.7+compile-default", FAST)
@@ -116,6 +122,7 @@ def test_composition_and_amount() -> None:
     assert r.metrics.compile_time_s is not None and r.metrics.compile_time_s > 0
 
 
+@pytest.mark.slow
 def test_encoder_runs_eager_int8_and_onnxruntime() -> None:
     model = SmallEncoder().eval()
     inputs = example_inputs(model)
@@ -124,6 +131,7 @@ def test_encoder_runs_eager_int8_and_onnxruntime() -> None:
         assert r.status == "ok", (variant, r.error)
 
 
+@pytest.mark.slow
 def test_onnxruntime_reports_export_and_session_time_apart() -> None:
     model = SmallMLP().eval()
     r = measure(model, example_inputs(model), "onnxruntime", FAST)
@@ -133,6 +141,7 @@ def test_onnxruntime_reports_export_and_session_time_apart() -> None:
     assert r.metrics.compile_time_s is None
 
 
+@pytest.mark.slow
 def test_the_callers_model_is_never_modified() -> None:
     model = SmallMLP().eval()
     before = {k: v.clone() for k, v in model.state_dict().items()}
@@ -157,6 +166,7 @@ class NaNs(nn.Module):
         return y * float("nan") if not torch.compiler.is_compiling() else y
 
 
+@pytest.mark.slow
 def test_a_model_that_raises_is_an_error_result_and_the_next_variant_is_fine() -> None:
     r = measure(Raises(), (torch.ones(2),), "eager", FAST)
     assert r.status == "error"
@@ -165,6 +175,7 @@ def test_a_model_that_raises_is_an_error_result_and_the_next_variant_is_fine() -
     assert ok.status == "ok"
 
 
+@pytest.mark.slow
 def test_the_turn_comes_after_the_build_and_before_anything_timed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -48,6 +48,7 @@ def _get_raw(url: str, path: str) -> bytes:
     return bytes(store.fs.cat_file(f"{store.prefix}/{path}"))
 
 
+@pytest.mark.slow
 def test_save_load_and_list(where: Path | str) -> None:
     store = open_store(where)
     r = run([result("t.py::a", "eager", 1.0), result("t.py::b", "eager", 1.0)], commit=SHA)
@@ -61,6 +62,7 @@ def test_save_load_and_list(where: Path | str) -> None:
     assert (info.machine, info.commit, info.tests) == (MACHINE, SHA, 2)
 
 
+@pytest.mark.slow
 def test_a_save_updates_the_commits_record_and_never_shrinks_it(where: Path | str) -> None:
     store = open_store(where)
     store.save(run([result("t.py::a", "eager", 1.0), result("t.py::b", "eager", 1.0)], commit=SHA))
@@ -75,6 +77,7 @@ def test_a_save_updates_the_commits_record_and_never_shrinks_it(where: Path | st
     assert replaced is not None and [r.test for r in replaced.results] == ["t.py::c"]
 
 
+@pytest.mark.slow
 def test_concurrent_saves_of_one_commit_lose_nothing(s3_url: str) -> None:
     # six jobs save the same commit's baseline at once (shards finishing together): each
     # reads, merges and writes only if the record is still the one it read
@@ -105,6 +108,7 @@ def test_concurrent_saves_of_one_commit_lose_nothing(s3_url: str) -> None:
     assert set(part["test"]) == {f"t.py::w{i}" for i in range(6)}
 
 
+@pytest.mark.slow
 def test_a_save_that_loses_the_race_reads_the_winner_and_merges(
     s3_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -128,6 +132,7 @@ def test_a_save_that_loses_the_race_reads_the_winner_and_merges(
     assert sorted(r.test for r in stored.results) == ["t.py::first", "t.py::other", "t.py::slow"]
 
 
+@pytest.mark.slow
 def test_a_corrupt_record_names_itself_and_stays_untouched(where: Path | str) -> None:
     content = b'{"schema_version": 5, "machine": "m", "resul'
     if isinstance(where, Path):
@@ -147,6 +152,7 @@ def test_a_corrupt_record_names_itself_and_stays_untouched(where: Path | str) ->
         assert _get_raw(where, f"{MACHINE}/{SHA}.json") == content
 
 
+@pytest.mark.slow
 def test_the_summary_leaves_a_broken_record_out_and_names_it(where: Path | str) -> None:
     good = run([result("t.py::a", "eager", 1.0)], commit="1" * 40)
     open_store(where).save(good)
@@ -161,6 +167,7 @@ def test_the_summary_leaves_a_broken_record_out_and_names_it(where: Path | str) 
     assert f"{MACHINE}/{SHA}.json" in skipped and "looks truncated" in skipped
 
 
+@pytest.mark.slow
 def test_prune_keeps_the_newest_records_and_the_summary(where: Path | str) -> None:
     store = open_store(where)
     shas = [f"{i:040x}" for i in range(1, 5)]
@@ -175,6 +182,7 @@ def test_prune_keeps_the_newest_records_and_the_summary(where: Path | str) -> No
     assert set(table["commit"]) == set(shas)  # history keeps every commit
 
 
+@pytest.mark.slow
 def test_compact_rewrites_an_older_plain_record(where: Path | str) -> None:
     r = run([result("t.py::a", "eager", 1.0)], commit=SHA)
     plain = (json.dumps(r.to_json()) + "\n").encode()
@@ -190,6 +198,7 @@ def test_compact_rewrites_an_older_plain_record(where: Path | str) -> None:
     assert store.load(MACHINE, SHA) == r.compact()
 
 
+@pytest.mark.slow
 def test_history_reads_the_parts_and_rebuilds_a_missing_one(s3_url: str, tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     git(tmp_path, "init", "-q", "-b", "main", str(repo))
@@ -212,6 +221,7 @@ def test_history_reads_the_parts_and_rebuilds_a_missing_one(s3_url: str, tmp_pat
     assert summary.rebuilt == 0 and set(summary.table["commit"]) == set(shas)
 
 
+@pytest.mark.slow
 def test_a_run_compares_with_and_saves_to_the_bucket(s3_url: str, tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     git(tmp_path, "init", "-q", "-b", "main", str(repo))
@@ -243,6 +253,7 @@ def test_the_commands_take_a_bucket(s3_url: str, capsys: pytest.CaptureFixture[s
     assert "read and written in place" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_stray_objects_are_not_baselines(s3_url: str) -> None:
     ObjectStore(s3_url).save(run([result("t.py::a", "eager", 1.0)], commit=SHA))
     _put_raw(s3_url, "conftest.py", b"raise SystemExit")
@@ -285,6 +296,7 @@ def test_a_store_without_its_client_or_conditional_writes_is_refused() -> None:
         memory.save(run([result("t.py::a", "eager", 1.0)], commit=SHA))
 
 
+@pytest.mark.slow
 def test_the_plugin_refuses_a_store_it_cannot_open(pytester: Any) -> None:
     pytester.makepyfile("def test_a():\n    pass\n")
     done = pytester.runpytest_subprocess(
@@ -294,6 +306,7 @@ def test_the_plugin_refuses_a_store_it_cannot_open(pytester: Any) -> None:
     done.stderr.fnmatch_lines(["*--perfguard-baseline-dir: gs://bucket/baselines*gcsfs*"])
 
 
+@pytest.mark.slow
 def test_a_session_that_does_not_measure_never_opens_the_store(pytester: Any) -> None:
     # the store named in the ini file is perfguard's business: a plain pytest run must not
     # need its client, nor pay for starting one

@@ -63,6 +63,7 @@ def test_a_session_that_fell_back_to_the_cpu_is_refused_on_cuda() -> None:
     assert check_provider(both, use_cuda=True) == "CUDAExecutionProvider"
 
 
+@pytest.mark.slow
 def test_bound_inputs_live_as_long_as_the_call() -> None:
     session = Session(["CUDAExecutionProvider"])
     tensors = [torch.randn(4, 4)]

@@ -72,6 +72,7 @@ def test_model(perfguard):
 """
 
 
+@pytest.mark.slow
 def test_the_eager_reference_is_computed_with_the_measured_thread_count(
     pytester: pytest.Pytester,
 ) -> None:
@@ -80,6 +81,7 @@ def test_the_eager_reference_is_computed_with_the_measured_thread_count(
     assert result.ret == 0, result.stdout.str()
 
 
+@pytest.mark.slow
 def test_user_suite_measures_one_item_per_variant(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_user=USER_SUITE)
     result = run(pytester, "--perfguard", "--perfguard-json", "out.json", "-v")
@@ -121,6 +123,7 @@ def test_user_suite_measures_one_item_per_variant(pytester: pytest.Pytester) -> 
     assert (pytester.path / "reports" / "perfguard.md").is_file()
 
 
+@pytest.mark.slow
 def test_without_the_flag_perf_items_skip_and_plain_tests_run(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_user=USER_SUITE)
     result = run(pytester, "-rs")
@@ -153,6 +156,7 @@ def collected(pytester: pytest.Pytester, *args: str) -> list[str]:
     return [line for line in result.stdout.lines if "::" in line]
 
 
+@pytest.mark.slow
 def test_variant_precedence_default_ini_marker_command_line(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_p=SUITE_NO_VARIANTS)
     ids = collected(pytester)
@@ -177,6 +181,7 @@ def test_variant_precedence_default_ini_marker_command_line(pytester: pytest.Pyt
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "ini", "message"),
     [
@@ -201,6 +206,7 @@ def test_bad_options_are_usage_errors_naming_their_source(
     assert message in result.stderr.str()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("marker", "message"),
     [
@@ -231,6 +237,7 @@ def test_x(perfguard):
     assert message in result.stdout.str() + result.stderr.str()
 
 
+@pytest.mark.slow
 def test_a_model_that_raises_fails_its_item_and_others_go_on(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         test_r="""
@@ -266,6 +273,7 @@ def test_fine(perfguard):
     assert by_variant[("test_fine", "eager")]["status"] == "ok"
 
 
+@pytest.mark.slow
 def test_the_eager_reference_is_computed_once_per_test(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_user=USER_SUITE)
     result = run(pytester, "--perfguard", "--perfguard-progress=yes", "-s")
@@ -275,6 +283,7 @@ def test_the_eager_reference_is_computed_once_per_test(pytester: pytest.Pytester
     result.stdout.fnmatch_lines(["*test_encoder[[]int8-dynamic[]]: sampling (repeat 3/3)*"])
 
 
+@pytest.mark.slow
 def test_drift_beyond_tolerance_fails_the_item(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         test_d="""
@@ -290,6 +299,7 @@ def test_pruned(perfguard):
     result.stdout.fnmatch_lines(["*numerical drift beyond its tolerance class pruned*"])
 
 
+@pytest.mark.slow
 def test_xdist_is_refused_with_advice(pytester: pytest.Pytester) -> None:
     pytest.importorskip("xdist")
     pytester.makepyfile(test_user=USER_SUITE)
@@ -300,6 +310,7 @@ def test_xdist_is_refused_with_advice(pytester: pytest.Pytester) -> None:
     assert without.ret == 0
 
 
+@pytest.mark.slow
 def test_pytest_benchmark_tests_are_recorded(pytester: pytest.Pytester) -> None:
     pytest.importorskip("pytest_benchmark")
     pytester.makepyfile(
@@ -320,6 +331,7 @@ def test_sum(benchmark):
     result.stdout.fnmatch_lines(["*benchmark: 1 tests*", "*test_sum*"])  # its own table too
 
 
+@pytest.mark.slow
 def test_a_fixture_user_that_never_measures_is_warned(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         test_w="""
@@ -367,6 +379,7 @@ def repo(pytester: pytest.Pytester) -> Path:
     return pytester.path
 
 
+@pytest.mark.slow
 def test_save_then_compare_finds_the_baseline_and_flags_a_regression(
     pytester: pytest.Pytester, repo: Path
 ) -> None:
@@ -411,6 +424,7 @@ def test_model(perfguard):
 """
 
 
+@pytest.mark.slow
 def test_a_slowdown_only_one_process_saw_is_withdrawn_by_the_re_measure(
     pytester: pytest.Pytester, repo: Path
 ) -> None:
@@ -459,6 +473,7 @@ def test_a_slowdown_only_one_process_saw_is_withdrawn_by_the_re_measure(
     assert "confirming" not in once.stdout.str()
 
 
+@pytest.mark.slow
 def test_a_real_slowdown_stands_when_re_measured_and_the_report_says_so(
     pytester: pytest.Pytester, repo: Path
 ) -> None:
@@ -492,6 +507,7 @@ def test_the_re_measure_loads_the_plugins_this_session_loaded() -> None:
     assert plugin_args(args) == ["-p", "no:randomly", "-p", "myplugin"]
 
 
+@pytest.mark.slow
 def test_the_re_measure_waits_out_the_gap_after_the_last_measurement(
     pytestconfig: pytest.Config,
 ) -> None:
@@ -528,6 +544,7 @@ def test_the_re_measure_waits_out_the_gap_after_the_last_measurement(
     assert len(calls) == 2
 
 
+@pytest.mark.slow
 def test_the_re_measure_runs_beside_the_base_commit_when_the_checkout_has_it(
     pytestconfig: pytest.Config,
 ) -> None:
@@ -591,6 +608,7 @@ def _remeasurer(
     )
 
 
+@pytest.mark.slow
 def test_a_bad_confirm_count_is_a_usage_error(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_user=USER_SUITE)
     result = run(pytester, "--perfguard", "--perfguard-confirm=twice")
@@ -598,6 +616,7 @@ def test_a_bad_confirm_count_is_a_usage_error(pytester: pytest.Pytester) -> None
     result.stderr.fnmatch_lines(["*--perfguard-confirm: expected a whole number, got 'twice'*"])
 
 
+@pytest.mark.slow
 def test_a_corrupt_baseline_stops_the_comparison_naming_the_file(
     pytester: pytest.Pytester, repo: Path
 ) -> None:
@@ -617,6 +636,7 @@ def test_a_corrupt_baseline_stops_the_comparison_naming_the_file(
     assert doc["results"][0]["status"] == "ok"
 
 
+@pytest.mark.slow
 def test_save_refuses_a_dirty_tree_unless_allowed(pytester: pytest.Pytester, repo: Path) -> None:
     (repo / "test_scaled.py").write_text(SCALED + "\n# edited\n")
     result = pytester.runpytest_subprocess("--perfguard", "--perfguard-save")
@@ -626,6 +646,7 @@ def test_save_refuses_a_dirty_tree_unless_allowed(pytester: pytest.Pytester, rep
     assert allowed.ret == 0
 
 
+@pytest.mark.slow
 def test_each_checkout_picks_the_baseline_interface_section_5_says(
     pytester: pytest.Pytester, repo: Path
 ) -> None:
@@ -677,6 +698,7 @@ def test_plain():
 """
 
 
+@pytest.mark.slow
 def test_shards_split_tests_whole_and_merge_compares_them_as_one_run(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -752,6 +774,7 @@ def test_shards_split_tests_whole_and_merge_compares_them_as_one_run(
     assert main(["merge", first[0], second[1], "-o", "bad.json"]) == 2
 
 
+@pytest.mark.slow
 def test_bad_shard_option_is_a_usage_error(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_sharded=SHARDED)
     for bad in ("3/2", "0/2", "1", "a/b"):

@@ -170,6 +170,7 @@ def big_run(tests: int = 600, variants: int = 8, regressed: int = 150) -> Run:
     )
 
 
+@pytest.mark.slow
 def test_a_600_by_8_suite_fits_a_comment_and_leads_with_its_worst() -> None:
     big = big_run()
     full = render_markdown(big, limit=None)
@@ -192,6 +193,7 @@ def test_a_600_by_8_suite_fits_a_comment_and_leads_with_its_worst() -> None:
         assert all(n == header for n in body)
 
 
+@pytest.mark.slow
 def test_trimming_degrades_step_by_step() -> None:
     big = big_run(tests=60, variants=4, regressed=10)
     full = render_markdown(big, limit=None)
@@ -223,6 +225,7 @@ def test_speed_up_against_eager_is_shown() -> None:
     assert "×" in row
 
 
+@pytest.mark.slow
 def test_write_reports_keeps_the_full_report_and_fills_the_step_summary(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

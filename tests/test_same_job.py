@@ -90,6 +90,7 @@ def worktrees(repo: Path) -> list[str]:
     return [line for line in git(repo, "worktree", "list").splitlines() if line]
 
 
+@pytest.mark.slow
 def test_real_extra_compute_is_a_regression_found_in_the_same_job(
     pytester: pytest.Pytester,
 ) -> None:
@@ -128,6 +129,7 @@ def test_real_extra_compute_is_a_regression_found_in_the_same_job(
     assert len(worktrees(pytester.path)) == 1  # the base worktree was removed
 
 
+@pytest.mark.slow
 def test_identical_trees_are_unchanged_and_a_new_test_is_new(pytester: pytest.Pytester) -> None:
     scratch_repo(pytester, base_depth=4, head_depth=4, bar=30)
     pytester.makepyfile(test_new=NEW_TEST)
@@ -141,6 +143,7 @@ def test_identical_trees_are_unchanged_and_a_new_test_is_new(pytester: pytest.Py
     assert verdicts[("test_new.py::test_added", "latency_p50_ms")] == "new"
 
 
+@pytest.mark.slow
 def test_a_base_that_crashes_or_raises_loses_nothing_on_the_head_side(
     pytester: pytest.Pytester,
 ) -> None:
@@ -186,6 +189,7 @@ def test_raises(perfguard):
     assert {c["verdict"] for c in doc["comparisons"] if c["metric"] == "latency_p50_ms"} == {"new"}
 
 
+@pytest.mark.slow
 def test_the_workers_start_while_the_driver_still_collects(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -286,6 +290,7 @@ def test_an_early_launch_with_none_of_the_paths_in_the_tree_starts_nothing(
     assert side.proc is None and not (tmp_path / "base.log").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -441,6 +446,7 @@ def test_lazy(perfguard):
 """
 
 
+@pytest.mark.slow
 def test_the_driver_leaves_torch_to_its_workers(pytester: pytest.Pytester) -> None:
     """The driving session measures nothing: it learns whether `auto` means CUDA from its
     workers and reads their messages without importing torch (1-2 s of CPU while both
@@ -488,6 +494,7 @@ def test_the_environment_a_worker_sends_is_plain_data() -> None:
     assert kinds(collect_environment(torch.device("cpu"))) <= plain
 
 
+@pytest.mark.slow
 def test_a_worker_ends_without_the_teardown_but_with_its_exit_handlers(tmp_path: Path) -> None:
     """`end_worker` exits with pytest's code, after the exit handlers and with the output
     flushed, and skips the interpreter's teardown only when no test thread still runs."""

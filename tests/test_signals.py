@@ -47,6 +47,7 @@ def test_one(perfguard):
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["SIGINT", "SIGTERM"])
 def test_a_signal_while_collection_imports_torch_ends_the_session_with_its_json(
     pytester: pytest.Pytester, name: str
@@ -62,6 +63,7 @@ def test_a_signal_while_collection_imports_torch_ends_the_session_with_its_json(
     done.stdout.fnmatch_lines(["*KeyboardInterrupt*"])
 
 
+@pytest.mark.slow
 def test_sigterm_during_a_plain_save_says_nothing_was_saved_and_keeps_the_results(
     pytester: pytest.Pytester,
 ) -> None:
@@ -100,6 +102,7 @@ def test_b(perfguard):
     assert not (pytester.path / "baselines").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flags", [["--dist", "load", "--tx", "2*popen"], ["-n", "2"]])
 def test_xdist_in_any_spelling_is_one_usage_error_not_a_respawn_loop(
     pytester: pytest.Pytester, flags: list[str]

@@ -66,6 +66,7 @@ def _save_one(root: str, i: int) -> None:
     BaselineStore(Path(root)).save(run([result(f"t.py::w{i}", "eager", 1.0 + i)], commit=SHA))
 
 
+@pytest.mark.slow
 def test_writers_of_one_baseline_take_turns_and_lose_nothing(tmp_path: Path) -> None:
     # six processes save the same commit's baseline at once (shards finishing together):
     # each save reads, merges and replaces the one file under the store's lock

@@ -128,6 +128,7 @@ def test_read_part_names_a_file_that_is_not_one(bad: bytes) -> None:
         read_part(bad, "where.parquet")
 
 
+@pytest.mark.slow
 def test_pull_for_a_run_fetches_its_base_record_and_the_history_parts_alone(
     remote: Path,
     tmp_path: Path,
@@ -189,6 +190,7 @@ def test_pull_for_a_run_fetches_its_base_record_and_the_history_parts_alone(
     assert "--history must be 0 or more" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_retain_keeps_the_newest_records_every_part_and_no_history(
     remote: Path,
     tmp_path: Path,

@@ -85,6 +85,7 @@ def measured(name: str, variant: str) -> VariantResult:
     return _MEASURED[name, variant]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("name", ["mlp", "cnn", "bert"])
 def test_real_models_train_under_each_variant_with_every_figure(name: str, variant: str) -> None:
@@ -131,6 +132,7 @@ def test_inference_only_variants_skip_with_the_reason(variant: str) -> None:
     )
 
 
+@pytest.mark.slow
 def test_the_step_costs_more_than_the_forward_and_counts_the_backward() -> None:
     """The training step of the MLP against its forward call: more FLOPs (the backward takes
     about twice the forward's), more time, and the weights' gradients and AdamW's two
@@ -149,6 +151,7 @@ def test_the_step_costs_more_than_the_forward_and_counts_the_backward() -> None:
     assert min(step.samples_ms) > min(forward.samples_ms)
 
 
+@pytest.mark.slow
 def test_each_variant_starts_from_the_same_state_and_the_callers_model_is_untouched() -> None:
     """Dropout draws the same masks in every variant (compiled ones too), so the first step's
     gradients agree with eager's to the last bits of a reordered sum; the caller's weights,
@@ -317,6 +320,7 @@ def test_forward(perfguard):
 """
 
 
+@pytest.mark.slow
 def test_the_plugin_measures_a_training_step_and_the_session_goes_on(
     pytester: pytest.Pytester,
 ) -> None:
@@ -388,6 +392,7 @@ def test_same(perfguard):
 """
 
 
+@pytest.mark.slow
 def test_a_doubled_hidden_width_is_flagged_on_the_step_by_same_job_ab(
     pytester: pytest.Pytester,
 ) -> None:
