@@ -15,18 +15,13 @@ import sys
 from collections.abc import Sequence
 
 from perfguard import __version__
-from perfguard.cli.common import EXIT_INPUT, EXIT_OK, EXIT_REGRESSION
+from perfguard.cli.common import EXIT_INPUT, EXIT_OK, EXIT_REGRESSION, Parser
 from perfguard.errors import InputError
 from perfguard.git import GitError
 from perfguard.records import RecordError
 from perfguard.store.baselines import BaselineError
 
 __all__ = ["EXIT_INPUT", "EXIT_OK", "EXIT_REGRESSION", "build_parser", "main", "parse_args"]
-
-
-class Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise InputError(f"{self.prog}: {message}")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from perfguard.cli.common import EXIT_OK
+from perfguard.cli.common import EXIT_OK, Parser
 from perfguard.errors import InputError
 from perfguard.store.gitcache import redacted
 from perfguard.store.location import is_url, location
@@ -145,8 +145,6 @@ def cmd_baselines_retain(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    from perfguard.cli import Parser
-
     p = sub.add_parser("baselines", help="stored baselines")
     bsub = p.add_subparsers(dest="action", required=True, parser_class=Parser)
     _register_local(bsub)

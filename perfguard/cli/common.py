@@ -17,6 +17,13 @@ if TYPE_CHECKING:
 EXIT_OK, EXIT_REGRESSION, EXIT_INPUT = 0, 1, 2
 
 
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are InputError (exit 2, one line)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise InputError(f"{self.prog}: {message}")
+
+
 def percent(text: str) -> float:
     """An argparse type: a finite percentage, 0 or more (NaN would switch a gate off)."""
     try:
