@@ -9,6 +9,7 @@ above it says why."""
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -34,11 +35,10 @@ def _modules() -> dict[str, Path]:
 MODULES = _modules()
 
 
-def _top_level_imports(path: Path) -> set[str]:
-    """The perfguard modules a module imports when it is imported (not inside functions,
-    not under TYPE_CHECKING)."""
+def _modules_named(nodes: Iterable[ast.AST]) -> set[str]:
+    """The perfguard modules that the import statements among `nodes` name."""
     found: set[str] = set()
-    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+    for node in nodes:
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
@@ -47,6 +47,12 @@ def _top_level_imports(path: Path) -> set[str]:
             if not all(s in MODULES for s in subs):
                 found.add(node.module)
     return {m for m in found if m in MODULES}
+
+
+def _top_level_imports(path: Path) -> set[str]:
+    """The perfguard modules a module imports when it is imported (not inside functions,
+    not under TYPE_CHECKING)."""
+    return _modules_named(ast.parse(path.read_text(encoding="utf-8")).body)
 
 
 def _every_import(path: Path) -> set[str]:
@@ -59,18 +65,7 @@ def _every_import(path: Path) -> set[str]:
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
         for inner in ast.walk(node)
     }
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        if id(node) in typing_only:
-            continue
-        if isinstance(node, ast.Import):
-            found.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            subs = [f"{node.module}.{a.name}" for a in node.names]
-            found.update(s for s in subs if s in MODULES)
-            if not all(s in MODULES for s in subs):
-                found.add(node.module)
-    return {m for m in found if m in MODULES}
+    return _modules_named(node for node in ast.walk(tree) if id(node) not in typing_only)
 
 
 LAZY_UPWARD = {
