@@ -398,7 +398,9 @@ def test_a_doubled_hidden_width_is_flagged_on_the_step_by_same_job_ab(
 ) -> None:
     """One same-job A/B session: the base commit trains a 256-wide MLP in both tests; the
     head doubles the width in one of them. The widened step is a regression, the other one
-    (identical code on both sides) is not."""
+    (identical code on both sides) is never flagged: on a busy machine its first reading may
+    move, and the confirmation then withdraws it as `inconclusive`, which is the honest answer
+    there, not a false alarm."""
     from tests.gitrepo import git
     from tests.timing import ONE_THREAD
 
@@ -424,7 +426,7 @@ def test_a_doubled_hidden_width_is_flagged_on_the_step_by_same_job_ab(
     p50 = {c["test"]: c for c in doc["comparisons"] if c["metric"] == "latency_p50_ms"}
     widened, same = p50["test_models.py::test_widened"], p50["test_models.py::test_same"]
     assert widened["verdict"] == "regression" and widened["change_pct"] > 50, widened
-    assert same["verdict"] == "unchanged", same
+    assert same["verdict"] in ("unchanged", "inconclusive"), same
     assert {r["workload"] for r in (*doc["results"], *doc["baseline_results"])} == {"train"}
     report = (pytester.path / "reports" / "perfguard.md").read_text()
     assert "| test&#95;models.py::test&#95;widened | eager · training step |" in report
