@@ -128,7 +128,11 @@ class Client:
                     self.log(f"{method} {path} failed ({reason}); retrying in {wait:.1f} s")
                     self._sleep(wait)
                     continue
-                raise GitHubError(self._scrub(f"{method} {path}: {reason}")) from None
+                where = urllib.parse.urlsplit(url)  # which API did not answer (GITHUB_API_URL)
+                host = f"{where.hostname}{f':{where.port}' if where.port else ''}"  # no userinfo
+                raise GitHubError(
+                    self._scrub(f"{method} {path} at {where.scheme}://{host}: {reason}")
+                ) from None
         raise GitHubError(f"{method} {path}: no answer after {self.attempts} attempts")
 
 

@@ -11,11 +11,15 @@ page and this module disagree. Plain data: no pytest here.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from perfguard.variants.spec import DEFAULT_VARIANTS
+
+DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
+"""What `--perfguard-device` and the marker's `device` accept (fullmatch)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -223,3 +223,13 @@ def test_a_token_with_a_newline_or_space_is_refused_without_echoing_it(
     err = capsys.readouterr().err
     assert "holds a space, a newline or a control character" in err
     assert "ghs_" not in err and github.requests == []
+
+
+def test_an_api_that_does_not_answer_is_named_without_its_credentials() -> None:
+    """A wrong GITHUB_API_URL said where it points (the error said `GET /user` alone)."""
+    from perfguard.github import Client, GitHubError
+
+    client = Client(token="ghs_" + "x" * 36, api="http://user:secret@127.0.0.1:9", attempts=1)
+    with pytest.raises(GitHubError, match=r"GET /user at http://127\.0\.0\.1:9: ") as caught:
+        client.request("GET", "/user")
+    assert "secret" not in str(caught.value)

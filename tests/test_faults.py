@@ -420,6 +420,8 @@ def test_records_check_their_field_types() -> None:
         ("--perfguard-ab-min-change=nan", "finite"),
         ("--perfguard-confirm-gap=nan", "finite"),
         ("--perfguard-min-change=-50", "at least"),
+        ("--perfguard-device=tpu", "'auto', 'cpu' or 'cuda"),  # was each test failing
+        ("--perfguard-machine=../escape", "not a usable machine key"),  # a folder out of it
     ],
 )
 def test_nan_and_negative_options_are_usage_errors(
@@ -626,6 +628,22 @@ def _doc_with(path: Path, change: str) -> None:
         doc["baseline"]["environment"] = "gpu"
     elif change == "negative latency":
         doc["results"][0]["metrics"]["latency_p50_ms"] = -1.0
+    elif change == "test a number":
+        doc["results"][0]["test"] = 12345
+    elif change == "budget a string":
+        doc["settings"]["budget_s"] = "fast"
+    elif change == "repeats NaN":
+        doc["settings"]["repeats"] = float("nan")
+    elif change == "unhealthy unknown":
+        doc["settings"]["unhealthy"] = 12345
+    elif change == "baseline mode a number":
+        doc["baseline"]["mode"] = 12345
+    elif change.startswith("comparison"):  # a comparison with one field of the wrong type
+        row: dict[str, object] = {"test": "t.py::a", "variant": "eager", "metric": "latency_p50_ms"}
+        row |= {"baseline": 1.0, "current": 1.0, "change_pct": 0.0, "verdict": "unchanged"}
+        key = {"comparison gating": "gating", "comparison detectable": "min_detectable_pct"}
+        row[key[change]] = "yes"
+        doc["comparisons"] = [row]
     path.write_text(json.dumps(doc))  # NaN is written as NaN, which Python's json reads
 
 
@@ -639,6 +657,14 @@ def _doc_with(path: Path, change: str) -> None:
         ("warnings a number", "health.warnings must be a list of strings"),
         ("environment a string", "baseline.environment must be an object"),
         ("negative latency", "latency_p50_ms must be 0 or more"),
+        # a string or bool() coerced these, and the report printed them
+        ("test a number", "test must be a string, got 12345"),
+        ("budget a string", "settings.budget_s must be a number"),
+        ("repeats NaN", "settings.repeats must be a whole number"),
+        ("unhealthy unknown", "settings.unhealthy must be one of"),
+        ("baseline mode a number", "baseline.mode must be a string"),
+        ("comparison gating", "gating must be true or false"),
+        ("comparison detectable", "min_detectable_pct must be a number or null"),  # a traceback
     ],
 )
 def test_a_results_file_of_the_wrong_shape_is_one_line_and_exit_2(
@@ -729,3 +755,11 @@ def pytest_sessionfinish(session):
     out = done.stdout.str() + done.stderr.str()
     assert "could not write None" not in out
     done.stdout.fnmatch_lines(["*baseline not saved: could not write */stored: No space left*"])
+
+
+def test_alert_refuses_a_newest_window_of_no_commits(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--newest -1` looked at no commit and said "no alert": a switched-off alert, silently."""
+    assert main(["alert", "--dir", str(tmp_path), "--repo", "o/r", "--newest", "-1"]) == 2
+    assert "--newest must be 1 or more, got -1" in capsys.readouterr().err

@@ -131,6 +131,8 @@ def cmd_alert(args: argparse.Namespace) -> int:
     from perfguard.history.alert import raise_alerts
     from perfguard.history.series import main_line
 
+    if args.newest < 1:
+        raise InputError(f"--newest must be 1 or more, got {args.newest}")
     history = load_history(args)
     regressions = history.regressions(newest=args.newest)
     token = os.environ.get("GITHUB_TOKEN", "").strip()

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from perfguard.settings import MARKER_KEYS, THRESHOLD_KEYS
+from perfguard.settings import DEVICE, MARKER_KEYS, THRESHOLD_KEYS
 from perfguard.variants.spec import UnknownVariantError, parse_variant
 
 # key -> (accepted types, description), from the one table of settings
@@ -55,6 +55,8 @@ def read_marker(test: str, marker: pytest.Mark | None) -> MarkerSettings:
         positive = ("budget_s", "repeats", "threads", "compile_ratio")
         if key in positive and number is not None and number <= 0:
             raise _fail(test, f"{key} must be positive, got {value!r}")
+        if key == "device" and not DEVICE.fullmatch(str(value)):
+            raise _fail(test, f"device must be 'auto', 'cpu' or 'cuda[:N]', got {value!r}")
         if key == "alpha" and number is not None and not 0 < number < 1:
             raise _fail(test, f"alpha must be between 0 and 1, got {value!r}")
     variants = None

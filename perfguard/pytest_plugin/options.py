@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from perfguard.ab.channel import ENV_ADDRESS, ENV_TRACES
-from perfguard.settings import ENABLE_HELP, Setting
+from perfguard.settings import DEVICE, ENABLE_HELP, Setting
 from perfguard.settings import OPTIONS as SETTINGS_OPTIONS
 from perfguard.variants.spec import UnknownVariantError, parse_variant_list
 
@@ -183,6 +183,26 @@ def _choice(config: pytest.Config, opt: Setting, choices: tuple[str, ...]) -> st
     return str(value)
 
 
+def _device(config: pytest.Config, opt: Setting) -> str:
+    value, source = _raw(config, opt)
+    if not DEVICE.fullmatch(str(value)):
+        raise pytest.UsageError(f"{source}: must be 'auto', 'cpu' or 'cuda[:N]', got {value!r}")
+    return str(value)
+
+
+def _machine(config: pytest.Config, opt: Setting) -> str | None:
+    """The machine key names a folder of the baselines: no path out of it."""
+    from perfguard.store.baselines import machine_problem
+
+    value, source = _raw(config, opt)
+    if not value:
+        return None
+    problem = machine_problem(str(value))
+    if problem:
+        raise pytest.UsageError(f"{source}: {problem}")
+    return str(value)
+
+
 def _baseline_location(root: Path, value: object, flag: str, check: bool) -> Path | str:
     """The baseline folder under the rootdir, or an object store's URL; with `check` (a
     session that measures and compares), checked that its client is installed: a missing one
@@ -232,7 +252,6 @@ def read_options(config: pytest.Config) -> Options:
     baseline_dir, _ = _raw(config, by_name["baseline_dir"])
     report, _ = _raw(config, by_name["report"])
     json_path, _ = _raw(config, by_name["json"])
-    machine, _ = _raw(config, by_name["machine"])
     threads_raw, _ = _raw(config, by_name["threads"])
     worker = bool(os.environ.get(ENV_ADDRESS))
     enabled = bool(config.getoption("--perfguard"))
@@ -247,7 +266,7 @@ def read_options(config: pytest.Config) -> Options:
         baseline_dir=_baseline_location(
             root, baseline_dir, by_name["baseline_dir"].flag, check=enabled and not worker
         ),
-        machine=str(machine) if machine else None,
+        machine=_machine(config, by_name["machine"]),
         save=bool(_raw(config, by_name["save"])[0]),
         allow_dirty=bool(_raw(config, by_name["allow_dirty"])[0]),
         compare=compare,
@@ -256,7 +275,7 @@ def read_options(config: pytest.Config) -> Options:
         fail_on=_choice(config, by_name["fail_on"], ("regression", "never")),
         budget_s=_number(config, by_name["budget"], float, 0.001),
         repeats=_number(config, by_name["repeats"], int, 1),
-        device=str(_raw(config, by_name["device"])[0]),
+        device=_device(config, by_name["device"]),
         threads=None if threads_raw in (None, "") else _number(config, by_name["threads"], int, 1),
         min_change_pct=_number(config, by_name["min_change"], float, 0.0),
         gate_p99=bool(_raw(config, by_name["gate_p99"])[0]),

@@ -31,7 +31,38 @@ class RecordError(ValueError):
     """A results or baseline document does not have the shape of the results format."""
 
 
-def finite_or_none(name: str, value: float | None) -> float | None:
+def text(name: str, value: object) -> str:
+    """A string field read from a file: never coerced (a number in `test` is a wrong file)."""
+    if not isinstance(value, str):
+        raise RecordError(f"{name} must be a string, got {value!r}")
+    return value
+
+
+def flag(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise RecordError(f"{name} must be true or false, got {value!r}")
+    return value
+
+
+def texts(name: str, value: object) -> tuple[str, ...]:
+    """A list of strings read from a file; null is an empty list."""
+    if value is None:
+        return ()
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise RecordError(f"{name} must be a list of strings, got {value!r}")
+    return tuple(value)
+
+
+def numbers(name: str, value: object) -> tuple[float | None, ...]:
+    """A list of finite numbers or nulls read from a file; null is an empty list."""
+    if value is None:
+        return ()
+    if not isinstance(value, list | tuple):
+        raise RecordError(f"{name} must be a list of numbers, got {value!r}")
+    return tuple(finite_or_none(name, v) for v in value)
+
+
+def finite_or_none(name: str, value: object) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):

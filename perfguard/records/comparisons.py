@@ -13,6 +13,10 @@ from perfguard.records.base import (
     RecordError,
     Verdict,
     finite_or_none,
+    flag,
+    numbers,
+    text,
+    texts,
 )
 
 ConfirmKind = Literal["shown", "not_shown", "unconfirmed", "settled", "unsettled", "not_settled"]
@@ -84,11 +88,11 @@ class Confirmation:
         try:
             return cls(
                 kind=data["kind"],
-                where=tuple(data.get("where") or ()),
-                changes=tuple(data.get("changes") or ()),
-                paired=tuple(data.get("paired") or ()),
+                where=texts("confirmation.where", data.get("where")),
+                changes=numbers("confirmation.changes", data.get("changes")),
+                paired=texts("confirmation.paired", data.get("paired")),
                 bar_pct=finite_or_none("bar_pct", data.get("bar_pct")),
-                reason=str(data.get("reason") or ""),
+                reason=text("confirmation.reason", data.get("reason") or ""),
             )
         except KeyError as exc:
             raise RecordError(f"a confirmation lacks the key {exc.args[0]!r}") from exc
@@ -187,8 +191,8 @@ class Comparison:
     def from_json(cls, data: Mapping[str, Any]) -> Comparison:
         try:
             return cls(
-                test=str(data["test"]),
-                variant=str(data["variant"]),
+                test=text("test", data["test"]),
+                variant=text("variant", data["variant"]),
                 metric=data["metric"],
                 baseline=data.get("baseline"),
                 current=data.get("current"),
@@ -196,13 +200,15 @@ class Comparison:
                 p_value=data.get("p_value"),
                 cohens_d=data.get("cohens_d"),
                 verdict=data["verdict"],
-                min_detectable_pct=data.get("min_detectable_pct"),
-                gating=bool(data.get("gating", True)),
-                note=str(data.get("note") or ""),
+                min_detectable_pct=finite_or_none(
+                    "min_detectable_pct", data.get("min_detectable_pct")
+                ),
+                gating=flag("gating", data.get("gating", True)),
+                note=text("note", data.get("note") or ""),
                 trend=tuple((str(c), float(v)) for c, v in data.get("trend") or ()),
                 baseline_ci=_pair(data.get("baseline_ci")),
                 current_ci=_pair(data.get("current_ci")),
-                confirm_change_pct=tuple(data.get("confirm_change_pct") or ()),
+                confirm_change_pct=numbers("confirm_change_pct", data.get("confirm_change_pct")),
                 why=tuple(_why_row(row) for row in data.get("why") or ()),
                 confirmation=None
                 if data.get("confirmation") is None

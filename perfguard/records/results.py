@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from perfguard.records.base import STATUSES, RecordError, Status, finite_or_none
+from perfguard.records.base import STATUSES, RecordError, Status, finite_or_none, flag, text
 from perfguard.records.counters import Counters
 from perfguard.records.sketch import BlockStats, QuantileSketch, percentile
 
@@ -112,15 +112,24 @@ class DriftCheck:
     def from_json(cls, data: Mapping[str, Any]) -> DriftCheck:
         try:
             return cls(
-                tolerance_class=str(data["tolerance_class"]),
-                passed=bool(data["passed"]),
-                error=float(data["error"]),
-                eager_error=float(data["eager_error"]),
-                allowed=float(data["allowed"]),
-                reference=str(data["reference"]),
+                tolerance_class=text("drift_check.tolerance_class", data["tolerance_class"]),
+                passed=flag("drift_check.passed", data["passed"]),
+                error=_finite("drift_check.error", data["error"]),
+                eager_error=_finite("drift_check.eager_error", data["eager_error"]),
+                allowed=_finite("drift_check.allowed", data["allowed"]),
+                reference=text("drift_check.reference", data["reference"]),
             )
+        except RecordError:
+            raise
         except (KeyError, TypeError, ValueError) as exc:
             raise RecordError(f"bad drift check {dict(data)!r}: {exc}") from exc
+
+
+def _finite(name: str, value: object) -> float:
+    number = finite_or_none(name, value)
+    if number is None:
+        raise RecordError(f"{name} must be a number, got null")
+    return number
 
 
 def trace_file_name(test: str, variant: str, side: str) -> str:
@@ -326,8 +335,8 @@ class VariantResult:
             counters = data.get("counters")
             blocks, sketch = data.get("blocks"), data.get("sketch")
             return cls(
-                test=str(data["test"]),
-                variant=str(data["variant"]),
+                test=text("test", data["test"]),
+                variant=text("variant", data["variant"]),
                 status=data["status"],
                 error=data.get("error"),
                 metrics=Metrics.from_json(data.get("metrics") or {}),

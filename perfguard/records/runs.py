@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from perfguard.records.base import SCHEMA_VERSION, SHA, RecordError
+from perfguard.records.base import SCHEMA_VERSION, SHA, RecordError, text
 from perfguard.records.comparisons import Comparison
 from perfguard.records.results import VariantResult
 
@@ -23,6 +24,8 @@ class BaselineRef:
     def __post_init__(self) -> None:
         if self.environment is not None and not isinstance(self.environment, Mapping):
             raise RecordError(f"baseline.environment must be an object, got {self.environment!r}")
+        if self.mode not in ("stored", "ab"):
+            raise RecordError(f"baseline.mode must be 'stored' or 'ab', got {self.mode!r}")
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -36,6 +39,36 @@ class BaselineRef:
 def _check_commit(name: str, value: object) -> None:
     if value is not None and not (isinstance(value, str) and SHA.match(value)):
         raise RecordError(f"{name} must be a full commit sha or null, got {value!r}")
+
+
+_SETTINGS: dict[str, tuple[type, float]] = {  # the run's own settings: (type, lowest)
+    "budget_s": (float, 0.0),
+    "repeats": (int, 1),
+    "seed": (int, -math.inf),
+    "confirm": (int, 0),
+}
+
+
+def _check_settings(settings: Mapping[str, Any]) -> None:
+    """The settings the report shows and a merge carries on (thresholds are checked where
+    the gate reads them): the wrong type is a wrong file, not a figure to print."""
+    for name, (kind, low) in _SETTINGS.items():
+        value = settings.get(name)
+        if value is None:
+            continue
+        fits = isinstance(value, int) if kind is int else isinstance(value, int | float)
+        if isinstance(value, bool) or not fits:
+            raise RecordError(
+                f"settings.{name} must be a {'whole ' * (kind is int)}number, got {value!r}"
+            )
+        if not (math.isfinite(value) and value >= low):
+            raise RecordError(f"settings.{name} must be {low:g} or more, got {value!r}")
+    for name, choices in (("unhealthy", ("warn", "inconclusive")),):
+        if settings.get(name) is not None and settings[name] not in choices:
+            raise RecordError(f"settings.{name} must be one of {choices}, got {settings[name]!r}")
+    for name in ("shard", "ab"):
+        if settings.get(name) is not None and not isinstance(settings[name], str):
+            raise RecordError(f"settings.{name} must be a string, got {settings[name]!r}")
 
 
 def _check_health(health: Mapping[str, Any]) -> None:
@@ -80,6 +113,7 @@ class Run:
             if not isinstance(getattr(self, name), Mapping):
                 raise RecordError(f"{name} must be an object, got {getattr(self, name)!r}")
         _check_health(self.health)
+        _check_settings(self.settings)
         object.__setattr__(self, "health", dict(self.health))
         object.__setattr__(self, "results", tuple(self.results))
         object.__setattr__(self, "baseline_results", tuple(self.baseline_results))
@@ -172,9 +206,9 @@ class Run:
                 results=tuple(VariantResult.from_json(r) for r in results),
                 baseline=BaselineRef(
                     commit=baseline.get("commit"),
-                    reason=str(baseline.get("reason", "")),
+                    reason=text("baseline.reason", baseline.get("reason", "")),
                     environment=baseline.get("environment"),
-                    mode=str(baseline.get("mode") or "stored"),
+                    mode=text("baseline.mode", baseline.get("mode") or "stored"),
                 ),
                 comparisons=tuple(Comparison.from_json(c) for c in data.get("comparisons") or ()),
                 created=data.get("created"),

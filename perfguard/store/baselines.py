@@ -185,8 +185,13 @@ def key_problem(machine: str, commit: str) -> str | None:
     """Why (machine, commit) cannot name a baseline file, or None."""
     if not SHA.match(commit):
         return f"{commit!r} is not a full commit sha"
+    return machine_problem(machine)
+
+
+def machine_problem(machine: str) -> str | None:
+    """Why `machine` cannot name a folder of baselines (a path out of it, a hidden one)."""
     if not machine or "/" in machine or "\\" in machine or machine.startswith("."):
-        return f"{machine!r} is not a usable machine key"
+        return f"{machine!r} is not a usable machine key (no '/', '\\' or leading '.')"
     return None
 
 
