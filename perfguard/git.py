@@ -266,3 +266,27 @@ def ab_reference(
         return found
     start, why = found
     return BaselineChoice(start, f"{why}: {start[:10]}")
+
+
+def file_at(path: Path, commit: str, file: Path) -> str | None:
+    """The text of `file` (a path in the working tree) at `commit`; None where the commit has
+    no such file."""
+    repo = _repo(path)
+    name = file.resolve().relative_to(Path(repo.working_tree_dir).resolve()).as_posix()
+    try:
+        return str(repo.git.show(f"{commit}:{name}", strip_newline_in_stdout=False))
+    except Exception:
+        if not _has_commit(repo, commit):
+            raise GitError(f"{commit[:10]} is not in this clone") from None
+        return None
+
+
+def last_author(path: Path, base: str, head: str, file: Path) -> str:
+    """Who last changed `file` between `base` and `head` (merge commits aside)."""
+    repo = _repo(path)
+    try:
+        return str(
+            repo.git.log("-1", "--no-merges", "--format=%an", f"{base}..{head}", "--", str(file))
+        )
+    except Exception:
+        return ""

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from perfguard.accept import with_accepts
 from perfguard.confirm import Remeasure, confirm, confirm_same_job, with_rounds
 from perfguard.environment_diff import environment_differences
 from perfguard.git import (
@@ -23,9 +24,8 @@ from perfguard.git import (
     git_state_or_refusal,
 )
 from perfguard.health import Health
-from perfguard.records import BaselineRef, Run, VariantResult, trace_file_name
-from perfguard.report.outputs import write_reports
-from perfguard.stats.thresholds import TIMED_METRICS
+from perfguard.records import BaselineRef, Run, VariantResult
+from perfguard.report.outputs import keep_regressed_traces, write_reports
 from perfguard.stats.verdicts import Thresholds, add_note, compare_runs, withhold_speed_verdicts
 from perfguard.stats.why import with_why
 from perfguard.store.baselines import BaselineError, BaselineStore, Saved, write_json_atomic
@@ -161,13 +161,7 @@ def finish_run(
         if refused is not None:
             raise refused
         if same_job is not None:
-            run = _compare_same_job(run, same_job, settings)
-            messages.append(f"baseline: {same_job.commit[:10]} ({same_job.reason})")
-            if remeasure is not None and settings.confirm > 0:
-                run = confirm_same_job(
-                    run, same_job.commit, remeasure, settings.confirm, settings.thresholds, messages
-                )
-            run = _with_stored_context(run, same_job.commit, settings, store, messages)
+            run = _compare_beside(run, same_job, settings, store, messages, remeasure)
         else:
             run = _compare_stored(run, settings, state, store, messages, remeasure)
         if settings.unhealthy == "inconclusive" and run.health_warnings:
@@ -175,6 +169,7 @@ def finish_run(
                 run.comparisons, "runner health: " + "; ".join(run.health_warnings)
             )
             run = replace(run, comparisons=withheld)
+        run = with_accepts(run, settings.root, messages)
     except (BaselineError, PipelineError, GitError) as exc:
         error = f"comparison stopped: {exc}"
         run = replace(run, baseline=BaselineRef(commit=None, reason=error))
@@ -182,6 +177,8 @@ def finish_run(
     if settings.traces is not None and settings.compare != "none" and error is None:
         keep_regressed_traces(run, settings.traces)
     failures: list[str] = [] if error is None else [error]
+    if run.accept_error:  # never a silent pass: the check fails, the report says why
+        failures.append(f"nothing accepted: {run.accept_error}")
     json_path = _write(settings.json, lambda p: write_json_atomic(p, run.to_json()), failures)
 
     def report(path: Path) -> None:
@@ -199,19 +196,23 @@ def finish_run(
     return PipelineOutcome(run, report_path, json_path, saved, tuple(messages), error)
 
 
-def keep_regressed_traces(run: Run, folder: Path) -> None:
-    """Remove the traces of items that are not latency regressions (a suite's worth of traces
-    is large; the regressions' are what a reviewer opens)."""
-    keep = {
-        trace_file_name(c.test, c.variant, side)
-        for c in run.comparisons
-        if c.verdict == "regression" and c.gating and c.metric in TIMED_METRICS
-        for side in ("head", "base")
-    }
-    if folder.is_dir():
-        for path in folder.glob("*.trace.json"):
-            if path.name not in keep:
-                path.unlink(missing_ok=True)
+def _compare_beside(
+    run: Run,
+    same_job: BaseMeasuredBeside,
+    settings: FinishSettings,
+    store: BaselineStore | ObjectStore,
+    messages: list[str],
+    remeasure: Remeasure | None,
+) -> Run:
+    """Same-job A/B: compare with the base measured in this job, confirm, add the stored
+    baselines' context."""
+    run = _compare_same_job(run, same_job, settings)
+    messages.append(f"baseline: {same_job.commit[:10]} ({same_job.reason})")
+    if remeasure is not None and settings.confirm > 0:
+        run = confirm_same_job(
+            run, same_job.commit, remeasure, settings.confirm, settings.thresholds, messages
+        )
+    return _with_stored_context(run, same_job.commit, settings, store, messages)
 
 
 def _write(path: Path | None, write: Callable[[Path], None], failures: list[str]) -> Path | None:

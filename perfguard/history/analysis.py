@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING
 
 from perfguard.history.changepoints import DETECTED_METRICS, Detection, find_steps
 from perfguard.history.series import Ordered, Series
 from perfguard.report.format import cell, metric_value, pct, sci
 
-HISTORY_FORMAT = 1  # the version of `perfguard history --json`'s layout
+if TYPE_CHECKING:
+    import pandas as pd
+
+HISTORY_FORMAT = 2  # the layout of `perfguard history --json` (2: change points have `accepted`)
+ACCEPT_NEAR = 2  # series positions either side of a step where its accepting commit may be
 
 
 @dataclass(frozen=True)
@@ -28,6 +33,9 @@ class ChangePoint:
     after: float
     change_pct: float
     p_value: float
+    # a regression a pull request accepted at a commit of the step: "<bound>: <reason> (<by>)"
+    accepted: str = ""
+    accepted_at: str = ""  # that commit
 
     @property
     def kind(self) -> str:
@@ -55,7 +63,16 @@ class History:
     def regressions(self, *, newest: int) -> list[ChangePoint]:
         """Regressions among the `newest` measured commits of main (what an alert is for)."""
         recent = set(_dedupe(self.commits)[-newest:]) if newest > 0 else set()
-        return [c for c in self.change_points if c.kind == "regression" and c.commit in recent]
+        return [
+            c
+            for c in self.change_points
+            if c.kind == "regression" and not c.accepted and c.commit in recent
+        ]
+
+    def accepted(self, *, newest: int) -> list[ChangePoint]:
+        """The regressions among them that a pull request accepted (no alert for those)."""
+        recent = set(_dedupe(self.commits)[-newest:]) if newest > 0 else set()
+        return [c for c in self.change_points if c.accepted and c.commit in recent]
 
 
 def _dedupe(commits: Sequence[str]) -> list[str]:
@@ -87,9 +104,38 @@ def analyze(
                     p_value=step.p_value,
                 )
             )
+    by_key = {s.key: s for s in series}
+    accepted = _accepted_rows(ordered.table)
+    found = [_with_accept(c, by_key[c.key], accepted) for c in found] if accepted else found
     position = {sha: i for i, sha in enumerate(_dedupe([r.commit or "" for r in ordered.runs]))}
     found.sort(key=lambda c: (-position.get(c.commit, -1), c.key))
     return History(ordered, tuple(series), tuple(found), settings)
+
+
+def _accepted_rows(table: pd.DataFrame | None) -> dict[tuple[str, str, str, str, str], str]:
+    """(machine, commit, test, variant, metric) -> what accepted its regression there."""
+    if table is None or table.empty:
+        return {}
+    rows = table[table["accepted"].astype(str) != ""]
+    keys = ("machine", "commit", "test", "variant", "metric", "accepted")
+    return {
+        tuple(str(v) for v in row[:5]): str(row[5])  # type: ignore[misc]
+        for row in rows[list(keys)].itertuples(index=False)
+    }
+
+
+def _with_accept(
+    c: ChangePoint, s: Series, accepted: Mapping[tuple[str, str, str, str, str], str]
+) -> ChangePoint:
+    """A regression whose step has an accepted regression of its series at a commit within
+    `ACCEPT_NEAR` positions (the detected commit may be a neighbour of the merge commit)."""
+    if c.kind != "regression":
+        return c
+    for sha in s.commits[max(1, c.index - ACCEPT_NEAR) : c.index + ACCEPT_NEAR]:
+        text = accepted.get((c.machine, sha, c.test, c.variant, c.metric))
+        if text:
+            return replace(c, accepted=text, accepted_at=sha)
+    return c
 
 
 def to_json(history: History) -> dict[str, object]:
@@ -129,6 +175,7 @@ def render_terminal(history: History) -> str:
             f"{c.test} [{c.variant}] {c.metric}  "
             f"{metric_value(c.metric, c.before)} -> {metric_value(c.metric, c.after)}  "
             f"p={sci(c.p_value)}  ({c.points_after} commit(s) since)  {c.machine}"
+            + (f"  accepted at {c.accepted_at[:10]}: {c.accepted}" if c.accepted else "")
         )
     return "\n".join(lines).replace("\u00a0", " ") + "\n"
 
@@ -144,6 +191,8 @@ def render_markdown(history: History, *, commit_url: str | None = None) -> str:
     ]
     for c in history.change_points:
         mark = ":red_circle:" if c.kind == "regression" else ":green_circle:"
+        if c.accepted:
+            mark = f":white_circle: accepted at `{c.accepted_at[:10]}`: {cell(c.accepted)}"
         lines.append(
             f"| {mark} | {pct(c.change_pct)} | {commit_range(c, commit_url)} | {cell(c.test)} | "
             f"{cell(c.variant)} | {c.metric} | {metric_value(c.metric, c.before)} | "

@@ -157,6 +157,11 @@ def cmd_alert(args: argparse.Namespace) -> int:
         )
     except (GitHubError, ValueError) as exc:
         raise InputError(f"alert not raised: {exc}") from None
+    for c in history.accepted(newest=args.newest):
+        print(
+            f"no alert for {c.test} [{c.variant}] {c.metric} {c.previous[:10]}..{c.commit[:10]}: "
+            f"accepted at {c.accepted_at[:10]} ({c.accepted})"
+        )
     if not raised:
         print(f"no regression among the newest {args.newest} commit(s) of main: no alert")
     for alert in raised:

@@ -17,7 +17,7 @@ from perfguard.records.base import (
     Status,
     Verdict,
 )
-from perfguard.records.comparisons import BESIDE, FRESH, Comparison, Confirmation
+from perfguard.records.comparisons import BESIDE, FRESH, Accepted, Comparison, Confirmation
 from perfguard.records.counters import Counters
 from perfguard.records.results import (
     Details,
@@ -36,6 +36,7 @@ __all__ = [
     "SHA",
     "STATUSES",
     "VERDICTS",
+    "Accepted",
     "BaselineRef",
     "Comparison",
     "Confirmation",

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Literal
+from typing import Literal, get_args
 
-SCHEMA_VERSION = 7  # the history is in perfguard/store/schema.py
+SCHEMA_VERSION = 8  # the history is in perfguard/store/schema.py
 SHA = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
 """A full git commit id (SHA-1, or SHA-256 in a repository that uses it)."""
 
@@ -14,9 +14,6 @@ Status = Literal["ok", "error", "skipped"]
 STATUSES: tuple[Status, ...] = ("ok", "error", "skipped")
 
 Verdict = Literal[
-    "regression", "improvement", "unchanged", "inconclusive", "new", "missing", "error"
-]
-VERDICTS: tuple[Verdict, ...] = (
     "regression",
     "improvement",
     "unchanged",
@@ -24,7 +21,10 @@ VERDICTS: tuple[Verdict, ...] = (
     "new",
     "missing",
     "error",
-)
+    "accepted",
+]
+VERDICTS: tuple[Verdict, ...] = get_args(Verdict)
+"""`accepted`: a regression the pull request accepts, within its bound (stats.accepts)."""
 
 
 class RecordError(ValueError):

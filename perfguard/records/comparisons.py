@@ -99,6 +99,29 @@ class Confirmation:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Accepted:
+    """Why a regression is `accepted`: the bound the pull request set, its reason, and who
+    added the entry."""
+
+    bound: str  # as written: "+150%", "+200 MiB"
+    reason: str
+    by: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"bound": self.bound, "reason": self.reason, "by": self.by}
+
+    @classmethod
+    def from_json(cls, data: Any) -> Accepted:
+        if not isinstance(data, Mapping):
+            raise RecordError(f"accepted must be an object, got {data!r}")
+        return cls(
+            bound=text("accepted.bound", data.get("bound")),
+            reason=text("accepted.reason", data.get("reason")),
+            by=text("accepted.by", data.get("by") or ""),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
 class Comparison:
     """One metric of one test and variant, baseline against current, with its verdict."""
 
@@ -124,12 +147,15 @@ class Comparison:
     # per call; None on the side where the operator did not appear
     why: tuple[tuple[str, float | None, float | None], ...] = ()
     confirmation: Confirmation | None = None  # what measuring the item again showed
+    accepted: Accepted | None = None  # the verdict `accepted`: what the pull request said
 
     def __post_init__(self) -> None:
         if self.metric not in METRICS:
             raise RecordError(f"metric must be one of {METRICS}, got {self.metric!r}")
         if self.verdict not in VERDICTS:
             raise RecordError(f"verdict must be one of {VERDICTS}, got {self.verdict!r}")
+        if (self.verdict == "accepted") != (self.accepted is not None):
+            raise RecordError("an accepted verdict, and only one, says what accepted it")
         for name in ("baseline", "current", "change_pct", "p_value", "cohens_d"):
             object.__setattr__(self, name, finite_or_none(name, getattr(self, name)))
         points = []
@@ -185,6 +211,7 @@ class Comparison:
                 for name in ("baseline_ci", "current_ci")
                 if getattr(self, name) is not None
             },
+            **({"accepted": self.accepted.to_json()} if self.accepted is not None else {}),
         }
 
     @classmethod
@@ -213,6 +240,9 @@ class Comparison:
                 confirmation=None
                 if data.get("confirmation") is None
                 else Confirmation.from_json(data["confirmation"]),
+                accepted=None
+                if data.get("accepted") is None
+                else Accepted.from_json(data["accepted"]),
             )
         except KeyError as exc:
             raise RecordError(f"a comparison lacks the key {exc.args[0]!r}") from exc

@@ -101,6 +101,7 @@ class Run:
     confirm_results: tuple[tuple[VariantResult, ...], ...] = ()
     # ... and, for a round measured beside the base commit (A/B), that commit's side
     confirm_base_results: tuple[tuple[VariantResult, ...], ...] = ()
+    accept_error: str | None = None  # why the accept file could not be read: none applied
 
     def __post_init__(self) -> None:
         _check_commit("commit", self.commit)
@@ -109,6 +110,8 @@ class Run:
             raise RecordError(f"machine must be a string, got {self.machine!r}")
         if self.created is not None and not isinstance(self.created, str):
             raise RecordError(f"created must be a date string or null, got {self.created!r}")
+        if self.accept_error is not None:
+            text("accept_error", self.accept_error)
         for name in ("environment", "settings", "health"):
             if not isinstance(getattr(self, name), Mapping):
                 raise RecordError(f"{name} must be an object, got {getattr(self, name)!r}")
@@ -167,6 +170,7 @@ class Run:
             "baseline": self.baseline.to_json(),
             "results": [r.to_json() for r in self.results],
             "comparisons": [c.to_json() for c in self.comparisons],
+            **({"accept_error": self.accept_error} if self.accept_error else {}),
             **(
                 {"baseline_results": [r.to_json() for r in self.baseline_results]}
                 if self.baseline_results
@@ -212,6 +216,7 @@ class Run:
                 ),
                 comparisons=tuple(Comparison.from_json(c) for c in data.get("comparisons") or ()),
                 created=data.get("created"),
+                accept_error=data.get("accept_error"),
                 settings=data.get("settings") or {},
                 health=data.get("health") or {},
                 baseline_results=tuple(

@@ -10,7 +10,16 @@ from perfguard.records import Comparison, VariantResult
 
 NBSP = "\u00a0"  # keeps a number and its unit on one line in a narrow table column
 
-SEVERITY = ("regression", "error", "inconclusive", "improvement", "missing", "new", "unchanged")
+SEVERITY = (
+    "regression",
+    "error",
+    "accepted",
+    "inconclusive",
+    "improvement",
+    "missing",
+    "new",
+    "unchanged",
+)
 """Verdicts from the worst news to the least; a row shows its worst."""
 
 

@@ -75,16 +75,24 @@ def verdict_counts(comparisons: Sequence[Comparison]) -> str:
 
 
 def headline(run: Run) -> str:
+    text = _headline(run)
+    return f"the accept file could not be read; {text}" if run.accept_error else text
+
+
+def _headline(run: Run) -> str:
     counts = summarize_verdicts([c for c in run.comparisons if c.gating])
     errors = sum(1 for r in run.results if r.status == "error")
     if counts.get("regression"):
         pairs = {
             (c.test, c.variant) for c in run.comparisons if c.gating and c.verdict == "regression"
         }
+        also = f"; {counts['accepted']} change(s) accepted" if counts.get("accepted") else ""
         return (
             f"{counts['regression']} regression(s) in {len(pairs)} of "
-            f"{len(run.results)} test variant(s)"
+            f"{len(run.results)} test variant(s){also}"
         )
+    if counts.get("accepted"):
+        return f"no regression; {counts['accepted']} change(s) accepted by this pull request"
     if errors:
         return f"no regression, but {errors} variant(s) failed to measure"
     if run.baseline.commit is None:
@@ -247,7 +255,8 @@ def _context(run: Run, th: Thresholds, full_report: str | None) -> dict[str, Any
     improvements = sorted(
         (c for c in measured if c.verdict == "improvement" and c.gating), key=_severity
     )
-    shown = {id(c) for c in (*regressions, *improvements, *exact)}
+    accepted = sorted((c for c in comparisons if c.verdict == "accepted"), key=_severity)
+    shown = {id(c) for c in (*regressions, *improvements, *exact, *accepted)}
     counts_line = verdict_counts(comparisons)
     return {
         "run": run,
@@ -257,6 +266,7 @@ def _context(run: Run, th: Thresholds, full_report: str | None) -> dict[str, Any
         "traces": _trace_files(run),
         "all_regressions": regressions,
         "all_improvements": improvements,
+        "accepted": accepted,
         "all_failures": [r for r in run.results if r.status != "ok"],
         "ok_results": [r for r in run.results if r.status == "ok"],
         "unchanged": [c for c in comparisons if id(c) not in shown and c.verdict != "error"],

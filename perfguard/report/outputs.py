@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from perfguard.github import COMMENT_LIMIT
-from perfguard.records import Run
+from perfguard.records import Run, trace_file_name
 from perfguard.report.markdown import render_markdown, workflow_run_link
+from perfguard.stats.thresholds import TIMED_METRICS
 from perfguard.stats.verdicts import Thresholds
 
 STEP_SUMMARY_LIMIT = 1_000_000  # GitHub takes up to 1 MiB per step's summary
@@ -63,3 +64,18 @@ def write_reports(
 def _artifact_hint(name: str) -> str:
     link = workflow_run_link()
     return f"`{name}` (the artifacts of {link})" if link else f"`{name}` beside this report"
+
+
+def keep_regressed_traces(run: Run, folder: Path) -> None:
+    """Remove the traces of items that are not latency regressions (a suite's worth of traces
+    is large; the regressions' are what a reviewer opens)."""
+    keep = {
+        trace_file_name(c.test, c.variant, side)
+        for c in run.comparisons
+        if c.verdict == "regression" and c.gating and c.metric in TIMED_METRICS
+        for side in ("head", "base")
+    }
+    if folder.is_dir():
+        for path in folder.glob("*.trace.json"):
+            if path.name not in keep:
+                path.unlink(missing_ok=True)

@@ -51,6 +51,11 @@ History:
   `phases`, the per-repeat p50, p95 and p99 of `ttft` and `tpot` (what their comparisons
   test, kept in compact results), and comparisons may have those six metrics. Migration
   from 6: nothing changes (no result of version 6 is a generation).
+- 8: accepted changes. A comparison's `verdict` may be `accepted` (a regression within what
+  the pull request's `perfguard-accept.toml` accepts), with `accepted`: `bound` (as written,
+  `+150%` or `+200 MiB`), `reason` and `by` (who added the entry); a run may have
+  `accept_error`, why its accept file could not be read (nothing was accepted). Migration
+  from 7: nothing changes (no version-7 file accepted anything).
 
 A newer version than this perfguard knows is refused (upgrade perfguard). An older one is
 migrated in memory by the steps below, one version at a time; the file on disk is left as it
@@ -118,6 +123,11 @@ def _6_to_7(doc: dict[str, Any]) -> dict[str, Any]:
     return {**doc, "schema_version": 7}
 
 
+def _7_to_8(doc: dict[str, Any]) -> dict[str, Any]:
+    """Version 7 accepted nothing: comparisons read `accepted` as absent."""
+    return {**doc, "schema_version": 8}
+
+
 MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
     1: _1_to_2,
     2: _2_to_3,
@@ -125,6 +135,7 @@ MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
     4: _4_to_5,
     5: _5_to_6,
     6: _6_to_7,
+    7: _7_to_8,
 }
 """version N -> a function turning a version-N document into a version-(N+1) one."""
 

@@ -7,9 +7,11 @@ gigabytes of JSON. So each save writes, beside its record, that record's rows of
     <baseline-dir>/.summary/<machine>/<full sha>.parquet
 
 with the columns `COLUMNS`: the figure (`value`) and the spread of its per-repeat figures
-(`low`, `high`; latency percentiles only), and `record`, the git blob id of the record the rows
-were made from. A part whose `record` is not the record's current blob id is stale (the record
-was saved again, or compacted) and, like a missing one, is made again from the record. Parquet
+(`low`, `high`; latency percentiles only), `record`, the git blob id of the record the rows
+were made from, and `accepted`: what accepted that figure's regression at that commit (the
+accept file's bound and reason; empty for nearly every row, and in parts written before it).
+A part whose `record` is not the record's current blob id is stale (the record was saved
+again, or compacted) and, like a missing one, is made again from the record. Parquet
 is the columnar format every analytical tool reads (pandas, DuckDB, pyarrow, Spark); it is
 written with fastparquet, a small package (pyarrow's wheel is 25 times larger), so the runner
 that saves a baseline needs nothing heavy.
@@ -44,6 +46,7 @@ COLUMNS = (
     "low",
     "high",
     "record",
+    "accepted",
 )
 COUNTER_METRICS = (
     "graphs",
@@ -56,7 +59,7 @@ COUNTER_METRICS = (
 )
 """The exact counts kept as rows too (graph breaks and recompiles are metrics already)."""
 METRIC_FIELDS = tuple(f.name for f in fields(Metrics))
-TEXT_COLUMNS = (*COLUMNS[:6], "record")
+TEXT_COLUMNS = (*COLUMNS[:6], "record", "accepted")
 
 
 class SummaryError(ValueError):
@@ -105,6 +108,13 @@ def rows_of(run: Run, record: str) -> list[tuple[Any, ...]]:
     """The table's rows of one baseline (its `ok` results), made from the record whose blob
     id is `record`."""
     out: list[tuple[Any, ...]] = []
+    accepted: dict[tuple[str, str, str], str] = {
+        (c.test, c.variant, c.metric): accepted_text(
+            c.accepted.bound, c.accepted.reason, c.accepted.by
+        )
+        for c in run.comparisons
+        if c.accepted is not None
+    }
     for r in run.results:
         if r.status != "ok":
             continue
@@ -125,9 +135,14 @@ def rows_of(run: Run, record: str) -> list[tuple[Any, ...]]:
                     stored(low),
                     stored(high),
                     record,
+                    accepted.get((r.test, r.variant, metric), ""),
                 )
             )
     return out
+
+
+def accepted_text(bound: str, reason: str, by: str) -> str:
+    return f"{bound}: {reason}" + (f" ({by})" if by else "")
 
 
 def frame(rows: Iterable[Sequence[Any]]) -> pd.DataFrame:
@@ -135,7 +150,7 @@ def frame(rows: Iterable[Sequence[Any]]) -> pd.DataFrame:
 
     table = pd.DataFrame(list(rows), columns=list(COLUMNS))
     return table.astype(
-        {c: "float64" for c in ("value", "low", "high")} | {c: object for c in COLUMNS[:6]}
+        {c: "float64" for c in ("value", "low", "high")} | {c: object for c in TEXT_COLUMNS}
     )
 
 
@@ -184,6 +199,8 @@ def read_part(content: bytes, where: str) -> pd.DataFrame:
         table: pd.DataFrame = fastparquet.ParquetFile(io.BytesIO(content)).to_pandas()
     except Exception as exc:  # fastparquet raises many kinds on a damaged file
         raise SummaryError(f"{where}: not a summary part ({type(exc).__name__}: {exc})") from None
+    if list(table.columns) == list(COLUMNS[:-1]):  # written before `accepted`
+        table["accepted"] = ""
     if list(table.columns) != list(COLUMNS):
         raise SummaryError(f"{where}: not a summary part (columns {list(table.columns)})")
     return table

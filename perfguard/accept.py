@@ -1,0 +1,46 @@
+"""The pipeline's accept step: the regressions a pull request's accept file accepts.
+
+The rules are `perfguard.stats.accepts`; this step reads the file as committed, at HEAD and at
+the base commit, through git, so that only the entries this change introduced apply.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from perfguard.git import file_at, last_author
+from perfguard.records import Run
+from perfguard.stats import accepts
+
+
+def with_accepts(run: Run, root: Path, messages: list[str]) -> Run:
+    """The regressions that the accept file's entries introduced since the base commit
+    accept (stats.accepts). The file is read as committed, at HEAD and at the base."""
+    if run.commit is None or run.baseline.commit is None or not run.comparisons:
+        return run
+    path = root / accepts.ACCEPT_FILE
+    try:
+        text = file_at(root, run.commit, path)
+        if text is None:
+            return run
+        head = accepts.parse(text)
+        before = file_at(root, run.baseline.commit, path)
+        try:
+            base = accepts.parse(before) if before else []
+        except accepts.AcceptError:
+            base = []  # the base's broken file accepted nothing: every entry here is new
+    except accepts.AcceptError as exc:
+        messages.append(f"nothing accepted: {exc}")
+        return replace(run, accept_error=str(exc))
+    new = accepts.introduced(head, base)
+    if not new:
+        return run
+    by = last_author(root, run.baseline.commit, run.commit, path)
+    applied = accepts.apply(run.comparisons, [replace(a, by=by) for a in new])
+    count = sum(c.verdict == "accepted" for c in applied)
+    messages.append(
+        f"{accepts.ACCEPT_FILE}: {len(new)} entr{'y' if len(new) == 1 else 'ies'} of this "
+        f"change, {count} regression(s) accepted"
+    )
+    return replace(run, comparisons=tuple(applied))
