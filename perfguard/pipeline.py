@@ -4,9 +4,13 @@ A plain library step (no pytest): the plugin calls it at session end, and a scri
 measured with `measure_model` can call it the same way.
 """
 
+# long module: the steps after measuring in their order (baseline, compare, confirm, accept,
+# write, save), read top to bottom in one place; each step's rules live in its own package
+
 from __future__ import annotations
 
 import datetime as _dt
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -24,7 +28,7 @@ from perfguard.git import (
     git_state_or_refusal,
 )
 from perfguard.health import Health
-from perfguard.records import BaselineRef, Run, VariantResult
+from perfguard.records import BaselineRef, Run, RunCost, VariantResult
 from perfguard.report.outputs import keep_regressed_traces, write_reports
 from perfguard.stats.verdicts import Thresholds, add_note, compare_runs, withhold_speed_verdicts
 from perfguard.stats.why import with_why
@@ -129,6 +133,8 @@ def finish_run(
     health: Health | None = None,
     same_job: BaseMeasuredBeside | None = None,
     remeasure: Remeasure | None = None,
+    started: float | None = None,
+    cost: RunCost | None = None,
 ) -> PipelineOutcome:
     """Compare, write and save. Results are always written, even when comparing fails.
 
@@ -137,7 +143,10 @@ def finish_run(
     latency verdicts stand (None: no confirming). Against a stored baseline, beside the base
     commit when the checkout has it, else in a fresh process; in same-job A/B, beside the
     base commit again, in a fresh pair of processes.
+    `started`: the `time.monotonic()` when measuring began: the run's cost is measured from
+    it; `cost`: a cost already known (merged shards), kept as it is.
     """
+    finishing = time.monotonic()
     state, refused = git_state_or_refusal(settings.root)  # a refusal is said below
     store = open_store(settings.baseline_dir)
     error: str | None = None
@@ -173,6 +182,9 @@ def finish_run(
     except (BaselineError, PipelineError, GitError) as exc:
         error = f"comparison stopped: {exc}"
         run = replace(run, baseline=BaselineRef(commit=None, reason=error))
+    if cost is None and started is not None:
+        cost = RunCost.between(started, finishing, time.monotonic(), len(run.results))
+    run = replace(run, cost=cost)
 
     if settings.traces is not None and settings.compare != "none" and error is None:
         keep_regressed_traces(run, settings.traces)

@@ -7,6 +7,7 @@ import random
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -178,6 +179,23 @@ def _pr(root: Path, store_dir: Path, accept: str | None, *, save: bool = False) 
 
 def _p50(outcome: PipelineOutcome) -> Comparison:
     return next(c for c in outcome.run.comparisons if c.metric == "latency_p50_ms")
+
+
+def test_a_run_says_what_it_cost_on_the_runner(repo: tuple[Path, Path]) -> None:
+    """The cost counts from the session's start (`started`): measuring until the pipeline,
+    then comparing and confirming; the report's footer says it."""
+    root, store_dir = repo
+    commit(root, "head")
+    outcome = finish_run(
+        [result(T, "eager", 1.0, seed=2)],
+        run([]).environment,
+        FinishSettings(root=root, baseline_dir=store_dir, machine=MACHINE, report=root / "r.md"),
+        started=time.monotonic() - 125.0,  # measuring began two minutes ago
+    )
+    cost = outcome.run.cost
+    assert cost is not None and cost.items == 1 and cost.shards == 1
+    assert 125.0 <= cost.measure_s < 185.0 and cost.seconds == cost.measure_s + cost.confirm_s
+    assert "**Cost on the runner:** 2\u00a0min 0" in (root / "r.md").read_text()
 
 
 def test_the_pull_request_that_adds_an_entry_is_accepted_and_says_so(
@@ -394,3 +412,4 @@ def test_a_pull_request_that_slows_a_model_passes_only_within_what_it_accepts(
         assert main(["comment", *args]) == 0
         (posted,) = fake.comments
         assert ("Accepted by this pull request" in posted["body"]) == (gate == 0)
+        assert "**Cost on the runner:**" in posted["body"]  # the session's own figure

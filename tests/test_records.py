@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -139,3 +140,22 @@ def test_a_comparison_is_of_a_known_metric() -> None:
             cohens_d=None,
             verdict="new",
         )
+
+
+def test_a_runs_cost_round_trips_and_shards_sum() -> None:
+    from perfguard.cli.merge import merge_runs
+    from perfguard.records import RunCost
+    from tests.factories import result as measured
+    from tests.factories import run
+
+    cost = RunCost(seconds=90.0, measure_s=80.0, confirm_s=10.0, items=2)
+    one = replace(run([measured("t.py::a", "eager", 1.0)], commit="a" * 40), cost=cost)
+    assert Run.from_json(one.to_json()).cost == cost
+    two = replace(run([measured("t.py::b", "eager", 1.0)], commit="a" * 40), cost=cost)
+    merged = merge_runs([(Path("1.json"), one), (Path("2.json"), two)])
+    assert merged.cost == RunCost(seconds=180.0, measure_s=160.0, confirm_s=20.0, items=4, shards=2)
+    assert (
+        merge_runs([(Path("1.json"), one), (Path("2.json"), replace(two, cost=None))]).cost is None
+    )
+    with pytest.raises(RecordError, match=r"cost\.seconds must be 0 or more"):
+        RunCost.from_json({**cost.to_json(), "seconds": -1})

@@ -11,7 +11,7 @@ from typing import Any
 
 from perfguard.cli.common import EXIT_OK, EXIT_REGRESSION
 from perfguard.errors import InputError
-from perfguard.records import Run, VariantResult
+from perfguard.records import Run, RunCost, VariantResult
 from perfguard.store.baselines import read_run_file, write_json_atomic
 from perfguard.store.location import location
 
@@ -91,7 +91,16 @@ def merge_runs(runs: Sequence[tuple[Path, Run]]) -> Run:
         baseline_results=tuple(base_side),
         confirm_results=tuple(map(tuple, confirm)),
         confirm_base_results=tuple(map(tuple, confirm_base)),
+        cost=_summed([r.cost for _, r in runs]),
     )
+
+
+def _summed(costs: Sequence[RunCost | None]) -> RunCost | None:
+    """Every shard's runner time, summed; none when a shard does not say its own."""
+    total = costs[0]
+    for cost in costs[1:]:
+        total = None if total is None or cost is None else total + cost
+    return total
 
 
 def _extend_rounds(
@@ -212,6 +221,7 @@ def _finish_merged(args: argparse.Namespace, merged: Run, runs: Sequence[tuple[P
             if merged.confirm_results
             else None
         ),
+        cost=merged.cost,  # the runners' time; joining them here costs no GPU time
     )
     for message in outcome.messages:
         print(message, file=sys.stderr)

@@ -44,6 +44,7 @@ def finish_session(session: pytest.Session, state: SessionState, exitstatus: int
         health=None if state.monitor is None else state.monitor.stop(),
         same_job=same,
         remeasure=_remeasure(config, state, exitstatus),
+        started=state.started,
     )
     config.stash[outcome_key] = outcome
     if outcome.error is not None:

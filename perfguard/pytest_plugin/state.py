@@ -36,6 +36,7 @@ class SessionState:
     worker: WorkerLink | None = None  # this session is an A/B worker
     nodeids: dict[tuple[str, str], str] = field(default_factory=dict)  # result key -> item
     measured_at: dict[str, float] = field(default_factory=dict)  # item -> time.monotonic()
+    started: float = field(default_factory=time.monotonic)  # the run's cost counts from here
     collection_errors: int = 0  # a session with any must not be saved as a baseline
     exclusive_gpu: bool = False  # EXCLUSIVE_PROCESS compute mode: no second process on the GPU
     # this process runs under callgrind to count these regions (--perfguard-instructions)

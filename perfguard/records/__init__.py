@@ -26,7 +26,7 @@ from perfguard.records.results import (
     VariantResult,
     trace_file_name,
 )
-from perfguard.records.runs import BaselineRef, Run
+from perfguard.records.runs import BaselineRef, Run, RunCost
 
 __all__ = [
     "BESIDE",
@@ -47,6 +47,7 @@ __all__ = [
     "Metrics",
     "RecordError",
     "Run",
+    "RunCost",
     "Status",
     "VariantResult",
     "Verdict",

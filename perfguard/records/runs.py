@@ -36,6 +36,67 @@ class BaselineRef:
         }
 
 
+@dataclass(frozen=True, kw_only=True)
+class RunCost:
+    """What a run cost on the runner that measured it: a team watches its GPU minutes. The
+    shards of a merged run are summed (each ran on a runner of its own)."""
+
+    seconds: float  # all of it: measuring (both sides in A/B) and comparing and confirming
+    measure_s: float  # from the session's start to its end of measuring
+    confirm_s: float  # comparing, and measuring flagged items again
+    items: int  # results measured
+    shards: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("seconds", "measure_s", "confirm_s", "items", "shards"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise RecordError(f"cost.{name} must be a number, got {value!r}")
+            if not (math.isfinite(value) and value >= 0):
+                raise RecordError(f"cost.{name} must be 0 or more, got {value!r}")
+
+    @classmethod
+    def between(cls, started: float, finishing: float, done: float, items: int) -> RunCost:
+        """From `time.monotonic()` readings: the session's start, its end of measuring, and
+        the end of comparing and confirming."""
+        return cls(
+            seconds=done - started,
+            measure_s=finishing - started,
+            confirm_s=done - finishing,
+            items=items,
+        )
+
+    def __add__(self, other: RunCost) -> RunCost:
+        return RunCost(
+            seconds=self.seconds + other.seconds,
+            measure_s=self.measure_s + other.measure_s,
+            confirm_s=self.confirm_s + other.confirm_s,
+            items=self.items + other.items,
+            shards=self.shards + other.shards,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "seconds": round(self.seconds, 3),
+            "measure_s": round(self.measure_s, 3),
+            "confirm_s": round(self.confirm_s, 3),
+            "items": self.items,
+            "shards": self.shards,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> RunCost:
+        if not isinstance(data, Mapping):
+            raise RecordError(f"cost must be an object, got {data!r}")
+        try:
+            return cls(
+                **{k: data[k] for k in ("seconds", "measure_s", "confirm_s", "items")},
+                shards=data.get("shards", 1),
+            )
+        except KeyError as exc:
+            raise RecordError(f"cost lacks the key {exc.args[0]!r}") from None
+
+
 def _check_commit(name: str, value: object) -> None:
     if value is not None and not (isinstance(value, str) and SHA.match(value)):
         raise RecordError(f"{name} must be a full commit sha or null, got {value!r}")
@@ -102,6 +163,7 @@ class Run:
     # ... and, for a round measured beside the base commit (A/B), that commit's side
     confirm_base_results: tuple[tuple[VariantResult, ...], ...] = ()
     accept_error: str | None = None  # why the accept file could not be read: none applied
+    cost: RunCost | None = None  # what the run cost on its runner(s)
 
     def __post_init__(self) -> None:
         _check_commit("commit", self.commit)
@@ -171,6 +233,7 @@ class Run:
             "results": [r.to_json() for r in self.results],
             "comparisons": [c.to_json() for c in self.comparisons],
             **({"accept_error": self.accept_error} if self.accept_error else {}),
+            **({"cost": self.cost.to_json()} if self.cost is not None else {}),
             **(
                 {"baseline_results": [r.to_json() for r in self.baseline_results]}
                 if self.baseline_results
@@ -217,6 +280,7 @@ class Run:
                 comparisons=tuple(Comparison.from_json(c) for c in data.get("comparisons") or ()),
                 created=data.get("created"),
                 accept_error=data.get("accept_error"),
+                cost=None if data.get("cost") is None else RunCost.from_json(data["cost"]),
                 settings=data.get("settings") or {},
                 health=data.get("health") or {},
                 baseline_results=tuple(

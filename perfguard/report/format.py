@@ -37,6 +37,18 @@ def seconds(value: float | None) -> str:
     return "–" if value is None else f"{value:.2f}{NBSP}s"
 
 
+def duration(value: float | None) -> str:
+    """A run's time: "45 s", "3 min 12 s", "1 h 04 min"."""
+    if value is None:
+        return "–"
+    whole = round(value)
+    if whole < 60:
+        return f"{value:.0f}{NBSP}s" if value >= 1 else f"{value:.1f}{NBSP}s"
+    if whole < 3600:
+        return f"{whole // 60}{NBSP}min {whole % 60:02d}{NBSP}s"
+    return f"{whole // 3600}{NBSP}h {whole % 3600 // 60:02d}{NBSP}min"
+
+
 def size(value: float | None) -> str:
     if value is None:
         return "–"

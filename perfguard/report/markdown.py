@@ -46,6 +46,7 @@ def _environment() -> jinja2.Environment:
         ms=fmt.ms,
         size=fmt.size,
         seconds=fmt.seconds,
+        duration=fmt.duration,
         pct=fmt.pct,
         sci=fmt.sci,
         value=fmt.metric_value,

@@ -54,8 +54,10 @@ History:
 - 8: accepted changes. A comparison's `verdict` may be `accepted` (a regression within what
   the pull request's `perfguard-accept.toml` accepts), with `accepted`: `bound` (as written,
   `+150%` or `+200 MiB`), `reason` and `by` (who added the entry); a run may have
-  `accept_error`, why its accept file could not be read (nothing was accepted). Migration
-  from 7: nothing changes (no version-7 file accepted anything).
+  `accept_error`, why its accept file could not be read (nothing was accepted); and a run
+  has `cost`, what it cost on its runner: `seconds` (all), `measure_s`, `confirm_s` (comparing
+  and measuring flagged items again), `items`, `shards` (a merged run's summed). Migration
+  from 7: nothing changes (no version-7 file accepted anything; its cost reads as unknown).
 
 A newer version than this perfguard knows is refused (upgrade perfguard). An older one is
 migrated in memory by the steps below, one version at a time; the file on disk is left as it
