@@ -340,3 +340,31 @@ def test_series_follow_mains_order_per_machine_and_leave_out_commits_off_it() ->
     assert [p.commit for p in one.points] == list(line) and one.low and one.created
     assert series[("m-two", "t.py::b", "eager", "latency_p50_ms")].commits == (shas[1],)
     assert list(series) == sorted(series)  # sorted by machine, test, variant, metric
+
+
+@pytest.mark.slow
+def test_a_runs_cost_is_a_series_of_its_own_and_the_site_links_it(tmp_path: Path) -> None:
+    """Main's cost per commit: each saved run's runner seconds are a row of the table (a
+    series of the run, not of a test), and the trend site links its page from the index."""
+    from dataclasses import replace
+
+    from perfguard.history.analysis import analyze
+    from perfguard.history.site import page_name, write_site
+    from perfguard.records import RunCost
+    from perfguard.store.summary import RUN_METRIC, RUN_TEST
+
+    store = BaselineStore(tmp_path / "b")
+    for i, r in enumerate(_runs(6)):
+        spent = RunCost(
+            seconds=60.0 * (i + 1), measure_s=50.0 * (i + 1), confirm_s=10.0 * (i + 1), items=2
+        )
+        store.save(replace(r, cost=spent))
+    found = load_folder(tmp_path / "b")
+    ordered = order_runs(found, None, "main")
+    (cost,) = [s for s in build_series(ordered) if s.metric == RUN_METRIC]
+    assert cost.test == RUN_TEST and cost.values == (60.0, 120.0, 180.0, 240.0, 300.0, 360.0)
+    write_site(analyze(ordered, build_series(ordered)), tmp_path / "site")
+    index = (tmp_path / "site" / "index.html").read_text()
+    assert "runner time per commit" in index and f">{RUN_TEST}<" not in index  # not a test
+    page = tmp_path / "site" / page_name(RUN_TEST)
+    assert "runner time of the run (min)" in page.read_text()

@@ -33,6 +33,7 @@ SERIES_METRICS = (
     "peak_memory_bytes",
     "compile_time_s",
     "drift_max_abs",
+    "run_seconds",  # a run's cost on its runner (the summary's row of the run)
 )
 MAX_COMMITS = 10_000  # how far back main's history is walked
 

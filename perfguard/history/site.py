@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from perfguard.history.analysis import ChangePoint, History, commit_range
 from perfguard.history.series import Series, speedups
 from perfguard.report.format import metric_value, pct, sci
+from perfguard.store.summary import RUN_TEST
 
 if TYPE_CHECKING:
     import numpy as np
@@ -33,6 +34,7 @@ ROWS = (  # (title, metrics plotted in that row, scale)
     ("compile time (s)", ("compile_time_s",), 1.0),
     ("peak memory (MiB)", ("peak_memory_bytes",), 1.0 / 2**20),
     ("drift, max abs", ("drift_max_abs",), 1.0),
+    ("runner time of the run (min)", ("run_seconds",), 1.0 / 60),
 )
 SPACING = 0.06  # between rows, a share of the figure's height
 PLOT_CONFIG = {"displaylogo": False, "responsive": True}
@@ -348,9 +350,17 @@ def write_site(history: History, out: Path, *, commit_url: str | None = None) ->
         page = _test_page(test, by_test[test], history.change_points, position, commit_url, script)
         path.write_text(page, encoding="utf-8")
         written.append(path)
-    links = "".join(f"<li><a href='{page_name(t)}'>{html.escape(t)}</a></li>" for t in tests)
+    links = "".join(
+        f"<li><a href='{page_name(t)}'>{html.escape(t)}</a></li>" for t in tests if t != RUN_TEST
+    )
+    cost = (
+        f"<p>What each commit's run cost on its runners: <a href='{page_name(RUN_TEST)}'>"
+        "runner time per commit</a>.</p>"
+        if RUN_TEST in by_test
+        else ""
+    )
     body = (
-        f"<h1>perfguard: main's history</h1><p>{html.escape(_summary_line(history))}</p>"
+        f"<h1>perfguard: main's history</h1><p>{html.escape(_summary_line(history))}</p>{cost}"
         f"<h2>Change points, newest first</h2>{_change_table(history.change_points, commit_url)}"
         f"<h2>Tests</h2><ul>{links}</ul>"
     )

@@ -60,6 +60,8 @@ COUNTER_METRICS = (
 """The exact counts kept as rows too (graph breaks and recompiles are metrics already)."""
 METRIC_FIELDS = tuple(f.name for f in fields(Metrics))
 TEXT_COLUMNS = (*COLUMNS[:6], "record", "accepted")
+RUN_TEST, RUN_VARIANT, RUN_METRIC = "(the run)", "runner", "run_seconds"
+"""The row of a run's cost (its runner seconds, `Run.cost`): main's cost per commit."""
 
 
 class SummaryError(ValueError):
@@ -138,6 +140,9 @@ def rows_of(run: Run, record: str) -> list[tuple[Any, ...]]:
                     accepted.get((r.test, r.variant, metric), ""),
                 )
             )
+    if run.cost is not None:
+        row = (RUN_TEST, RUN_VARIANT, RUN_METRIC, stored(run.cost.seconds), math.nan, math.nan)
+        out.append((run.machine, run.commit or "", run.created or "", *row, record, ""))
     return out
 
 
