@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import re
+import shutil
+import subprocess
 from dataclasses import replace
 from pathlib import Path
 
@@ -270,3 +273,94 @@ def test_test_ids_never_mention_reference_or_link_on_github() -> None:
     assert f"@{ZWSP}alice" in text and f"#{ZWSP}123" in text
     assert "&#64;" not in text and "&#35;" not in text  # entities: GitHub undoes them
     assert cell("a_b").replace("&#95;", "_") == "a_b"  # markdown is still escaped
+
+
+# ---- read in ten seconds: regressions by test, at GitHub's comment width -------------------
+
+VARIANTS = ("eager", "compile-default", "compile-reduce-overhead", "int8-dynamic", "amp-bf16")
+COMMENT_WIDTH_PX = 780  # a PR comment's body on a 1280-pixel screen
+
+
+def widened_run() -> Run:
+    """make demo's case: one widened MLP, slower in five variants, p50 and p95 each."""
+    test = "tests/test_models.py::test_mlp"
+    base = run([result(test, v, 1.0, seed=i) for i, v in enumerate(VARIANTS)])
+    head = run(
+        [result(test, v, 1.5 + 0.3 * i, seed=10 + i) for i, v in enumerate(VARIANTS)],
+        commit="b" * 40,
+    )
+    return replace(
+        head,
+        baseline=BaselineRef(commit="a" * 40, reason="merge-base of HEAD with main"),
+        comparisons=compare_runs(base, head),
+    )
+
+
+def test_regressions_read_one_line_per_test_and_metric_worst_variant_first() -> None:
+    import cmarkgfm
+    from cmarkgfm.cmark import Options
+
+    text = render_markdown(widened_run())
+    grouped = text.split("### Regressions")[1].split("<details>")[0]
+    rows = [line for line in grouped.splitlines() if line.startswith("| tests/")]
+    assert len(rows) == 2  # p50 and p95: ten regressions in two lines
+    assert rows[0].index("amp-bf16 +") < rows[0].index("int8-dynamic +") < rows[0].index("eager +")
+    html = cmarkgfm.github_flavored_markdown_to_html(text, options=Options.CMARK_OPT_UNSAFE)
+    details = html.split("<details><summary>Each regression's statistics")[1].split("</details>")[0]
+    assert "<table>" in details  # the statistics table, folded, renders as a table
+    assert "e+0" not in details  # Cohen's d as a number a reader compares, not 1.4e+02
+
+
+def _chromium() -> str | None:
+    names = ("chromium", "chromium-browser", "google-chrome")
+    return next((found for name in names if (found := shutil.which(name))), None)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    _chromium() is None and not os.environ.get("CI"),
+    reason="Chromium is not installed (apt-get install chromium); CI requires it",
+)
+def test_the_regressions_fit_a_github_comments_width_in_a_browser(tmp_path: Path) -> None:
+    """Rendered as GitHub renders a comment (cmark-gfm; tables scroll sideways rather than
+    wrap the page) in headless Chromium at a comment's width: the regressions table needs no
+    sideways scrolling. (The statistics table in its fold may.)"""
+    import cmarkgfm
+    from cmarkgfm.cmark import Options
+
+    browser = _chromium()
+    assert browser is not None, "CI needs Chromium for this test: apt-get install chromium"
+    body = cmarkgfm.github_flavored_markdown_to_html(
+        render_markdown(widened_run()), options=Options.CMARK_OPT_UNSAFE
+    )
+    page = tmp_path / "comment.html"
+    page.write_text(
+        "<html><head><style>"
+        f"body {{ width: {COMMENT_WIDTH_PX}px; margin: 0; font: 14px sans-serif; }}"
+        "table { display: block; max-width: 100%; overflow: auto; border-collapse: collapse; }"
+        "td, th { padding: 6px 13px; border: 1px solid #d1d9e0; }"
+        "</style></head><body>"
+        f"{body}"
+        "<script>var t = document.querySelector('h3 + table');"
+        "document.body.setAttribute('data-scroll', t.scrollWidth - t.clientWidth);</script>"
+        "</body></html>"
+    )
+    done = subprocess.run(
+        [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            f"--window-size={COMMENT_WIDTH_PX + 40},2000",
+            "--dump-dom",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = re.search(r'data-scroll="(-?\d+)"', done.stdout)
+    assert found is not None, done.stdout[:2000]
+    assert int(found.group(1)) <= 0, "the regressions table scrolls sideways in a comment"

@@ -111,6 +111,13 @@ def speedup(value: float | None) -> str:
     return "–" if value is None else f"{value:.2f}×"
 
 
+def effect(value: float | None) -> str:
+    """Cohen's d, read at a glance: 0.84, 12, 140 (not 1.4e+02)."""
+    if value is None or math.isnan(value):
+        return "–"
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.2g}"
+
+
 def rate(value: float | None) -> str:
     """Items per second, three significant digits: 950, 12.3k, 1.20M."""
     if value is None:

@@ -47,6 +47,7 @@ def _environment() -> jinja2.Environment:
         size=fmt.size,
         seconds=fmt.seconds,
         duration=fmt.duration,
+        effect=fmt.effect,
         pct=fmt.pct,
         sci=fmt.sci,
         value=fmt.metric_value,
@@ -242,6 +243,27 @@ def render_markdown(
     return best if len(best) <= limit else best[:limit]  # the cut only for absurd limits
 
 
+@dataclass(frozen=True)
+class TestMetric:
+    """One line of the regressions read in ten seconds: a test's metric, its variants side by
+    side, worst first."""
+
+    test: str
+    metric: str
+    rows: tuple[Comparison, ...]  # worst first
+
+    @property
+    def worst(self) -> Comparison:
+        return self.rows[0]
+
+
+def _by_test(regressions: Sequence[Comparison]) -> list[TestMetric]:
+    groups: dict[tuple[str, str], list[Comparison]] = {}
+    for c in regressions:  # already worst first
+        groups.setdefault((c.test, c.metric), []).append(c)
+    return [TestMetric(test, metric, tuple(rows)) for (test, metric), rows in groups.items()]
+
+
 def _context(run: Run, th: Thresholds, full_report: str | None) -> dict[str, Any]:
     """What the template reads, everything in it (the degrading picks the shares)."""
     comparisons = run.comparisons
@@ -266,6 +288,7 @@ def _context(run: Run, th: Thresholds, full_report: str | None) -> dict[str, Any
         "exact": exact,
         "traces": _trace_files(run),
         "all_regressions": regressions,
+        "grouped": _by_test(regressions),
         "all_improvements": improvements,
         "accepted": accepted,
         "all_failures": [r for r in run.results if r.status != "ok"],
