@@ -188,7 +188,7 @@ def test_a_regression_shows_the_operators_whose_self_time_grew() -> None:
     unchanged = [c for c in explained if c.verdict != "regression"]
     assert all(not c.why for c in unchanged)
     text = render_markdown(replace(head_run, comparisons=explained))
-    assert "**Where the time went:**" in text
+    assert "<summary>Where the time went: the operators whose time changed most</summary>" in text
     assert "| aten::addmm | 100.0" in text.replace("&#95;", "_") or "aten::addmm" in text
 
 
