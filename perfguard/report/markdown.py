@@ -244,7 +244,7 @@ def render_markdown(
 
 
 @dataclass(frozen=True)
-class TestMetric:
+class MetricLine:
     """One line of the regressions read in ten seconds: a test's metric, its variants side by
     side, worst first."""
 
@@ -257,11 +257,11 @@ class TestMetric:
         return self.rows[0]
 
 
-def _by_test(regressions: Sequence[Comparison]) -> list[TestMetric]:
+def _by_test(regressions: Sequence[Comparison]) -> list[MetricLine]:
     groups: dict[tuple[str, str], list[Comparison]] = {}
     for c in regressions:  # already worst first
         groups.setdefault((c.test, c.metric), []).append(c)
-    return [TestMetric(test, metric, tuple(rows)) for (test, metric), rows in groups.items()]
+    return [MetricLine(test, metric, tuple(rows)) for (test, metric), rows in groups.items()]
 
 
 def _context(run: Run, th: Thresholds, full_report: str | None) -> dict[str, Any]:
