@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
-import subprocess
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,6 +15,7 @@ from perfguard.history.analysis import analyze
 from perfguard.history.changepoints import Detection, find_steps
 from perfguard.history.series import build_series, main_line, order_runs
 from perfguard.store.baselines import BaselineStore
+from tests import chromium
 from tests.factories import result, run
 from tests.github_fake import FakeGitHub
 from tests.gitrepo import commit, git
@@ -217,41 +216,21 @@ def test_the_site_has_a_page_per_test_with_plots_and_escaped_names(
     assert "https://cdn" not in page  # plotly.js is local: the site opens offline
 
 
-def _chromium() -> str | None:
-    names = ("chromium", "chromium-browser", "google-chrome")  # the last on GitHub's runners
-    return next((found for name in names if (found := shutil.which(name))), None)
-
-
 @pytest.mark.slow
-@pytest.mark.skipif(
-    _chromium() is None and not os.environ.get("CI"),
-    reason="Chromium is not installed (apt-get install chromium); CI requires it",
-)
+@chromium.needed
 def test_the_site_loads_in_headless_chromium_without_errors_and_plots_have_data(
     history_repo: tuple[Path, list[str]], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    browser = _chromium()
-    assert browser is not None, "CI needs Chromium for this test: apt-get install chromium"
     repo, _ = history_repo
     monkeypatch.chdir(repo)
     assert main(["site", "-o", "site"]) == 0
     for page in sorted((repo / "site").glob("*.html")):
-        done = subprocess.run(
-            [
-                browser,
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                f"--user-data-dir={tmp_path / 'profile'}",
-                "--enable-logging=stderr",
-                "--v=0",
-                "--virtual-time-budget=10000",
-                "--dump-dom",
-                page.as_uri(),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
+        done = chromium.dump_dom(
+            page,
+            tmp_path / "profile",
+            "--enable-logging=stderr",
+            "--v=0",
+            "--virtual-time-budget=10000",
         )
         console = [line for line in done.stderr.splitlines() if "CONSOLE" in line]
         assert done.returncode == 0, done.stderr[-2000:]

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import subprocess
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,6 +14,7 @@ from perfguard.records import BaselineRef, Run, VariantResult
 from perfguard.report import render_markdown, summary_lines
 from perfguard.report.outputs import write_reports
 from perfguard.stats.verdicts import compare_runs
+from tests import chromium
 from tests.factories import result, run
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -311,16 +310,8 @@ def test_regressions_read_one_line_per_test_and_metric_worst_variant_first() -> 
     assert "e+0" not in details  # Cohen's d as a number a reader compares, not 1.4e+02
 
 
-def _chromium() -> str | None:
-    names = ("chromium", "chromium-browser", "google-chrome")
-    return next((found for name in names if (found := shutil.which(name))), None)
-
-
 @pytest.mark.slow
-@pytest.mark.skipif(
-    _chromium() is None and not os.environ.get("CI"),
-    reason="Chromium is not installed (apt-get install chromium); CI requires it",
-)
+@chromium.needed
 def test_the_regressions_fit_a_github_comments_width_in_a_browser(tmp_path: Path) -> None:
     """Rendered as GitHub renders a comment (cmark-gfm; tables scroll sideways rather than
     wrap the page) in headless Chromium at a comment's width: the regressions table needs no
@@ -328,8 +319,6 @@ def test_the_regressions_fit_a_github_comments_width_in_a_browser(tmp_path: Path
     import cmarkgfm
     from cmarkgfm.cmark import Options
 
-    browser = _chromium()
-    assert browser is not None, "CI needs Chromium for this test: apt-get install chromium"
     body = cmarkgfm.github_flavored_markdown_to_html(
         render_markdown(widened_run()), options=Options.CMARK_OPT_UNSAFE
     )
@@ -345,20 +334,8 @@ def test_the_regressions_fit_a_github_comments_width_in_a_browser(tmp_path: Path
         "document.body.setAttribute('data-scroll', t.scrollWidth - t.clientWidth);</script>"
         "</body></html>"
     )
-    done = subprocess.run(
-        [
-            browser,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            f"--user-data-dir={tmp_path / 'profile'}",
-            f"--window-size={COMMENT_WIDTH_PX + 40},2000",
-            "--dump-dom",
-            page.as_uri(),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
+    done = chromium.dump_dom(
+        page, tmp_path / "profile", f"--window-size={COMMENT_WIDTH_PX + 40},2000"
     )
     assert done.returncode == 0, done.stderr[-2000:]
     found = re.search(r'data-scroll="(-?\d+)"', done.stdout)
