@@ -1,5 +1,14 @@
-"""The error every `perfguard` command reports as one line on stderr, with exit 2."""
+"""The root of every error perfguard raises on purpose, and the one for bad input or usage.
+
+Each part raises its own subclass (`GitError`, `BaselineError`, `RecordError`, ...) with a
+message a user can act on; the `perfguard` command catches `PerfguardError` once and prints
+it as one line on stderr, exit 2. Anything else that escapes is a bug, and keeps its
+traceback."""
 
 
-class InputError(Exception):
+class PerfguardError(Exception):
+    """An error perfguard raised on purpose: its message is the one line a user reads."""
+
+
+class InputError(PerfguardError):
     """Bad input or usage: reported as one line on stderr, exit 2."""

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from perfguard.errors import PerfguardError
+
 DEFAULT_DEPTH = 50
 SHALLOW_HINT = (
     "this is a shallow clone, so older commits are not here (GitHub Actions checks out one "
@@ -20,7 +22,7 @@ SHALLOW_HINT = (
 )
 
 
-class GitError(Exception):
+class GitError(PerfguardError):
     """A git question that has no answer here (bad ref, no repository)."""
 
 

@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from perfguard.errors import PerfguardError
+
 MARKER = "<!-- perfguard-report -->"  # the report's first line; finds our comment
 COMMENT_LIMIT = 65_536  # GitHub's limit on a comment's body, in characters
 DEFAULT_API = "https://api.github.com"
@@ -29,7 +31,7 @@ _NEXT = re.compile(r'<([^>]+)>;\s*rel="next"')
 ACTIONS_BOT = "github-actions[bot]"  # who Actions' GITHUB_TOKEN posts as
 
 
-class GitHubError(Exception):
+class GitHubError(PerfguardError):
     """A request GitHub refused, or that kept failing: one line, never with the token."""
 
     def __init__(self, message: str, status: int | None = None) -> None:

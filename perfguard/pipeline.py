@@ -19,6 +19,7 @@ from typing import Any
 from perfguard.accept import with_accepts
 from perfguard.confirm import Remeasure, confirm, confirm_same_job, with_rounds
 from perfguard.environment_diff import environment_differences
+from perfguard.errors import PerfguardError
 from perfguard.git import (
     BaselineChoice,
     GitError,
@@ -37,7 +38,7 @@ from perfguard.store.history import load_history, noise_floor, with_trends
 from perfguard.store.objects import ObjectStore, open_store
 
 
-class PipelineError(Exception):
+class PipelineError(PerfguardError):
     """A step that cannot go on; the message says what to do. Measurements are kept."""
 
 

@@ -180,3 +180,34 @@ def test_modules_and_functions_are_short_or_say_why() -> None:
                     long_functions.append(f"{rel}:{node.name} ({size} lines)")
     assert not long_modules, long_modules
     assert not long_functions, long_functions
+
+
+@pytest.mark.slow  # imports the modules that declare errors, torch among them
+def test_every_error_perfguard_raises_on_purpose_has_one_root() -> None:
+    """Each exception class of the package derives from `PerfguardError`, so that a command
+    catches the root once (one line, exit 2) and anything else is a bug with its traceback."""
+    import importlib
+    import inspect
+
+    from perfguard.errors import PerfguardError
+
+    stray = []
+    for name, path in MODULES.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        classes = [
+            n.name
+            for n in tree.body
+            if isinstance(n, ast.ClassDef)
+            and any(b in ast.unparse(n) for b in ("Error", "Exception", "Refused"))
+        ]
+        if not classes:
+            continue
+        module = importlib.import_module(name)
+        for cls_name in classes:
+            cls = getattr(module, cls_name)
+            if cls_name.startswith("_"):  # a module's own signal, caught where it is raised
+                continue
+            if inspect.isclass(cls) and issubclass(cls, Exception) and not issubclass(cls, Warning):
+                if not issubclass(cls, PerfguardError):
+                    stray.append(f"{name}.{cls_name}")
+    assert not stray, stray

@@ -21,6 +21,7 @@ from typing import Any
 
 import perfguard
 from perfguard.ab.channel import ENV_ITEMS, ENV_SIDE, ENV_TRACES, Message, open_listener
+from perfguard.errors import PerfguardError
 from perfguard.measure.sampling import TIMED
 from perfguard.records import VariantResult
 
@@ -76,7 +77,7 @@ class Launch:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-class WorkerExitedError(RuntimeError):
+class WorkerExitedError(PerfguardError, RuntimeError):
     """A worker process ended or hung up; the message holds the end of its output."""
 
 

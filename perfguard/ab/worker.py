@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from perfguard.ab.channel import ENV_ITEMS, ENV_SIDE, Message, connect_from_env
+from perfguard.errors import PerfguardError
 from perfguard.measure.placement import on_one_cpu
 from perfguard.measure.sampling import (
     Sampler,
@@ -71,7 +72,7 @@ def end_worker(code: int) -> NoReturn:
     os._exit(code)
 
 
-class DriverGoneError(RuntimeError):
+class DriverGoneError(PerfguardError, RuntimeError):
     """The driving pytest session closed the connection: this worker stops."""
 
 

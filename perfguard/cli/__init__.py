@@ -2,10 +2,11 @@
 
 One module per command (`report`, `compare`, `comment`, `merge`, `init`, `baselines`; the
 history's in `perfguard.history.commands`), each registering its parser. Exit codes: 0 fine,
-1 regression found, 2 usage or input error (one line on stderr). Each command imports what it
-needs when it runs: `comment` needs only the standard library, and `baselines pull`/`push`
-only filelock, so the workflow's jobs that hold a write token can install perfguard without
-its dependencies (and without the pull request's code).
+1 regression found, 2 usage or input error: any `PerfguardError`, printed once here as one
+line on stderr. Each command imports what it needs when it runs: `comment` needs only the
+standard library, and `baselines pull`/`push` only filelock, so the workflow's jobs that hold
+a write token can install perfguard without its dependencies (and without the pull request's
+code).
 """
 
 from __future__ import annotations
@@ -16,10 +17,7 @@ from collections.abc import Sequence
 
 from perfguard import __version__
 from perfguard.cli.common import EXIT_INPUT, EXIT_OK, EXIT_REGRESSION, Parser
-from perfguard.errors import InputError
-from perfguard.git import GitError
-from perfguard.records import RecordError
-from perfguard.store.baselines import BaselineError
+from perfguard.errors import InputError, PerfguardError
 
 __all__ = ["EXIT_INPUT", "EXIT_OK", "EXIT_REGRESSION", "build_parser", "main", "parse_args"]
 
@@ -54,10 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parse_args(sys.argv[1:] if argv is None else argv)
         code: int = args.func(args)
         return code
-    except (InputError, BaselineError, RecordError, GitError) as exc:
-        print(f"perfguard: error: {exc}", file=sys.stderr)
-        return EXIT_INPUT
-    except OSError as exc:
+    except (PerfguardError, OSError) as exc:  # one line; anything else is a bug
         print(f"perfguard: error: {exc}", file=sys.stderr)
         return EXIT_INPUT
 

@@ -61,7 +61,7 @@ def _sync_root(directory: Path) -> Path:
 
 
 def cmd_baselines_pull(args: argparse.Namespace) -> int:
-    from perfguard.store.sync import SyncError, for_run, pull
+    from perfguard.store.sync import for_run, pull
 
     root = _sync_root(args.dir)
     choices: list[str] = []
@@ -77,10 +77,7 @@ def cmd_baselines_pull(args: argparse.Namespace) -> int:
             history=args.history,
             choices=choices,
         )
-    try:
-        result = pull(root, args.dir, remote=args.remote, branch=args.branch, only=only)
-    except SyncError as exc:
-        raise InputError(str(exc)) from None
+    result = pull(root, args.dir, remote=args.remote, branch=args.branch, only=only)
     for line in choices:
         print(f"baseline for {line}")
     print(
@@ -96,12 +93,9 @@ def cmd_baselines_pull(args: argparse.Namespace) -> int:
 
 
 def cmd_baselines_push(args: argparse.Namespace) -> int:
-    from perfguard.store.sync import SyncError, push
+    from perfguard.store.sync import push
 
-    try:
-        result = push(_sync_root(args.dir), args.dir, remote=args.remote, branch=args.branch)
-    except SyncError as exc:
-        raise InputError(str(exc)) from None
+    result = push(_sync_root(args.dir), args.dir, remote=args.remote, branch=args.branch)
     print(
         f"pushed {len(result.added)} baseline(s) to {redacted(args.remote)}/{args.branch}"
         + (f" after {result.attempts} attempts" if result.attempts > 1 else "")
@@ -112,7 +106,6 @@ def cmd_baselines_push(args: argparse.Namespace) -> int:
 def cmd_baselines_retain(args: argparse.Namespace) -> int:
     from perfguard.history.series import main_line
     from perfguard.store.retention import retain
-    from perfguard.store.sync import SyncError
 
     root = _sync_root(Path.cwd())
     line = main_line(root, args.main_branch, limit=None)  # every record can be placed
@@ -122,17 +115,14 @@ def cmd_baselines_retain(args: argparse.Namespace) -> int:
             "retain orders the records along main's first-parent history (check out with "
             "fetch-depth: 0, or name the branch with --main-branch)"
         )
-    try:
-        done = retain(
-            root,
-            keep=args.keep,
-            line=line,
-            remote=args.remote,
-            branch=args.branch,
-            dry_run=args.dry_run,
-        )
-    except SyncError as exc:
-        raise InputError(str(exc)) from None
+    done = retain(
+        root,
+        keep=args.keep,
+        line=line,
+        remote=args.remote,
+        branch=args.branch,
+        dry_run=args.dry_run,
+    )
     verb = "would remove" if args.dry_run else "removed"
     for path in done.removed:
         print(f"{verb} {path}")

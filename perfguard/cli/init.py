@@ -12,7 +12,7 @@ from perfguard.errors import InputError
 
 def cmd_init(args: argparse.Namespace) -> int:
     from perfguard.git import git_state
-    from perfguard.init import InitError, InitOptions, init, next_steps
+    from perfguard.init import InitOptions, init, next_steps
 
     state = git_state(Path.cwd())
     if state is None:
@@ -26,10 +26,7 @@ def cmd_init(args: argparse.Namespace) -> int:
         force=args.force,
         store=args.store,
     )
-    try:
-        done = init(state.root, options)
-    except InitError as exc:
-        raise InputError(str(exc)) from None
+    done = init(state.root, options)
     for path in done.created:
         print(f"created {path}")
     for path in done.replaced:

@@ -28,10 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from perfguard.errors import PerfguardError
+
 SLOWER, SAME, UNCLEAR = "slower", "same", "unclear"
 
 
-class BisectError(Exception):
+class BisectError(PerfguardError):
     """Nothing to bisect, or a step that cannot be measured: one line for the user."""
 
 

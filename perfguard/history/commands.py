@@ -171,7 +171,7 @@ def cmd_alert(args: argparse.Namespace) -> int:
 
 
 def cmd_bisect(args: argparse.Namespace) -> int:
-    from perfguard.history.bisect import BisectError, PluginMeasure, commits_between, search
+    from perfguard.history.bisect import PluginMeasure, commits_between, search
     from perfguard.history.series import dumps
 
     if args.rounds < 1:
@@ -183,14 +183,9 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     def log(line: str) -> None:
         print(f"perfguard bisect: {line}", file=sys.stderr, flush=True)
 
-    try:
-        commits = commits_between(root, args.good, args.bad)
-        log(f"{len(commits) - 1} commit(s) after {commits[0][:10]} up to {commits[-1][:10]}")
-        found = search(
-            commits, PluginMeasure(root, args.pytest_args, log), rounds=args.rounds, log=log
-        )
-    except BisectError as exc:
-        raise InputError(str(exc)) from None
+    commits = commits_between(root, args.good, args.bad)
+    log(f"{len(commits) - 1} commit(s) after {commits[0][:10]} up to {commits[-1][:10]}")
+    found = search(commits, PluginMeasure(root, args.pytest_args, log), rounds=args.rounds, log=log)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(dumps(found.to_json()), encoding="utf-8")

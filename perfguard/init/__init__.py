@@ -16,6 +16,7 @@ from pathlib import Path
 import jinja2
 
 from perfguard import __version__
+from perfguard.errors import PerfguardError
 
 WORKFLOW = Path(".github/workflows/perfguard.yml")
 DEFAULT_LABELS = ("self-hosted", "linux", "x64", "gpu")
@@ -23,7 +24,7 @@ SETTINGS = {"perfguard_variants": "eager,compile-default", "perfguard_main_branc
 IGNORED = ("baselines/", "reports/")
 
 
-class InitError(Exception):
+class InitError(PerfguardError):
     """Init cannot go on; nothing was written. The message says why and what to do."""
 
 

@@ -31,6 +31,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from perfguard.errors import PerfguardError
+
 MODES = ("compile", "forward")
 ENV_MODES = "PERFGUARD_INSTRUCTIONS"  # in the counted process: the regions to count
 ENV_SHIM = "PERFGUARD_CALLGRIND_SHIM"  # ... and the library that turns counting on and off
@@ -46,7 +48,7 @@ void perfguard_stop(const char *name) {
 """
 
 
-class CallgrindError(RuntimeError):
+class CallgrindError(PerfguardError, RuntimeError):
     """Instruction counting cannot run here, or a counted process failed; says why."""
 
 

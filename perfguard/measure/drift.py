@@ -28,6 +28,7 @@ import torch
 from torch import nn
 from torch.utils import _pytree as pytree
 
+from perfguard.errors import PerfguardError
 from perfguard.records import DriftCheck
 from perfguard.variants.base import first_line
 from perfguard.variants.generation import (
@@ -64,7 +65,7 @@ DriftTolerance = float | Mapping[str, float] | None
 """A user override: one relative tolerance for every class, or one per class name."""
 
 
-class NonFiniteOutputError(ValueError):
+class NonFiniteOutputError(PerfguardError, ValueError):
     """The outputs hold NaN or Inf."""
 
 

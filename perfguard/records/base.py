@@ -6,6 +6,8 @@ import math
 import re
 from typing import Literal, get_args
 
+from perfguard.errors import PerfguardError
+
 SCHEMA_VERSION = 8  # the history is in perfguard/store/schema.py
 SHA = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
 """A full git commit id (SHA-1, or SHA-256 in a repository that uses it)."""
@@ -27,7 +29,7 @@ VERDICTS: tuple[Verdict, ...] = get_args(Verdict)
 """`accepted`: a regression the pull request accepts, within its bound (stats.accepts)."""
 
 
-class RecordError(ValueError):
+class RecordError(PerfguardError, ValueError):
     """A results or baseline document does not have the shape of the results format."""
 
 

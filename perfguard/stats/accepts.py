@@ -26,6 +26,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from perfguard.errors import PerfguardError
 from perfguard.records import METRICS, Accepted, Comparison
 from perfguard.stats.thresholds import add_note
 
@@ -41,7 +42,7 @@ _BOUND = re.compile(r"\+\s*(\d+(?:\.\d+)?)\s*(%|B|KiB|MiB|GiB|KB|MB|GB)")
 _KEYS = {"test", "variant", "metric", "up_to", "reason"}
 
 
-class AcceptError(ValueError):
+class AcceptError(PerfguardError, ValueError):
     """The accept file does not read as accepts: the run says so and accepts nothing."""
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from perfguard.errors import PerfguardError
 from perfguard.records import SHA, RecordError, Run, VariantResult
 from perfguard.store.schema import SchemaError, upgrade
 from perfguard.store.summary import write_part
@@ -42,7 +43,7 @@ def split_name(name: str) -> tuple[str, str] | None:
     return None
 
 
-class BaselineError(Exception):
+class BaselineError(PerfguardError):
     """A baseline or results file that cannot be used; the message names the file."""
 
 

@@ -16,8 +16,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from perfguard.errors import PerfguardError
 
-class SyncError(Exception):
+
+class SyncError(PerfguardError):
     """A git step of pull or push failed; the message says which and what git said (a URL's
     credentials, `https://user:token@host`, never: they are replaced by `***`)."""
 

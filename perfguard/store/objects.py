@@ -74,7 +74,7 @@ class ObjectStoreError(BaselineError):
     """An object store that cannot be used as asked; the message says why and what to do."""
 
 
-class Conflict(Exception):
+class _Conflict(Exception):
     """A conditional write found the object changed since it was read."""
 
 
@@ -126,7 +126,7 @@ class ObjectStore:
     def _call(self, what: str, call: Callable[[], Any]) -> Any:
         try:
             return call()
-        except (Conflict, FileNotFoundError, ObjectStoreError):
+        except (_Conflict, FileNotFoundError, ObjectStoreError):
             raise  # a missing object, a lost race, or already said in one line
         except Exception as exc:  # botocore, aiohttp and fsspec raise many kinds
             raise ObjectStoreError(f"{self.url}: {what} failed: {_reason(exc)}") from None
@@ -195,7 +195,7 @@ class ObjectStore:
     def _put(self, path: str, content: bytes, *, etag: str | bool | None = False) -> str:
         """Write `content` at `path`; return its ETag. `etag`: False writes unconditionally,
         None only if there is no object yet, a string only if the object still has it.
-        `Conflict` when the condition does not hold."""
+        `_Conflict` when the condition does not hold."""
         if self.protocol not in WRITABLE:
             raise ObjectStoreError(
                 f"{self.url}: perfguard writes baselines to s3:// stores only (a save must not "
@@ -212,7 +212,7 @@ class ObjectStore:
             out = self.fs.pipe_file(name, content, **condition)
         except Exception as exc:
             if _is_conflict(exc):
-                raise Conflict(path) from None
+                raise _Conflict(path) from None
             if isinstance(exc, FileNotFoundError):
                 raise self._no_bucket() from None
             raise ObjectStoreError(f"{self.url}: writing {path} failed: {_reason(exc)}") from None
@@ -300,7 +300,7 @@ class ObjectStore:
             content = baseline_bytes(merged)
             try:
                 etag = self._put(path, content, etag=entry.etag if entry else None)
-            except Conflict:
+            except _Conflict:
                 time.sleep(0.05 * attempt)  # another save landed first: merge with it
                 continue
             self._write_part(merged, content, path, etag)

@@ -69,6 +69,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from perfguard.errors import PerfguardError
 from perfguard.records import SCHEMA_VERSION
 
 
@@ -142,7 +143,7 @@ MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
 """version N -> a function turning a version-N document into a version-(N+1) one."""
 
 
-class SchemaError(ValueError):
+class SchemaError(PerfguardError, ValueError):
     pass
 
 

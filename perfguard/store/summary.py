@@ -29,6 +29,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from perfguard.errors import PerfguardError
 from perfguard.records import Metrics, Run, VariantResult
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ RUN_TEST, RUN_VARIANT, RUN_METRIC = "(the run)", "runner", "run_seconds"
 """The row of a run's cost (its runner seconds, `Run.cost`): main's cost per commit."""
 
 
-class SummaryError(ValueError):
+class SummaryError(PerfguardError, ValueError):
     """A summary part that is not one: the message names it."""
 
 

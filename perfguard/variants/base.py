@@ -10,6 +10,7 @@ from typing import Any, Literal, Protocol
 import torch
 from torch import nn
 
+from perfguard.errors import PerfguardError
 from perfguard.variants.spec import VariantPart
 
 Timing = Literal["device", "host"]
@@ -21,7 +22,7 @@ def first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
-class VariantUnavailableError(Exception):
+class VariantUnavailableError(PerfguardError):
     """This variant cannot run here (no CUDA, a missing package, an unsupported model)."""
 
 

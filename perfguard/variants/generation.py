@@ -27,10 +27,11 @@ from typing import Any
 import torch
 from torch import nn
 
+from perfguard.errors import PerfguardError
 from perfguard.variants.base import Built
 
 
-class GenerationError(Exception):
+class GenerationError(PerfguardError):
     """A generation test that cannot run as written; the message says what to change."""
 
 

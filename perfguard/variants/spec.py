@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from perfguard.errors import PerfguardError
+
 # family -> (names, stage). Stages give the only order parts may be combined in.
 FAMILIES: dict[str, tuple[tuple[str, ...], int]] = {
     "prune": (("prune-l1-unstructured", "prune-ln-structured"), 0),
@@ -38,7 +40,7 @@ DEFAULT_VARIANTS: tuple[str, ...] = ("eager", "compile-default")
 """The built-in default set, overridden by ini, marker and command line in that order."""
 
 
-class UnknownVariantError(ValueError):
+class UnknownVariantError(PerfguardError, ValueError):
     """A variant name that perfguard does not know, or parts combined in a way it cannot build."""
 
 

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from perfguard.errors import PerfguardError
 from perfguard.variants.base import Built, compiled_or_eager, model_size_bytes
 from perfguard.variants.spec import VariantSpec
 
@@ -39,7 +40,7 @@ TRAINABLE_FAMILIES = ("compile", "amp")
 """Variant families a training step runs under (with eager); the others are inference-only."""
 
 
-class TrainStepError(ValueError):
+class TrainStepError(PerfguardError, ValueError):
     """The training step cannot be taken as given: its message says what to change."""
 
 
