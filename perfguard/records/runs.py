@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -196,10 +197,13 @@ class Run:
             seen.add(result.key)
 
     def result(self, test: str, variant: str) -> VariantResult | None:
-        for r in self.results:
-            if r.key == (test, variant):
-                return r
-        return None
+        return self._by_key.get((test, variant))
+
+    @functools.cached_property
+    def _by_key(self) -> dict[tuple[str, str], VariantResult]:
+        """The results by (test, variant): a comparison of a 500-test suite looks up every
+        one, and a scan each time made it quadratic."""
+        return {r.key: r for r in self.results}
 
     @property
     def health_warnings(self) -> tuple[str, ...]:
