@@ -8,6 +8,7 @@ commits that has a stored baseline wins, and the reason says which and why.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -292,3 +293,35 @@ def last_author(path: Path, base: str, head: str, file: Path) -> str:
         )
     except Exception:
         return ""
+
+
+def worktrees(path: Path) -> list[Path]:
+    """The folders of the repository's worktrees (`git worktree list`), its own first."""
+    out = str(_repo(path).git.worktree("list", "--porcelain"))
+    return [
+        Path(line.removeprefix("worktree "))
+        for line in out.splitlines()
+        if line.startswith("worktree ")
+    ]
+
+
+def add_worktree(path: Path, folder: Path, commit: str) -> Path:
+    """Check `commit` out, detached, as a worktree in `folder`; the top of the repository
+    `path` is in (a pytest rootdir may sit below it)."""
+    repo = _repo(path)
+    try:
+        repo.git.worktree("add", "--detach", str(folder), commit)
+    except Exception as exc:
+        raise GitError(f"could not check out {commit[:10]} as a worktree: {exc}") from None
+    return Path(repo.working_tree_dir or path).resolve()
+
+
+def remove_worktree(path: Path, folder: Path | None = None) -> None:
+    """Remove the worktree in `folder` (gone already is fine), then prune git's records of
+    worktrees whose folder is gone; with no `folder`, prune only."""
+    repo = _repo(path)
+    if folder is not None:
+        with contextlib.suppress(Exception):
+            repo.git.worktree("remove", "--force", str(folder))
+    with contextlib.suppress(Exception):
+        repo.git.worktree("prune")

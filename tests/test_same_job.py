@@ -275,8 +275,40 @@ def test_a_worker_started_early_waits_for_the_drivers_items() -> None:
         assert link.items == ["t.py::a[eager]", "t.py::b[eager]"]  # asked once
         other = WorkerLink(here, "A", None)
         there.send({"kind": "go"})
-        with pytest.raises(ValueError, match="before the items"):
+        with pytest.raises(ValueError, match="'go' where items was due"):
             _ = other.items
+
+
+def test_every_ab_message_round_trips_and_a_stray_one_is_named() -> None:
+    from perfguard.ab import protocol as p
+
+    messages = [
+        p.Items(("t.py::a[eager]",)),
+        p.Go(),
+        p.Skip(),
+        p.Time(),
+        p.Block(),
+        p.Finish(),
+        p.Collected(("t.py::a[eager]",), cuda=None),
+        p.Next("t.py::a[eager]"),
+        p.Built(),
+        p.Ready(repeats=5, warmup_calls=12),
+        p.Times((1.5, 1.25)),
+        p.Result("t.py::a[eager]", {"test": "t.py::a"}, {"torch": "2.13.0"}),
+        p.Ended("t.py::a[eager]", "passed", ""),
+    ]
+    assert {m.KIND for m in messages} == set(p.KINDS)  # each kind once
+    for message in messages:
+        assert p.decode(message.wire()) == message
+    assert p.command(p.Go().wire()) == p.Go() and p.report(p.Built().wire()) == p.Built()
+    with pytest.raises(p.ProtocolError, match="'built' is a worker's"):
+        p.command(p.Built().wire())
+    with pytest.raises(p.ProtocolError, match="'go' is the driver's"):
+        p.report(p.Go().wire())
+    with pytest.raises(p.ProtocolError, match="not an A/B message: 'hello'"):
+        p.decode({"kind": "hello"})
+    with pytest.raises(p.ProtocolError, match=r"'ready': expected fields \['repeats', 'warmup"):
+        p.decode({"kind": "ready", "repeats": 5})
 
 
 def test_an_early_launch_with_none_of_the_paths_in_the_tree_starts_nothing(

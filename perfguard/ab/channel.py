@@ -1,7 +1,8 @@
 """The wire between the A/B driver and its workers: a local socket with a shared key.
 
-Messages are small dicts with a `kind`. The address and key reach a worker through its
-environment, so only processes the driver started can connect.
+The messages are declared in `perfguard.ab.protocol` (plain dicts with a `kind` on the
+wire). The address and key reach a worker through its environment, so only processes the
+driver started can connect.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import secrets
 import sys
 from multiprocessing.connection import Client, Connection, Listener
 from pathlib import Path
-from typing import Any
 
 from perfguard.ab import scratch
 
@@ -20,8 +20,6 @@ ENV_KEY = "PERFGUARD_AB_KEY"
 ENV_SIDE = "PERFGUARD_AB_SIDE"
 ENV_TRACES = "PERFGUARD_TRACES"  # where every process of a session writes its Chrome traces
 ENV_ITEMS = "PERFGUARD_AB_ITEMS"  # file: the node ids to run, in the driver's order
-
-Message = dict[str, Any]
 
 
 SOCKET_PATH_MAX = 103

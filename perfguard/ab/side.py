@@ -20,7 +20,25 @@ from pathlib import Path
 from typing import Any
 
 import perfguard
-from perfguard.ab.channel import ENV_ITEMS, ENV_SIDE, ENV_TRACES, Message, open_listener
+from perfguard.ab import protocol
+from perfguard.ab.channel import ENV_ITEMS, ENV_SIDE, ENV_TRACES, open_listener
+from perfguard.ab.protocol import (
+    Block,
+    Built,
+    Collected,
+    Ended,
+    Finish,
+    Go,
+    Items,
+    Message,
+    Next,
+    Ready,
+    Report,
+    Result,
+    Skip,
+    Time,
+    Times,
+)
 from perfguard.errors import PerfguardError
 from perfguard.measure.sampling import TIMED
 from perfguard.records import VariantResult
@@ -179,10 +197,12 @@ class Side:
             raise WorkerExitedError(self._why("did not connect"))
         self.conn = conn
         if launch.items_later:
-            self.send("items", items=list(items))
+            self.send(Items(tuple(items)))
         hello = self.recv()
-        self.collected = set(hello.get("items") or ())
-        self.cuda = hello.get("cuda")
+        if not isinstance(hello, Collected):
+            raise protocol.unexpected(hello, Collected)
+        self.collected = set(hello.items)
+        self.cuda = hello.cuda
 
     def _why(self, what: str) -> str:
         code = None
@@ -198,26 +218,26 @@ class Side:
         last = tail.splitlines()[-1] if tail else "no output"
         return f"the {self.label} worker {what} ({status}): {last} (log: {self.log})"
 
-    def send(self, kind: str, **fields: Any) -> None:
+    def send(self, command: Message) -> None:
         if self.conn is None:
             raise WorkerExitedError(self._why("is not running"))
         try:
-            self.conn.send({"kind": kind, **fields})
+            self.conn.send(command.wire())
         except OSError:
             raise WorkerExitedError(self._why("hung up")) from None
 
-    def recv(self) -> Message:
-        """The next message; waits as long as the worker lives (compiling can take minutes)."""
+    def recv(self) -> Report:
+        """The next report; waits as long as the worker lives (compiling can take minutes)."""
         if self.conn is None:
             raise WorkerExitedError(self._why("is not running"))
         try:
             while not self.conn.poll(POLL_S):
                 if self.proc is not None and self.proc.poll() is not None:
                     raise WorkerExitedError(self._why("exited"))
-            message: Message = self.conn.recv()
+            data = self.conn.recv()
         except (EOFError, OSError):
             raise WorkerExitedError(self._why("hung up")) from None
-        return message
+        return protocol.report(data)
 
     def begin(self, nodeid: str, remaining: Sequence[str]) -> SideOutcome | None:
         """Let the worker start `nodeid` (it builds it, then waits; see `built`). None: it
@@ -228,50 +248,56 @@ class Side:
             return SideOutcome(None, "absent", f"not collected in {self.label}")
         while True:
             message = self.recv()
-            if message["kind"] == "next" and message["item"] == nodeid:
-                self.send("go")
+            if not isinstance(message, Next):
+                raise protocol.unexpected(message, Next)
+            if message.item == nodeid:
+                self.send(Go())
                 return None
-            if message["kind"] == "next":  # an item the driver did not run: skip it there
-                self.send("skip")
+            self.send(Skip())  # an item the driver did not run: skip it there
 
     def built(self) -> SideOutcome | None:
         """Wait until the item's variant is built. None: it waits for its turn to time; an
         outcome: the item ended first (it failed to build, skipped, or measured nothing)."""
-        return self._until_ended(until="built")
+        return self._until_ended(until=Built)
 
     def take_turn(self) -> SideOutcome | None:
         """Let the worker compile and warm up its built variant. None: it is ready to sample;
         an outcome: it failed before sampling (compile)."""
-        self.send("time")
-        return self._until_ended(until="ready")
+        self.send(Time())
+        return self._until_ended(until=Ready)
 
-    def _until_ended(self, *, until: str | None) -> SideOutcome | None:
+    def _until_ended(self, *, until: type[Built | Ready] | None) -> SideOutcome | None:
         """Read the item's result, if any, until it ends; None on an `until` message."""
         result = None
         environment = None
         while True:
-            message = self.recv()
-            if until is not None and message["kind"] == until:
-                if until == "ready":
-                    self.repeats = int(message["repeats"])
-                return None
-            if message["kind"] == "result":
-                result = VariantResult.from_json(message["result"])
-                environment = message.get("environment")
-            elif message["kind"] == "ended":
-                return SideOutcome(result, message["outcome"], message["message"], environment)
+            match self.recv():
+                case Built() | Ready() as message if until is not None and type(message) is until:
+                    if isinstance(message, Ready):
+                        self.repeats = message.repeats
+                    return None
+                case Result() as message:
+                    result = VariantResult.from_json(message.result)
+                    environment = message.environment
+                case Ended() as message:
+                    return SideOutcome(result, message.outcome, message.message, environment)
+                case message:
+                    due = (*((until,) if until else ()), Result, Ended)
+                    raise protocol.unexpected(message, *due)
 
     def block(self) -> tuple[float, ...]:
         TIMED.set()  # the worker times it: the driver's health monitor reads the clocks
         try:
-            self.send("block")
+            self.send(Block())
             message = self.recv()
         finally:
             TIMED.clear()
-        return tuple(message["times"])
+        if not isinstance(message, Times):
+            raise protocol.unexpected(message, Times)
+        return message.times
 
     def finish(self) -> SideOutcome:
-        self.send("finish")
+        self.send(Finish())
         outcome = self._until_ended(until=None)
         assert outcome is not None  # only an `until` message gives None
         return outcome

@@ -14,12 +14,28 @@ import functools
 import os
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
-from perfguard.ab.channel import ENV_ITEMS, ENV_SIDE, Message, connect_from_env
+from perfguard.ab import protocol
+from perfguard.ab.channel import ENV_ITEMS, ENV_SIDE, connect_from_env
+from perfguard.ab.protocol import (
+    Block,
+    Built,
+    Finish,
+    Go,
+    Items,
+    Message,
+    Next,
+    Ready,
+    Report,
+    Skip,
+    Time,
+    Times,
+)
 from perfguard.errors import PerfguardError
 from perfguard.measure.placement import on_one_cpu
 from perfguard.measure.sampling import (
+    Command,
     Sampler,
     SamplingSettings,
     WarmupOutcome,
@@ -99,48 +115,56 @@ class WorkerLink:
         worker was started before the driver had collected)."""
         if self._items is None:
             message = self.recv()
-            if message["kind"] != "items":
-                raise ValueError(f"unknown A/B command {message['kind']!r} before the items")
-            self._items = [str(i) for i in message["items"]]
+            if not isinstance(message, Items):
+                raise protocol.unexpected(message, Items)
+            self._items = list(message.items)
         return self._items
 
-    def send(self, kind: str, **fields: Any) -> None:
-        self.conn.send({"kind": kind, **fields})
+    def send(self, report: Report) -> None:
+        self.conn.send(report.wire())
 
     def recv(self) -> Message:
         try:
-            message: Message = self.conn.recv()
+            data = self.conn.recv()
         except (EOFError, OSError):
             raise DriverGoneError("the A/B driver closed the connection") from None
-        return message
+        return protocol.command(data)
 
     def may_start(self, nodeid: str) -> bool:
         """Ask the driver whether to run this item now (it waits its turn); False: skip it."""
-        self.send("next", item=nodeid)
-        return bool(self.recv()["kind"] == "go")
+        self.send(Next(nodeid))
+        answer = self.recv()
+        if not isinstance(answer, Go | Skip):
+            raise protocol.unexpected(answer, Go, Skip)
+        return isinstance(answer, Go)
 
     def wait_turn(self) -> None:
         """Say the item's variant is built, then wait until the driver gives this side its
         turn to compile and time it (both sides build at once, one times at a time)."""
-        self.send("built")
-        command = str(self.recv()["kind"])
-        if command != "time":
-            raise ValueError(f"unknown A/B command {command!r} while waiting for the turn")
+        self.send(Built())
+        if not isinstance(turn := self.recv(), Time):
+            raise protocol.unexpected(turn, Time)
+
+    def _sampling_command(self) -> Command:
+        command = self.recv()
+        if not isinstance(command, Block | Finish):
+            raise protocol.unexpected(command, Block, Finish)
+        return command.KIND
 
     def sampler(self) -> Sampler:
         """Sampling that announces `ready` after warm-up and then samples on command, each
         block timed from the CPU the other side's blocks are timed from too."""
 
         def ready(warmup: WarmupOutcome, settings: SamplingSettings) -> None:
-            self.send("ready", repeats=settings.repeats, warmup_calls=warmup.calls)
+            self.send(Ready(repeats=settings.repeats, warmup_calls=warmup.calls))
 
         def hand_over(block: tuple[float, ...]) -> None:
-            self.send("block", times=list(block))
+            self.send(Times(tuple(block)))
 
         return functools.partial(
             sample_on_demand,
             ready=ready,
-            next_command=lambda: str(self.recv()["kind"]),
+            next_command=self._sampling_command,
             hand_over=hand_over,
             around_block=on_one_cpu,
         )

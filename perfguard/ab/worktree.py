@@ -11,10 +11,10 @@ from __future__ import annotations
 import contextlib
 import shutil
 from pathlib import Path
-from typing import Any
 
+from perfguard import git
 from perfguard.ab import scratch
-from perfguard.git import GitError, _repo
+from perfguard.git import GitError
 
 
 def _stale(tree: Path) -> bool:
@@ -26,26 +26,17 @@ def _stale(tree: Path) -> bool:
     return pid is None or not scratch.alive(pid)
 
 
-def _listed(repo: Any) -> list[Path]:
-    out = str(repo.git.worktree("list", "--porcelain"))
-    return [
-        Path(line[len("worktree ") :]) for line in out.splitlines() if line.startswith("worktree ")
-    ]
-
-
 def prune_stale(root: Path) -> list[Path]:
     """Remove the worktrees of perfguard sessions that were killed; what went."""
-    repo = _repo(root)
     gone = []
     with contextlib.suppress(Exception):
-        for tree in _listed(repo):
+        for tree in git.worktrees(root):
             if _stale(tree):
-                with contextlib.suppress(Exception):
-                    repo.git.worktree("remove", "--force", str(tree))
+                git.remove_worktree(root, tree)
                 shutil.rmtree(tree.parent, ignore_errors=True)
                 gone.append(tree)
         scratch.prune()  # logs and sockets, and other repositories' worktree folders
-        repo.git.worktree("prune")
+        git.remove_worktree(root)
     return gone
 
 
@@ -53,24 +44,21 @@ class Worktree:
     """`git worktree add --detach` of one commit in a temporary folder."""
 
     def __init__(self, root: Path, commit: str) -> None:
-        self.repo = _repo(root)
-        top = Path(self.repo.working_tree_dir or root).resolve()
+        self.root = root
         self.commit = commit
         prune_stale(root)
         self._folder = scratch.make()
         self.path = self._folder / "tree"
         try:
-            self.repo.git.worktree("add", "--detach", str(self.path), commit)
-        except Exception as exc:
+            top = git.add_worktree(root, self.path, commit)
+        except GitError:
             shutil.rmtree(self._folder, ignore_errors=True)
-            raise GitError(f"could not check out {commit[:10]} as a worktree: {exc}") from None
+            raise
         # the pytest rootdir may sit below the top of the repository
         self.rootdir = self.path / Path(root).resolve().relative_to(top)
 
     def remove(self) -> None:
         # already gone is fine: the folder is removed and git's bookkeeping pruned anyway
-        with contextlib.suppress(Exception):
-            self.repo.git.worktree("remove", "--force", str(self.path))
+        with contextlib.suppress(GitError):
+            git.remove_worktree(self.root, self.path)
         shutil.rmtree(self._folder, ignore_errors=True)
-        with contextlib.suppress(Exception):
-            self.repo.git.worktree("prune")

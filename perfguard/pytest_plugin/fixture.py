@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from perfguard.ab.channel import ENV_SIDE
+from perfguard.ab.protocol import Result
 from perfguard.pytest_plugin.marker import MarkerSettings
 from perfguard.pytest_plugin.options import trace_dir
 from perfguard.pytest_plugin.state import SessionState
@@ -162,12 +163,7 @@ class PerfguardFixture:
             generation=training if isinstance(training, Generation) else None,
         )
         if worker is not None:
-            worker.send(
-                "result",
-                item=self._nodeid,
-                result=result.to_json(),
-                environment=self._state.environment,
-            )
+            worker.send(Result(self._nodeid, result.to_json(), self._state.environment))
         self.result = result
         self._state.record(result, self._nodeid)
         _end_item(self.variant, result)

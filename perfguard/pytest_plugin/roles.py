@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from perfguard import PerfguardWarning
+from perfguard.ab.protocol import Collected, Ended
 from perfguard.pytest_plugin import same_job
 from perfguard.pytest_plugin.benchmark_bridge import result_from_benchmark
 from perfguard.pytest_plugin.collection import SKIP_REASON, shard_items, test_id, variant_of
@@ -266,7 +267,7 @@ class AbWorker:
         if dropped:
             config.hook.pytest_deselected(items=dropped)
         items[:] = kept
-        self.link.send("collected", items=[i.nodeid for i in kept], cuda=cuda)
+        self.link.send(Collected(tuple(i.nodeid for i in kept), cuda))
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
@@ -300,7 +301,7 @@ class AbWorker:
             message = " ".join(errors[:2]) if errors else (lines[-1] if lines else "")
         # when the driver is gone, the next item's setup ends the session
         with contextlib.suppress(OSError):
-            self.link.send("ended", item=report.nodeid, outcome=report.outcome, message=message)
+            self.link.send(Ended(report.nodeid, report.outcome, message))
 
     def pytest_sessionfinish(self) -> None:
         self.link.close()

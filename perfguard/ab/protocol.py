@@ -1,0 +1,198 @@
+"""Every message of same-job A/B, declared once: what the driver tells a worker, and what a
+worker tells the driver.
+
+One session of one worker, in order:
+
+    worker                      driver
+    Collected(items, cuda)  ->                 (after Items(items), when launched early)
+    Next(item)              ->
+                            <-  Go | Skip
+    Built                   ->                 (the item's variant is built)
+                            <-  Time
+    Ready(repeats, ...)     ->                 (compiled and warmed up)
+                            <-  Block          (one block per command)
+    Times(times)            ->
+                            <-  Finish
+    Result(item, ...)       ->                 (when the item measured something)
+    Ended(item, outcome)    ->
+
+On the wire a message is a plain dict, `{"kind": ..., **fields}` (what
+`multiprocessing.connection` pickles); `decode` turns one back into its class and refuses a
+kind or field it does not know, naming it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any, ClassVar, get_args
+
+from perfguard.errors import PerfguardError
+
+
+class ProtocolError(PerfguardError, ValueError):
+    """A message that is not one of the protocol's, or not where it may come."""
+
+
+@dataclass(frozen=True)
+class _Message:
+    KIND: ClassVar[str]
+
+    def wire(self) -> dict[str, Any]:
+        return {"kind": self.KIND, **asdict(self)}
+
+
+# the driver's commands
+
+
+@dataclass(frozen=True)
+class Items(_Message):
+    """The node ids to run, in the driver's order (to a worker launched before it knew)."""
+
+    KIND = "items"
+    items: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Go(_Message):
+    """Run the item the worker asked about."""
+
+    KIND = "go"
+
+
+@dataclass(frozen=True)
+class Skip(_Message):
+    """Do not run it: the driver did not run it on the other side."""
+
+    KIND = "skip"
+
+
+@dataclass(frozen=True)
+class Time(_Message):
+    """This side's turn: compile and warm up the built variant."""
+
+    KIND = "time"
+
+
+@dataclass(frozen=True)
+class Block(_Message):
+    """Time one block now."""
+
+    KIND = "block"
+
+
+@dataclass(frozen=True)
+class Finish(_Message):
+    """Sampling is over: finish the item."""
+
+    KIND = "finish"
+
+
+# the worker's reports
+
+
+@dataclass(frozen=True)
+class Collected(_Message):
+    """What the worker collected of the driver's items, and whether CUDA is there."""
+
+    KIND = "collected"
+    items: tuple[str, ...]
+    cuda: bool | None
+
+
+@dataclass(frozen=True)
+class Next(_Message):
+    """The worker is about to run `item`; may it?"""
+
+    KIND = "next"
+    item: str
+
+
+@dataclass(frozen=True)
+class Built(_Message):
+    """The item's variant is built; the worker waits for its turn."""
+
+    KIND = "built"
+
+
+@dataclass(frozen=True)
+class Ready(_Message):
+    """Compiled and warmed up: the blocks its settings ask for, after `warmup_calls`."""
+
+    KIND = "ready"
+    repeats: int
+    warmup_calls: int
+
+
+@dataclass(frozen=True)
+class Times(_Message):
+    """One block's timings, in milliseconds."""
+
+    KIND = "times"
+    times: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Result(_Message):
+    """The item's result (`VariantResult.to_json`) and the worker's environment."""
+
+    KIND = "result"
+    item: str
+    result: dict[str, Any]
+    environment: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class Ended(_Message):
+    """How the item ended: pytest's outcome and its one-line message."""
+
+    KIND = "ended"
+    item: str
+    outcome: str
+    message: str
+
+
+Message = Items | Go | Skip | Time | Block | Finish
+Report = Collected | Next | Built | Ready | Times | Result | Ended
+
+KINDS: dict[str, type[_Message]] = {
+    cls.KIND: cls for cls in (*get_args(Message), *get_args(Report))
+}
+_SEQUENCES = {"items", "times"}  # fields sent as lists, held as tuples
+
+
+def decode(data: object) -> _Message:
+    """The message a wire dict holds; ProtocolError for anything else."""
+    if not isinstance(data, dict) or data.get("kind") not in KINDS:
+        kind = data.get("kind") if isinstance(data, dict) else type(data).__name__
+        raise ProtocolError(f"not an A/B message: {kind!r}")
+    cls = KINDS[data["kind"]]
+    names = {f.name for f in fields(cls)}
+    given = set(data) - {"kind"}
+    if given != names:
+        raise ProtocolError(
+            f"A/B message {cls.KIND!r}: expected fields {sorted(names)}, got {sorted(given)}"
+        )
+    values = {k: tuple(v) if k in _SEQUENCES else v for k, v in data.items() if k != "kind"}
+    return cls(**values)
+
+
+def command(data: object) -> Message:
+    """The driver's command a wire dict holds (a worker reads these)."""
+    message = decode(data)
+    if not isinstance(message, Items | Go | Skip | Time | Block | Finish):
+        raise ProtocolError(f"A/B message {message.KIND!r} is a worker's, sent to a worker")
+    return message
+
+
+def report(data: object) -> Report:
+    """The worker's report a wire dict holds (the driver reads these)."""
+    message = decode(data)
+    if not isinstance(message, Collected | Next | Built | Ready | Times | Result | Ended):
+        raise ProtocolError(f"A/B message {message.KIND!r} is the driver's, sent to the driver")
+    return message
+
+
+def unexpected(message: _Message, *due: type[_Message]) -> ProtocolError:
+    """The error for a message that may not come here (`due`: the ones that may)."""
+    names = " or ".join(d.KIND for d in due)
+    return ProtocolError(f"A/B message {message.KIND!r} where {names} was due")
