@@ -33,7 +33,8 @@ from perfguard.records import BaselineRef, Run, RunCost, VariantResult
 from perfguard.report.outputs import keep_regressed_traces, write_reports
 from perfguard.stats.verdicts import Thresholds, add_note, compare_runs, withhold_speed_verdicts
 from perfguard.stats.why import with_why
-from perfguard.store.baselines import BaselineError, BaselineStore, Saved, write_json_atomic
+from perfguard.store.atomic import write_json_atomic
+from perfguard.store.baselines import BaselineError, BaselineStore, Saved
 from perfguard.store.history import load_history, noise_floor, with_trends
 from perfguard.store.objects import ObjectStore, open_store
 

@@ -602,7 +602,7 @@ def test_the_cli_says_a_full_disk_in_one_line(
     def full(fd: int) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr("perfguard.store.baselines.os.fsync", full)
+    monkeypatch.setattr("perfguard.store.atomic.os.fsync", full)
     assert main(["compare", str(base), str(base), "--json", str(tmp_path / "o.json")]) == 2
     err = capsys.readouterr().err
     assert "No space left on device" in err and len(err.strip().splitlines()) == 1

@@ -68,13 +68,9 @@ def _every_import(path: Path) -> set[str]:
     return _modules_named(node for node in ast.walk(tree) if id(node) not in typing_only)
 
 
-LAZY_UPWARD = {
-    ("perfguard.store.summary", "perfguard.store.baselines"),
-    ("perfguard.store.summary", "perfguard.store.sync"),
-}
-"""Imports inside functions that reach back up to a module importing this one: the summary
-table's loaders read records through the store that writes their parts. Known, to be moved
-into a module of their own above both; none may be added."""
+LAZY_UPWARD: set[tuple[str, str]] = set()
+"""Imports inside functions that reach back up to a module importing this one: none, and
+none may be added (the summary table's loaders moved beside the stores they read)."""
 
 
 def _all_imports(path: Path) -> set[str]:

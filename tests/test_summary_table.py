@@ -8,14 +8,9 @@ import pytest
 
 from perfguard.history.series import build_series, order_runs
 from perfguard.store import BaselineStore
-from perfguard.store.summary import (
-    SUMMARY_DIR,
-    load_branch,
-    load_folder,
-    part_path,
-    read_part,
-    summary_of_runs,
-)
+from perfguard.store.baselines import load_summary as load_folder
+from perfguard.store.branch_summary import load_branch
+from perfguard.store.summary import SUMMARY_DIR, part_path, read_part, summary_of_runs
 from perfguard.store.sync import pull, push
 from tests.factories import result, run
 from tests.gitrepo import clone, git

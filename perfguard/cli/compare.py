@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 from perfguard.cli.common import EXIT_OK, EXIT_REGRESSION, output_options, percent, render
 from perfguard.errors import InputError
 from perfguard.records import BaselineRef, Run
-from perfguard.store.baselines import read_run_file, write_json_atomic
+from perfguard.store.atomic import write_json_atomic
+from perfguard.store.baselines import read_run_file
 
 if TYPE_CHECKING:
     from perfguard.stats.verdicts import Thresholds

@@ -12,7 +12,8 @@ from typing import Any
 from perfguard.cli.common import EXIT_OK, EXIT_REGRESSION
 from perfguard.errors import InputError
 from perfguard.records import Run, RunCost, VariantResult
-from perfguard.store.baselines import read_run_file, write_json_atomic
+from perfguard.store.atomic import write_json_atomic
+from perfguard.store.baselines import read_run_file
 from perfguard.store.location import location
 
 

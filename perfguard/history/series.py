@@ -125,11 +125,11 @@ def load_branch(root: Path, ref: str, metrics: Sequence[str] | None = None) -> S
     `origin/perfguard-baselines`), read as git objects: the parts, and the records whose part
     is missing or stale, validated as `baselines pull` does; a record that is not a baseline
     of its own path is an error naming it."""
-    from perfguard.store import summary
+    from perfguard.store.branch_summary import load_branch as load
     from perfguard.store.sync import SyncError
 
     try:
-        return summary.load_branch(root, ref, metrics)
+        return load(root, ref, metrics)
     except (SyncError, subprocess.CalledProcessError) as exc:
         raise BaselineError(f"{ref}: {exc}") from None
 

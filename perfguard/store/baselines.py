@@ -10,8 +10,6 @@ from __future__ import annotations
 import contextlib
 import gzip
 import json
-import os
-import secrets
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -20,14 +18,26 @@ from typing import TYPE_CHECKING
 
 from perfguard.errors import PerfguardError
 from perfguard.records import SHA, RecordError, Run, VariantResult
+from perfguard.store.atomic import remove_stale_temp_files, write_bytes_atomic
 from perfguard.store.schema import SchemaError, upgrade
-from perfguard.store.summary import write_part
+from perfguard.store.summary import (
+    SUMMARY_DIR,
+    Summary,
+    SummaryError,
+    blob_id,
+    concat_parts,
+    current,
+    frame,
+    part_path,
+    read_part,
+    rows_of,
+    write_part,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
     from filelock import BaseFileLock
 
-    from perfguard.store.summary import Summary
 
 LOCK_NAME = ".perfguard.lock"
 SUFFIXES = (".json.gz", ".json")
@@ -101,54 +111,11 @@ def parse_run(content: bytes, where: str) -> Run:
         ) from None
 
 
-def write_json_atomic(path: Path, data: object) -> None:
-    """Write `data` as JSON, all or nothing (see `write_bytes_atomic`)."""
-    write_bytes_atomic(path, (json.dumps(data, indent=1) + "\n").encode("utf-8"))
-
-
 def baseline_bytes(run: Run) -> bytes:
     """A baseline file's content: the compact run as JSON, gzip-compressed. The same run
     gives the same bytes (no time stamp in the gzip header), so git stores it once."""
     text = json.dumps(run.compact().to_json(), separators=(",", ":"), allow_nan=False)
     return gzip.compress(text.encode("utf-8"), compresslevel=9, mtime=0)
-
-
-def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """Temp file in the same folder, fsync, rename, fsync the folder: all or nothing.
-
-    The file gets the permissions a plain `open` would give (0666 less the umask), not the
-    0600 of a temp file: baselines are shared with the CI user and the team.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # created 0666 for the kernel to apply the umask (mkstemp's would be 0600, and reading
-    # the umask means setting it, process-wide)
-    tmp = path.parent / f".{path.name}.{secrets.token_hex(8)}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    try:
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
-
-def _remove_stale_temp_files(folder: Path) -> None:
-    """Temp files of a save that was killed before its rename (the caller holds the lock,
-    so no save is writing one now)."""
-    if folder.is_dir():
-        for tmp in folder.glob(".*.json*.tmp"):
-            tmp.unlink(missing_ok=True)
 
 
 @dataclass(frozen=True)
@@ -264,7 +231,7 @@ class BaselineStore:
             raise BaselineError("nothing was measured, so there is nothing to store")
         path = self.path(run.machine, run.commit)
         with self.locked():
-            _remove_stale_temp_files(path.parent)
+            remove_stale_temp_files(path.parent)
             kept = 0
             before = self.find(run.machine, run.commit)
             if before is not None:
@@ -356,8 +323,6 @@ class BaselineStore:
         or a part: a record's part where it is current, else made again from the record (and
         written); a part pulled without its record (`baselines pull --for`) as it is, a
         broken one passed over."""
-        from perfguard.store.summary import SummaryError, folder_part, part_path, read_part
-
         found: list[pd.DataFrame] = []
         for sha in shas:
             record = self.find(machine, sha)
@@ -371,10 +336,8 @@ class BaselineStore:
         return found
 
     def summary(self, machine: str | None = None, metrics: Sequence[str] | None = None) -> Summary:
-        """The summary table of every baseline here (`summary.load_folder`)."""
-        from perfguard.store.summary import load_folder
-
-        return load_folder(self.root, machine, metrics)
+        """The summary table of every baseline here (`load_summary`)."""
+        return load_summary(self.root, machine, metrics)
 
     def list(self, machine: str | None = None) -> list[BaselineInfo]:
         """Every stored baseline; an unreadable one raises, naming the file."""
@@ -385,3 +348,46 @@ class BaselineStore:
             sha = split_name(f.name)
             out.append(BaselineInfo(m, sha[0] if sha else f.name, run.created, tests, f))
         return out
+
+
+def folder_part(root: Path, machine: str, record: Path) -> tuple[pd.DataFrame, bool]:
+    """The rows of the baseline `record` (a file under `root`), and whether its part was
+    current; a missing or stale part is made again from the record and written."""
+    content = record.read_bytes()
+    record_id = blob_id(content)
+    path = part_path(root, machine, record.name.split(".", 1)[0])
+    if path.is_file():
+        with contextlib.suppress(SummaryError):  # a broken part is made again below
+            part = read_part(path.read_bytes(), str(path))
+            if current(part, record_id):
+                return part, True
+    run = parse_run(content, str(record))
+    write_part(root, run, content)
+    return frame(rows_of(run, record_id)), False
+
+
+def load_summary(
+    root: Path, machine: str | None = None, metrics: Sequence[str] | None = None
+) -> Summary:
+    """The table of every baseline under `root` (the rows of `metrics` alone, when given):
+    each record's part, made again (and written) where it is missing or stale. A broken
+    record is left out and named in `skipped`, as `baselines pull` leaves it."""
+    tables, used, rebuilt, skipped = [], 0, 0, []
+    files = list(BaselineStore(root).files(machine))
+    for m, f in files:
+        try:
+            table, current = folder_part(root, m, f)
+        except BaselineError as exc:  # one broken record must not stop a year of history
+            skipped.append(str(exc).splitlines()[0])
+            continue
+        tables.append(table)
+        used += current
+        rebuilt += not current
+    # the parts of records that retention removed: the summary keeps every commit
+    recorded = {(m, f.name.split(".", 1)[0]) for m, f in files}
+    for path in sorted((root / SUMMARY_DIR).glob(f"{machine or '*'}/*.parquet")):
+        if (path.parent.name, path.stem) not in recorded:
+            with contextlib.suppress(SummaryError):  # nothing to make it again from
+                tables.append(read_part(path.read_bytes(), str(path)))
+                used += 1
+    return Summary(concat_parts(tables, metrics), used, rebuilt, tuple(skipped))

@@ -19,7 +19,6 @@ that saves a baseline needs nothing heavy.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import io
 import math
@@ -31,6 +30,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from perfguard.errors import PerfguardError
 from perfguard.records import Metrics, Run, VariantResult
+from perfguard.store.atomic import write_bytes_atomic
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -218,8 +218,6 @@ def part_path(root: Path, machine: str, commit: str) -> Path:
 
 def write_part(root: Path, run: Run, record_content: bytes) -> Path:
     """Write the part of `run` (stored as `record_content`) beside the records, atomically."""
-    from perfguard.store.baselines import write_bytes_atomic
-
     path = part_path(root, run.machine, run.commit or "")
     write_bytes_atomic(path, part_bytes(run, blob_id(record_content)))
     return path
@@ -284,94 +282,5 @@ def _categorical(column: pd.Series) -> pd.Categorical:
     return pd.Categorical(column.astype(object))
 
 
-def _current(part: pd.DataFrame, record: str) -> bool:
+def current(part: pd.DataFrame, record: str) -> bool:
     return part.empty or bool((part["record"] == record).all())
-
-
-def load_folder(
-    root: Path, machine: str | None = None, metrics: Sequence[str] | None = None
-) -> Summary:
-    """The table of every baseline under `root` (the rows of `metrics` alone, when given):
-    each record's part, made again (and written) where it is missing or stale. A broken
-    record is left out and named in `skipped`, as `baselines pull` leaves it."""
-    from perfguard.store.baselines import BaselineError, BaselineStore
-
-    tables, used, rebuilt, skipped = [], 0, 0, []
-    files = list(BaselineStore(root).files(machine))
-    for m, f in files:
-        try:
-            table, current = folder_part(root, m, f)
-        except BaselineError as exc:  # one broken record must not stop a year of history
-            skipped.append(str(exc).splitlines()[0])
-            continue
-        tables.append(table)
-        used += current
-        rebuilt += not current
-    # the parts of records that retention removed: the summary keeps every commit
-    recorded = {(m, f.name.split(".", 1)[0]) for m, f in files}
-    for path in sorted((root / SUMMARY_DIR).glob(f"{machine or '*'}/*.parquet")):
-        if (path.parent.name, path.stem) not in recorded:
-            with contextlib.suppress(SummaryError):  # nothing to make it again from
-                tables.append(read_part(path.read_bytes(), str(path)))
-                used += 1
-    return Summary(concat_parts(tables, metrics), used, rebuilt, tuple(skipped))
-
-
-def folder_part(root: Path, machine: str, record: Path) -> tuple[pd.DataFrame, bool]:
-    """The rows of the baseline `record` (a file under `root`), and whether its part was
-    current; a missing or stale part is made again from the record and written."""
-    from perfguard.store.baselines import parse_run
-
-    content = record.read_bytes()
-    record_id = blob_id(content)
-    path = part_path(root, machine, record.name.split(".", 1)[0])
-    if path.is_file():
-        with contextlib.suppress(SummaryError):  # a broken part is made again below
-            part = read_part(path.read_bytes(), str(path))
-            if _current(part, record_id):
-                return part, True
-    run = parse_run(content, str(record))
-    write_part(root, run, content)
-    return frame(rows_of(run, record_id)), False
-
-
-def load_branch(root: Path, ref: str, metrics: Sequence[str] | None = None) -> Summary:
-    """The table of every baseline on git revision `ref` (the rows of `metrics` alone, when
-    given), read as git objects: a record's
-    part where it is current (matched by blob id from `git ls-tree`, no record read), the
-    record itself where its part is missing or stale. A broken record is left out and named
-    in `skipped`; a broken part is passed over for its record."""
-    from perfguard.store.gitcache import read_blobs, tree_files
-    from perfguard.store.sync import baseline_content_problem, records_by_key, summary_key
-
-    files = tree_files(root, ref)
-    records = records_by_key(list(files))
-    parts = {key: path for path in files if (key := summary_key(path)) is not None}
-    blobs = read_blobs(root, [files[p] for p in parts.values()])
-    tables, used, rebuilt, missing = [], 0, 0, []
-    for key, path in sorted(records.items()):
-        part = None
-        if key in parts:
-            try:
-                part = read_part(blobs[files[parts[key]]], f"{ref}:{parts[key]}")
-            except SummaryError:
-                part = None
-        if part is not None and _current(part, files[path]):
-            tables.append(part)
-            used += 1
-        else:
-            missing.append((key, path))
-    for key in sorted(set(parts) - set(records)):  # records that retention removed
-        with contextlib.suppress(SummaryError):
-            tables.append(read_part(blobs[files[parts[key]]], f"{ref}:{parts[key]}"))
-            used += 1
-    content = read_blobs(root, [files[path] for _, path in missing])
-    skipped = []
-    for _key, path in missing:
-        run, problem = baseline_content_problem(path, content[files[path]])
-        if run is None:  # left out, as `baselines pull` leaves it
-            skipped.append(f"{ref}:{path}: {problem}")
-            continue
-        tables.append(frame(rows_of(run, files[path])))
-        rebuilt += 1
-    return Summary(concat_parts(tables, metrics), used, rebuilt, tuple(skipped))

@@ -20,13 +20,13 @@ from pathlib import Path
 
 from perfguard.records import Run
 from perfguard.store import gitcache
+from perfguard.store.atomic import write_bytes_atomic
 from perfguard.store.baselines import (
     BaselineError,
     BaselineStore,
     key_problem,
     parse_run,
     split_name,
-    write_bytes_atomic,
 )
 from perfguard.store.gitcache import SyncError as SyncError
 from perfguard.store.summary import (
