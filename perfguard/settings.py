@@ -1,9 +1,12 @@
 """Every setting in one table: command-line options, ini keys, marker keys, help, defaults.
 
-The pytest options and ini keys (`perfguard.pytest_plugin.options`), the marker's keys and
-their checks (`perfguard.pytest_plugin.marker`), the thresholds' defaults
+The pytest options and ini keys, how each is read and checked into the session's `Options`
+(its `read` kind), the command line of the child sessions that measure as a session does
+(`child`) and what a results file records of them (`recorded`)
+(`perfguard.pytest_plugin.options`); the marker's keys and their checks
+(`perfguard.pytest_plugin.marker`), the thresholds' defaults
 (`perfguard.stats.verdicts.Thresholds`) and the options table of docs/reference.md are all
-made from `SETTINGS`; `tools/settings_table.py` writes the table, and a test fails when the
+made from `SETTINGS`. A new setting is a row here and the code that uses it; `tools/settings_table.py` writes the table, and a test fails when the
 page and this module disagree. Plain data: no pytest here.
 """
 
@@ -39,10 +42,25 @@ class Setting:
     marker_what: str = ""  # what the marker's value must be, for its error message
     doc: str | None = None  # the docs table's longer text (else `help`)
     threshold: bool = False  # a verdict rule (perfguard.stats.verdicts.Thresholds)
+    # how the session reads it (perfguard.pytest_plugin.options): "text", "switch", "int" or
+    # "float" (at least `low`), "choice" (one of `choices`), or a reader of its own ("variants",
+    # "location", "machine", "path", "device", "shard", "instructions", "ab")
+    read: str = "text"
+    low: float = 0.0
+    choices: tuple[str, ...] = ()
+    optional: bool = False  # empty means None (not the default)
+    attribute: str = ""  # the session options' attribute: `name` unless given
+    child: bool = False  # passed on to the sessions that measure as this one does
+    recorded: bool = False  # written into the run's settings (the results file)
 
     @property
     def ini(self) -> str:
         return f"perfguard_{self.name}"
+
+    @property
+    def field(self) -> str:
+        """The attribute of the session's options that holds it."""
+        return self.attribute or self.name
 
     @property
     def switch(self) -> bool:
@@ -74,6 +92,8 @@ SETTINGS: tuple[Setting, ...] = (
         marker="variants",
         marker_types=(list, tuple),
         marker_what="a list of variant names",
+        read="variants",
+        child=True,
     ),
     Setting(
         name="baseline_dir",
@@ -82,6 +102,7 @@ SETTINGS: tuple[Setting, ...] = (
         "with perfguard[s3])",
         shown_default="baselines under the rootdir",
         metavar="DIR",
+        read="location",
     ),
     Setting(
         name="machine",
@@ -89,6 +110,7 @@ SETTINGS: tuple[Setting, ...] = (
         help="machine key baselines are filed under",
         shown_default="from the GPU or CPU model",
         metavar="NAME",
+        read="machine",
     ),
     Setting(
         name="save",
@@ -98,6 +120,7 @@ SETTINGS: tuple[Setting, ...] = (
         doc="store results as the baseline of HEAD (refuses a dirty tree); a baseline HEAD "
         'already has is updated, never shrunk ([ci.md](ci.md), "A save never loses a '
         'baseline")',
+        read="switch",
     ),
     Setting(
         name="save_replace",
@@ -106,12 +129,14 @@ SETTINGS: tuple[Setting, ...] = (
         "updating it with what this session measured (keeping the results of tests it did "
         "not run)",
         default=False,
+        read="switch",
     ),
     Setting(
         name="allow_dirty",
         flag="--perfguard-allow-dirty",
         help="allow --perfguard-save on a working tree with uncommitted changes",
         default=False,
+        read="switch",
     ),
     Setting(
         name="compare",
@@ -127,12 +152,15 @@ SETTINGS: tuple[Setting, ...] = (
         help="Markdown report path",
         shown_default="reports/perfguard.md under the rootdir",
         metavar="PATH",
+        read="path",
     ),
     Setting(
         name="json",
         flag="--perfguard-json",
         help="write machine-readable results (the results JSON) to this path",
         metavar="PATH",
+        read="path",
+        optional=True,
     ),
     Setting(
         name="fail_on",
@@ -140,6 +168,8 @@ SETTINGS: tuple[Setting, ...] = (
         help="'regression': exit non-zero when a verdict is regression; 'never'",
         default="regression",
         metavar="regression|never",
+        read="choice",
+        choices=("regression", "never"),
     ),
     Setting(
         name="budget",
@@ -150,6 +180,11 @@ SETTINGS: tuple[Setting, ...] = (
         marker="budget_s",
         marker_types=(int, float),
         marker_what="seconds of sampling",
+        read="float",
+        low=0.001,
+        attribute="budget_s",
+        child=True,
+        recorded=True,
     ),
     Setting(
         name="repeats",
@@ -160,6 +195,10 @@ SETTINGS: tuple[Setting, ...] = (
         marker="repeats",
         marker_types=(int,),
         marker_what="a whole number of repeats",
+        read="int",
+        low=1,
+        child=True,
+        recorded=True,
     ),
     Setting(
         name="device",
@@ -170,6 +209,8 @@ SETTINGS: tuple[Setting, ...] = (
         marker="device",
         marker_types=(str,),
         marker_what="'auto', 'cpu' or 'cuda'",
+        read="device",
+        child=True,
     ),
     Setting(
         name="threads",
@@ -180,6 +221,10 @@ SETTINGS: tuple[Setting, ...] = (
         marker="threads",
         marker_types=(int,),
         marker_what="a whole number of threads",
+        read="int",
+        low=1,
+        optional=True,
+        child=True,
     ),
     Setting(
         name="flush_l2",
@@ -188,6 +233,8 @@ SETTINGS: tuple[Setting, ...] = (
         "(cold-cache latency)",
         default=False,
         shown_default="hot, as a serving loop runs",
+        read="switch",
+        child=True,
     ),
     Setting(
         name="seed",
@@ -195,6 +242,9 @@ SETTINGS: tuple[Setting, ...] = (
         help="torch, numpy and random seed set before each perf item, so random weights match",
         default="0",
         metavar="N",
+        read="int",
+        child=True,
+        recorded=True,
     ),
     Setting(
         name="min_change",
@@ -209,6 +259,9 @@ SETTINGS: tuple[Setting, ...] = (
         marker_types=PCT[0],
         marker_what=PCT[1],
         threshold=True,
+        read="float",
+        attribute="min_change_pct",
+        child=True,
     ),
     Setting(
         name="gate_p99",
@@ -220,6 +273,7 @@ SETTINGS: tuple[Setting, ...] = (
         marker_types=(bool,),
         marker_what="True or False",
         threshold=True,
+        read="switch",
     ),
     Setting(
         name="main_branch",
@@ -234,6 +288,7 @@ SETTINGS: tuple[Setting, ...] = (
         help="how many first-parent ancestors auto looks back",
         default="50",
         metavar="N",
+        read="int",
     ),
     Setting(
         name="progress",
@@ -241,6 +296,8 @@ SETTINGS: tuple[Setting, ...] = (
         help="show measuring progress lines",
         default="auto",
         metavar="auto|yes|no",
+        read="choice",
+        choices=("auto", "yes", "no"),
     ),
     Setting(
         name="shard",
@@ -248,6 +305,8 @@ SETTINGS: tuple[Setting, ...] = (
         help="measure only the K-th of N shards of the perf tests (1-based; the variants of "
         "a test stay together); join the shards' --perfguard-json files with perfguard merge",
         metavar="K/N",
+        read="shard",
+        recorded=True,
     ),
     Setting(
         name="confirm",
@@ -260,6 +319,7 @@ SETTINGS: tuple[Setting, ...] = (
         "A/B (--perfguard-ab): beside the base commit again, by a fresh pair of processes",
         default="1",
         metavar="N",
+        read="int",
     ),
     Setting(
         name="confirm_gap",
@@ -268,6 +328,8 @@ SETTINGS: tuple[Setting, ...] = (
         "process: a passing slowdown of the host must not hit both",
         default="60",
         metavar="SECONDS",
+        read="float",
+        attribute="confirm_gap_s",
     ),
     Setting(
         name="unhealthy",
@@ -277,6 +339,9 @@ SETTINGS: tuple[Setting, ...] = (
         "verdicts",
         default="warn",
         metavar="warn|inconclusive",
+        read="choice",
+        choices=("warn", "inconclusive"),
+        recorded=True,
     ),
     Setting(
         name="ab",
@@ -287,6 +352,8 @@ SETTINGS: tuple[Setting, ...] = (
         metavar="REF",
         doc="same-job A/B: measure REF (default: the commit `auto` compares with) beside this "
         'tree, interleaved ([method.md](method.md), "Same-job A/B")',
+        read="ab",
+        recorded=True,
     ),
     Setting(
         name="ab_min_change",
@@ -299,6 +366,9 @@ SETTINGS: tuple[Setting, ...] = (
         marker_types=PCT[0],
         marker_what="a number of percent (same-job A/B)",
         threshold=True,
+        read="float",
+        attribute="ab_min_change_pct",
+        child=True,
     ),
     Setting(
         name="instructions",
@@ -314,6 +384,7 @@ SETTINGS: tuple[Setting, ...] = (
         "`forward`, one warm call of every variant (slow, about a minute per item; needs "
         'valgrind with its headers and a C compiler) ([method.md](method.md), "Instruction '
         'counts")',
+        read="instructions",
     ),
     # marker keys only
     Setting(

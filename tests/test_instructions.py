@@ -22,7 +22,7 @@ from perfguard.measure.callgrind import (
 )
 from perfguard.pytest_plugin import instructions
 from perfguard.pytest_plugin.instructions import count_instructions, regions_for
-from perfguard.pytest_plugin.options import Options
+from perfguard.pytest_plugin.options import Options, default_options
 from perfguard.records import SCHEMA_VERSION, Counters, Run
 from perfguard.stats.exact import exact_comparisons
 from perfguard.store.schema import upgrade
@@ -93,32 +93,7 @@ def test_compile_counts_apply_to_compiled_variants_and_forward_to_every_variant(
 
 
 def _options(modes: tuple[str, ...]) -> Options:
-    return replace(
-        Options(
-            enabled=True,
-            variants=None,
-            variants_source="default",
-            baseline_dir=Path("baselines"),
-            machine=None,
-            save=False,
-            allow_dirty=False,
-            compare="auto",
-            report=Path("r.md"),
-            json=None,
-            fail_on="regression",
-            budget_s=1.0,
-            repeats=3,
-            device="cpu",
-            threads=None,
-            min_change_pct=10.0,
-            gate_p99=False,
-            seed=0,
-            main_branch="main",
-            baseline_depth=50,
-            progress="no",
-        ),
-        instructions=modes,
-    )
+    return default_options(Path("."), budget_s=1.0, repeats=3, device="cpu", instructions=modes)
 
 
 def test_each_item_is_counted_in_its_own_process_and_failures_are_notes(

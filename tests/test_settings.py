@@ -50,3 +50,51 @@ def test_the_verdict_rules_default_to_the_table() -> None:
         assert key in known, key
         assert getattr(defaults, key) == threshold_default(key), key
     assert threshold_default("min_change_pct") == 10.0 and threshold_default("alpha") == 0.05
+
+
+def test_the_session_options_are_the_rows_of_the_table() -> None:
+    from perfguard.pytest_plugin.options import READERS, Options
+
+    facts = {"enabled", "variants_source", "worker"}
+    assert {f.name for f in fields(Options)} == {s.field for s in OPTIONS} | facts
+    assert all(s.read in READERS for s in OPTIONS)
+
+
+CHILD_VALUES = {
+    "variants": ("eager", "compile-default"),
+    "budget_s": 0.25,
+    "device": "cuda:1",
+    "threads": 3,
+    "flush_l2": True,
+    "seed": 7,
+    "min_change_pct": 12.5,
+    "ab_min_change_pct": 4.0,
+}
+"""A value other than its default for every setting a child session is given."""
+
+
+def test_the_child_command_line_comes_from_the_table(tmp_path: Path) -> None:
+    from perfguard.pytest_plugin.options import default_options
+
+    children = [s for s in OPTIONS if s.child]
+    assert {s.field for s in children} == set(CHILD_VALUES) | {"repeats"}
+    options = default_options(
+        tmp_path,
+        variants_source="--perfguard-variants",
+        save=True,  # never a child's: it does not save
+        gate_p99=True,
+        **CHILD_VALUES,
+    )
+    args = options.measuring_args(tmp_path, repeats=9, ab="abc123")
+    assert "--perfguard-repeats=9" in args  # the caller's count, not the session's
+    for field, value in CHILD_VALUES.items():
+        flag = next(s.flag for s in children if s.field == field)
+        text = ",".join(value) if isinstance(value, tuple) else str(value)
+        assert (flag if value is True else f"{flag}={text}") in args, field
+    given = {a.split("=")[0] for a in args if a.startswith("--perfguard-")}
+    fixed = {"--perfguard-ab", "--perfguard-confirm", "--perfguard-progress"}
+    assert given == {s.flag for s in children} | fixed  # nothing else: not save, not gate_p99
+    # variants from the ini or the default are left to the child, which reads them itself
+    plain = default_options(tmp_path, threads=None).measuring_args(tmp_path, repeats=1)
+    assert not any(a.startswith(("--perfguard-variants", "--perfguard-threads")) for a in plain)
+    assert "--perfguard-compare=none" in plain

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from perfguard.ab.channel import ENV_ADDRESS, ENV_TRACES
-from perfguard.settings import DEVICE, ENABLE_HELP, Setting
+from perfguard.settings import BY_NAME, DEVICE, ENABLE_HELP, Setting
 from perfguard.settings import OPTIONS as SETTINGS_OPTIONS
 from perfguard.variants.spec import UnknownVariantError, parse_variant_list
 
@@ -56,14 +56,18 @@ def add_options(parser: pytest.Parser) -> None:
 
 @dataclass(frozen=True)
 class Options:
-    """The resolved options of a session; `source` says where each value came from."""
+    """The resolved options of a session: an attribute per row of the settings table
+    (`Setting.field`, read by its `read` kind), and three facts of the session. A test holds
+    the attributes and the table to each other."""
 
-    enabled: bool
+    enabled: bool  # --perfguard
+    variants_source: str  # where `variants` came from: a flag, an ini key, or "default"
+    worker: bool  # this session is an A/B worker, driven from another session
     variants: tuple[str, ...] | None  # None: the built-in default, unless a marker says
-    variants_source: str
     baseline_dir: Path | str  # a folder, or an object store's URL
     machine: str | None
     save: bool
+    save_replace: bool  # replace HEAD's stored baseline whole, not update it
     allow_dirty: bool
     compare: str
     report: Path
@@ -73,27 +77,26 @@ class Options:
     repeats: int
     device: str
     threads: int | None
+    flush_l2: bool  # CUDA: evict L2 before each timed call
+    seed: int
     min_change_pct: float
     gate_p99: bool
-    seed: int
     main_branch: str
     baseline_depth: int
     progress: str
-    shard: tuple[int, int] | None = None  # (K, N), 1-based
-    unhealthy: str = "warn"
-    ab_min_change_pct: float = 5.0
-    ab: str | None = None  # same-job A/B against this revision ("auto": find it)
-    worker: bool = False  # this session is an A/B worker, driven from another session
-    confirm: int = 1  # re-measures of a flagged item (stored-baseline mode)
-    confirm_gap_s: float = 60.0  # least time between an item's measurement and its re-measure
-    save_replace: bool = False  # replace HEAD's stored baseline whole, not update it
-    flush_l2: bool = False  # CUDA: evict L2 before each timed call
-    instructions: tuple[str, ...] = ()  # callgrind regions to count: compile, forward
+    shard: tuple[int, int] | None  # (K, N), 1-based
+    confirm: int  # re-measures of a flagged item
+    confirm_gap_s: float  # least time between an item's measurement and its re-measure
+    unhealthy: str
+    ab: str | None  # same-job A/B against this revision ("auto": find it)
+    ab_min_change_pct: float
+    instructions: tuple[str, ...]  # callgrind regions to count: compile, forward
 
     def measuring_args(self, rootdir: Path, repeats: int, ab: str | None = None) -> list[str]:
         """The pytest command line of a child session that measures as this one does
-        (A/B workers, confirmation re-measures): it never saves or confirms, and compares
-        only with the base commit `ab` measured beside it (same-job A/B), if given."""
+        (A/B workers, confirmation re-measures): every setting marked `child` in the table,
+        as this session has it; it never saves or confirms, and compares only with the base
+        commit `ab` measured beside it (same-job A/B), if given."""
         args = [
             f"--rootdir={rootdir}",
             "-q",
@@ -105,25 +108,31 @@ class Options:
             "--perfguard-compare=none" if ab is None else f"--perfguard-ab={ab}",
             "--perfguard-confirm=0",
             "--perfguard-progress=no",
-            f"--perfguard-budget={self.budget_s}",
-            f"--perfguard-repeats={repeats}",
-            f"--perfguard-device={self.device}",
-            f"--perfguard-seed={self.seed}",
         ]
-        if ab is not None:  # it decides when its pairs stop, by this session's thresholds
-            args.append(f"--perfguard-min-change={self.min_change_pct}")
-            args.append(f"--perfguard-ab-min-change={self.ab_min_change_pct}")
-        if self.threads is not None:
-            args.append(f"--perfguard-threads={self.threads}")
-        if self.flush_l2:
-            args.append("--perfguard-flush-l2")
-        if self.variants is not None and self.variants_source.startswith("--"):
-            args.append(f"--perfguard-variants={','.join(self.variants)}")
+        for opt in OPTIONS:
+            if not opt.child:
+                continue
+            value = repeats if opt.name == "repeats" else getattr(self, opt.field)
+            if opt.name == "variants" and not self.variants_source.startswith("--"):
+                continue  # from the ini or the markers, which the child reads itself
+            if opt.switch:
+                args.extend([opt.flag] if value else [])
+            elif value is not None:
+                text = ",".join(value) if isinstance(value, tuple) else str(value)
+                args.append(f"{opt.flag}={text}")
         return args
 
+    def recorded(self) -> dict[str, Any]:
+        """The settings a results file records (the table's `recorded` rows that are set)."""
+        out: dict[str, Any] = {}
+        for opt in OPTIONS:
+            value = getattr(self, opt.field)
+            if opt.recorded and value is not None:
+                out[opt.field] = f"{value[0]}/{value[1]}" if opt.name == "shard" else value
+        return out
 
-def _shard(config: pytest.Config, opt: Setting) -> tuple[int, int] | None:
-    value, source = _raw(config, opt)
+
+def _shard(value: Any, source: str, opt: Setting, root: Path) -> tuple[int, int] | None:
     if not value:
         return None
     k, sep, n = str(value).partition("/")
@@ -136,10 +145,9 @@ def _shard(config: pytest.Config, opt: Setting) -> tuple[int, int] | None:
     return shard
 
 
-def _instructions(config: pytest.Config, opt: Setting) -> tuple[str, ...]:
+def _instructions(value: Any, source: str, opt: Setting, root: Path) -> tuple[str, ...]:
     from perfguard.measure.callgrind import parse_modes
 
-    value, source = _raw(config, opt)
     if not value:
         return ()
     try:
@@ -161,8 +169,8 @@ def _raw(config: pytest.Config, opt: Setting) -> tuple[Any, str]:
     return opt.default, "default"
 
 
-def _number(config: pytest.Config, opt: Setting, kind: type, low: float) -> Any:
-    value, source = _raw(config, opt)
+def _number(value: Any, source: str, opt: Setting, root: Path) -> Any:
+    kind = int if opt.read == "int" else float
     try:
         number = kind(value)
     except (TypeError, ValueError):
@@ -171,30 +179,28 @@ def _number(config: pytest.Config, opt: Setting, kind: type, low: float) -> Any:
         ) from None
     if not math.isfinite(number):
         raise pytest.UsageError(f"{source}: expected a finite number, got {value!r}")
-    if number < low:
-        raise pytest.UsageError(f"{source}: must be at least {low}, got {value!r}")
+    if number < opt.low:
+        shown = int(opt.low) if kind is int else opt.low
+        raise pytest.UsageError(f"{source}: must be at least {shown}, got {value!r}")
     return number
 
 
-def _choice(config: pytest.Config, opt: Setting, choices: tuple[str, ...]) -> str:
-    value, source = _raw(config, opt)
-    if value not in choices:
-        raise pytest.UsageError(f"{source}: must be one of {', '.join(choices)}, got {value!r}")
+def _choice(value: Any, source: str, opt: Setting, root: Path) -> str:
+    if value not in opt.choices:
+        raise pytest.UsageError(f"{source}: must be one of {', '.join(opt.choices)}, got {value!r}")
     return str(value)
 
 
-def _device(config: pytest.Config, opt: Setting) -> str:
-    value, source = _raw(config, opt)
+def _device(value: Any, source: str, opt: Setting, root: Path) -> str:
     if not DEVICE.fullmatch(str(value)):
         raise pytest.UsageError(f"{source}: must be 'auto', 'cpu' or 'cuda[:N]', got {value!r}")
     return str(value)
 
 
-def _machine(config: pytest.Config, opt: Setting) -> str | None:
+def _machine(value: Any, source: str, opt: Setting, root: Path) -> str | None:
     """The machine key names a folder of the baselines: no path out of it."""
     from perfguard.store.baselines import machine_problem
 
-    value, source = _raw(config, opt)
     if not value:
         return None
     problem = machine_problem(str(value))
@@ -203,97 +209,111 @@ def _machine(config: pytest.Config, opt: Setting) -> str | None:
     return str(value)
 
 
-def _baseline_location(root: Path, value: object, flag: str, check: bool) -> Path | str:
-    """The baseline folder under the rootdir, or an object store's URL; with `check` (a
-    session that measures and compares), checked that its client is installed: a missing one
-    is a usage error before anything is measured. Other sessions (plain pytest, a measuring
-    worker) never open the store, and do not start its client (half a second)."""
+def _variants(value: Any, source: str, opt: Setting, root: Path) -> tuple[str, ...] | None:
+    if not value:
+        return None
+    try:
+        variants = parse_variant_list(str(value))
+    except UnknownVariantError as exc:
+        raise pytest.UsageError(f"{source}: {exc}") from None
+    if not variants:
+        raise pytest.UsageError(f"{source}: no variant names in {value!r}")
+    return variants
+
+
+def _path(value: Any, source: str, opt: Setting, root: Path) -> Path | None:
+    """A path under the rootdir; the report's default is `reports/perfguard.md`."""
+    if not value:
+        return None if opt.optional else root / "reports" / "perfguard.md"
+    return root / str(value)
+
+
+def _location(value: Any, source: str, opt: Setting, root: Path) -> Path | str:
+    """The baseline folder under the rootdir, or an object store's URL (checked that its
+    client is installed by `_check_store`, in the sessions that open the store)."""
     from perfguard.store.location import location
-    from perfguard.store.objects import ObjectStore, ObjectStoreError
 
     where = location(str(value or "baselines"))
-    if isinstance(where, Path):
-        return root / where
-    if not check:
-        return where
-    try:
-        ObjectStore(where)
-    except ObjectStoreError as exc:
-        raise pytest.UsageError(f"{flag}: {exc}") from None
-    return where
+    return root / where if isinstance(where, Path) else where
 
 
-def _refuse_conflicts(config: Any, by_name: Mapping[str, Setting], ab_source: str | None) -> None:
+def _check_store(where: Path | str, flag: str) -> None:
+    """An object store's client is installed: a missing one is a usage error before
+    anything is measured. Other sessions (plain pytest, a measuring worker) never open the
+    store, and do not start its client (half a second)."""
+    from perfguard.store.objects import ObjectStore, ObjectStoreError
+
+    if isinstance(where, str):
+        try:
+            ObjectStore(where)
+        except ObjectStoreError as exc:
+            raise pytest.UsageError(f"{flag}: {exc}") from None
+
+
+Reader = Callable[[Any, str, Setting, Path], Any]
+READERS: Mapping[str, Reader] = {
+    "text": lambda value, source, opt, root: str(value),
+    "switch": lambda value, source, opt, root: bool(value),
+    "int": _number,
+    "float": _number,
+    "choice": _choice,
+    "device": _device,
+    "machine": _machine,
+    "shard": _shard,
+    "instructions": _instructions,
+    "variants": _variants,
+    "path": _path,
+    "location": _location,
+    "ab": lambda value, source, opt, root: str(value) if value else None,
+}
+"""How a setting's raw value (from the command line, the ini file or its default) becomes
+its attribute, by the table's `read`; a bad value is a usage error naming its source."""
+
+
+def _read(opt: Setting, value: Any, source: str, root: Path) -> Any:
+    if opt.optional and value in (None, ""):
+        return None
+    return READERS[opt.read](value, source, opt, root)
+
+
+def _refuse_conflicts(options: Options, sources: Mapping[str, str]) -> None:
     """Options that make no sense together, or alone: a usage error, before measuring."""
-    if _raw(config, by_name["save_replace"])[0] and not _raw(config, by_name["save"])[0]:
+    if options.save_replace and not options.save:
         raise pytest.UsageError(
             "--perfguard-save-replace says how --perfguard-save stores the baseline; it saves "
             "nothing alone: add --perfguard-save"
         )
-    if ab_source is not None and config.getoption("--perfguard-compare") is not None:
+    if options.ab is not None and sources["compare"] == "--perfguard-compare":
         raise pytest.UsageError(
-            f"{ab_source} and --perfguard-compare choose two different baselines; use one"
+            f"{sources['ab']} and --perfguard-compare choose two different baselines; use one"
         )
 
 
 def read_options(config: pytest.Config) -> Options:
-    """Read and validate every option; a bad value is a usage error naming where it came from."""
-    by_name = {o.name: o for o in OPTIONS}
+    """Read and validate every option of the table; a bad value is a usage error naming
+    where it came from (the flag, the ini key, or the default)."""
     root = Path(config.rootpath)
-    variants_raw, variants_source = _raw(config, by_name["variants"])
-    variants = None
-    if variants_raw:
-        try:
-            variants = parse_variant_list(str(variants_raw))
-        except UnknownVariantError as exc:
-            raise pytest.UsageError(f"{variants_source}: {exc}") from None
-        if not variants:
-            raise pytest.UsageError(f"{variants_source}: no variant names in {variants_raw!r}")
-    baseline_dir, _ = _raw(config, by_name["baseline_dir"])
-    report, _ = _raw(config, by_name["report"])
-    json_path, _ = _raw(config, by_name["json"])
-    threads_raw, _ = _raw(config, by_name["threads"])
     worker = bool(os.environ.get(ENV_ADDRESS))
     enabled = bool(config.getoption("--perfguard"))
-    ab_raw, ab_source = _raw(config, by_name["ab"])
-    ab = None if worker or not ab_raw else str(ab_raw)
-    compare = str(_raw(config, by_name["compare"])[0])
-    _refuse_conflicts(config, by_name, ab_source if ab is not None else None)
-    return Options(
-        enabled=enabled,
-        variants=variants,
-        variants_source=variants_source,
-        baseline_dir=_baseline_location(
-            root, baseline_dir, by_name["baseline_dir"].flag, check=enabled and not worker
-        ),
-        machine=_machine(config, by_name["machine"]),
-        save=bool(_raw(config, by_name["save"])[0]),
-        allow_dirty=bool(_raw(config, by_name["allow_dirty"])[0]),
-        compare=compare,
-        report=root / (report or "reports/perfguard.md"),
-        json=root / json_path if json_path else None,
-        fail_on=_choice(config, by_name["fail_on"], ("regression", "never")),
-        budget_s=_number(config, by_name["budget"], float, 0.001),
-        repeats=_number(config, by_name["repeats"], int, 1),
-        device=_device(config, by_name["device"]),
-        threads=None if threads_raw in (None, "") else _number(config, by_name["threads"], int, 1),
-        min_change_pct=_number(config, by_name["min_change"], float, 0.0),
-        gate_p99=bool(_raw(config, by_name["gate_p99"])[0]),
-        seed=_number(config, by_name["seed"], int, 0),
-        main_branch=str(_raw(config, by_name["main_branch"])[0]),
-        baseline_depth=_number(config, by_name["baseline_depth"], int, 0),
-        progress=_choice(config, by_name["progress"], ("auto", "yes", "no")),
-        shard=_shard(config, by_name["shard"]),
-        unhealthy=_choice(config, by_name["unhealthy"], ("warn", "inconclusive")),
-        ab=ab,
-        ab_min_change_pct=_number(config, by_name["ab_min_change"], float, 0.0),
-        worker=worker,
-        confirm=_number(config, by_name["confirm"], int, 0),
-        confirm_gap_s=_number(config, by_name["confirm_gap"], float, 0.0),
-        save_replace=bool(_raw(config, by_name["save_replace"])[0]),
-        flush_l2=bool(_raw(config, by_name["flush_l2"])[0]),
-        instructions=_instructions(config, by_name["instructions"]),
-    )
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for opt in OPTIONS:
+        value, sources[opt.name] = _raw(config, opt)
+        values[opt.field] = _read(opt, value, sources[opt.name], root)
+    if worker:  # a worker measures one side; the driver compares
+        values["ab"] = None
+    options = Options(enabled=enabled, variants_source=sources["variants"], worker=worker, **values)
+    _refuse_conflicts(options, sources)
+    if enabled and not worker:
+        _check_store(options.baseline_dir, BY_NAME["baseline_dir"].flag)
+    return options
+
+
+def default_options(root: Path, **given: Any) -> Options:
+    """The options of a session with every setting at its default, but `given` (tests)."""
+    values = {opt.field: _read(opt, opt.default, "default", root) for opt in OPTIONS}
+    facts = {"enabled": True, "variants_source": "default", "worker": False}
+    return Options(**{**facts, **values, **given})
 
 
 def trace_dir(options: Options) -> Path:
