@@ -28,8 +28,9 @@ demo: $(STAMP)
 demo-history: $(STAMP)
 	$(PY) -m examples.history_demo
 
+# everything, in one pytest-xdist worker per core (the tests pass with every core busy)
 test: $(STAMP)
-	$(PY) -m pytest -q --durations=20
+	$(PY) -m pytest -q -n auto --dist worksteal --durations=20
 
 # the unit tier: every test not marked slow (a second or more on a 2-core machine), under a minute
 test-fast: $(STAMP)

@@ -6,8 +6,9 @@ The pytest options and ini keys, how each is read and checked into the session's
 (`perfguard.pytest_plugin.options`); the marker's keys and their checks
 (`perfguard.pytest_plugin.marker`), the thresholds' defaults
 (`perfguard.stats.verdicts.Thresholds`) and the options table of docs/reference.md are all
-made from `SETTINGS`. A new setting is a row here and the code that uses it; `tools/settings_table.py` writes the table, and a test fails when the
-page and this module disagree. Plain data: no pytest here.
+made from `SETTINGS`. A new setting is a row here and the code that uses it.
+`tools/settings_table.py` writes the docs' table, and a test fails when the page and this
+module disagree. Plain data: no pytest here.
 """
 
 # long module: the one table of every setting, on purpose: one place to read and change them
@@ -50,7 +51,9 @@ class Setting:
     choices: tuple[str, ...] = ()
     optional: bool = False  # empty means None (not the default)
     attribute: str = ""  # the session options' attribute: `name` unless given
-    child: bool = False  # passed on to the sessions that measure as this one does
+    # passed on to the sessions that measure as this one does: "all" of them, or "ab" (the
+    # A/B workers, which decide when their pairs stop by this session's thresholds)
+    child: str = ""
     recorded: bool = False  # written into the run's settings (the results file)
 
     @property
@@ -93,7 +96,7 @@ SETTINGS: tuple[Setting, ...] = (
         marker_types=(list, tuple),
         marker_what="a list of variant names",
         read="variants",
-        child=True,
+        child="all",
     ),
     Setting(
         name="baseline_dir",
@@ -183,7 +186,7 @@ SETTINGS: tuple[Setting, ...] = (
         read="float",
         low=0.001,
         attribute="budget_s",
-        child=True,
+        child="all",
         recorded=True,
     ),
     Setting(
@@ -197,7 +200,7 @@ SETTINGS: tuple[Setting, ...] = (
         marker_what="a whole number of repeats",
         read="int",
         low=1,
-        child=True,
+        child="all",
         recorded=True,
     ),
     Setting(
@@ -210,7 +213,7 @@ SETTINGS: tuple[Setting, ...] = (
         marker_types=(str,),
         marker_what="'auto', 'cpu' or 'cuda'",
         read="device",
-        child=True,
+        child="all",
     ),
     Setting(
         name="threads",
@@ -224,7 +227,7 @@ SETTINGS: tuple[Setting, ...] = (
         read="int",
         low=1,
         optional=True,
-        child=True,
+        child="all",
     ),
     Setting(
         name="flush_l2",
@@ -234,7 +237,7 @@ SETTINGS: tuple[Setting, ...] = (
         default=False,
         shown_default="hot, as a serving loop runs",
         read="switch",
-        child=True,
+        child="all",
     ),
     Setting(
         name="seed",
@@ -243,7 +246,7 @@ SETTINGS: tuple[Setting, ...] = (
         default="0",
         metavar="N",
         read="int",
-        child=True,
+        child="all",
         recorded=True,
     ),
     Setting(
@@ -261,7 +264,7 @@ SETTINGS: tuple[Setting, ...] = (
         threshold=True,
         read="float",
         attribute="min_change_pct",
-        child=True,
+        child="ab",
     ),
     Setting(
         name="gate_p99",
@@ -368,7 +371,7 @@ SETTINGS: tuple[Setting, ...] = (
         threshold=True,
         read="float",
         attribute="ab_min_change_pct",
-        child=True,
+        child="ab",
     ),
     Setting(
         name="instructions",

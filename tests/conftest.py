@@ -11,6 +11,15 @@ import pytest
 from tests.gitrepo import commit, git
 
 
+@pytest.fixture(autouse=True)
+def _sessions_of_their_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`make test` runs the tests in pytest-xdist workers, whose environment says so; the
+    pytest sessions a test starts are not xdist's, and must not read that they are
+    (pytest-benchmark turns itself off where PYTEST_XDIST_WORKER is set)."""
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+        monkeypatch.delenv(name, raising=False)
+
+
 @pytest.fixture
 def remote(tmp_path: Path) -> Path:
     """A bare remote with one commit on main, like a fresh project."""

@@ -365,6 +365,7 @@ def measured_main(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.slow
+@pytest.mark.realtime
 @pytest.mark.parametrize(("bound", "gate"), [("+1000%", 0), ("+20%", 1), (None, 1)])
 def test_a_pull_request_that_slows_a_model_passes_only_within_what_it_accepts(
     measured_main: Path,

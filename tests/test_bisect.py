@@ -99,6 +99,7 @@ def test_mlp(perfguard):
 
 
 @pytest.mark.slow
+@pytest.mark.realtime
 def test_bisect_finds_the_commit_that_added_compute_and_leaves_the_checkout_alone(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -91,6 +91,7 @@ def worktrees(repo: Path) -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.realtime
 def test_real_extra_compute_is_a_regression_found_in_the_same_job(
     pytester: pytest.Pytester,
 ) -> None:

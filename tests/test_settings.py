@@ -78,6 +78,8 @@ def test_the_child_command_line_comes_from_the_table(tmp_path: Path) -> None:
 
     children = [s for s in OPTIONS if s.child]
     assert {s.field for s in children} == set(CHILD_VALUES) | {"repeats"}
+    ab_only = {s.flag for s in children if s.child == "ab"}
+    assert ab_only == {"--perfguard-min-change", "--perfguard-ab-min-change"}
     options = default_options(
         tmp_path,
         variants_source="--perfguard-variants",
@@ -95,6 +97,8 @@ def test_the_child_command_line_comes_from_the_table(tmp_path: Path) -> None:
     fixed = {"--perfguard-ab", "--perfguard-confirm", "--perfguard-progress"}
     assert given == {s.flag for s in children} | fixed  # nothing else: not save, not gate_p99
     # variants from the ini or the default are left to the child, which reads them itself
+    # and a re-measure in a fresh process is given nothing of A/B's
     plain = default_options(tmp_path, threads=None).measuring_args(tmp_path, repeats=1)
-    assert not any(a.startswith(("--perfguard-variants", "--perfguard-threads")) for a in plain)
+    skipped = ("--perfguard-variants", "--perfguard-threads", *ab_only, "--perfguard-ab")
+    assert not any(a.startswith(skipped) for a in plain)
     assert "--perfguard-compare=none" in plain

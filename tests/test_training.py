@@ -393,6 +393,7 @@ def test_same(perfguard):
 
 
 @pytest.mark.slow
+@pytest.mark.realtime
 def test_a_doubled_hidden_width_is_flagged_on_the_step_by_same_job_ab(
     pytester: pytest.Pytester,
 ) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -43,14 +44,23 @@ def torch_state(threads: int | None = None) -> Iterator[None]:
     finally:
         torch.set_num_threads(saved_threads)
         torch.set_grad_enabled(saved_grad)
-        torch.use_deterministic_algorithms(saved_det, warn_only=saved_det_warn)
+        det_now = (
+            torch.are_deterministic_algorithms_enabled(),
+            torch.is_deterministic_algorithms_warn_only_enabled(),
+        )
+        if det_now != (saved_det, saved_det_warn):  # setting it imports inductor: seconds
+            torch.use_deterministic_algorithms(saved_det, warn_only=saved_det_warn)
         torch.set_float32_matmul_precision(saved_precision)
         torch.set_default_dtype(saved_dtype)
         torch.backends.cudnn.benchmark = saved_cudnn
 
 
 def reset_dynamo() -> None:
-    """Forget compiled code and counters so one variant's cache cannot flatter the next."""
+    """Forget compiled code and counters so one variant's cache cannot flatter the next.
+    A process that never imported dynamo has compiled nothing: there is nothing to forget,
+    and importing it to reset it would cost an eager-only session seconds."""
+    if "torch._dynamo" not in sys.modules:
+        return
     import torch._dynamo
     from torch._dynamo.utils import counters
 

@@ -94,9 +94,9 @@ class Options:
 
     def measuring_args(self, rootdir: Path, repeats: int, ab: str | None = None) -> list[str]:
         """The pytest command line of a child session that measures as this one does
-        (A/B workers, confirmation re-measures): every setting marked `child` in the table,
-        as this session has it; it never saves or confirms, and compares only with the base
-        commit `ab` measured beside it (same-job A/B), if given."""
+        (A/B workers, confirmation re-measures): every setting the table passes on to a
+        child (`child`), as this session has it; it never saves or confirms, and compares
+        only with the base commit `ab` measured beside it (same-job A/B), if given."""
         args = [
             f"--rootdir={rootdir}",
             "-q",
@@ -110,7 +110,7 @@ class Options:
             "--perfguard-progress=no",
         ]
         for opt in OPTIONS:
-            if not opt.child:
+            if opt.child != "all" and not (opt.child == "ab" and ab is not None):
                 continue
             value = repeats if opt.name == "repeats" else getattr(self, opt.field)
             if opt.name == "variants" and not self.variants_source.startswith("--"):
