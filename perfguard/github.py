@@ -18,10 +18,9 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from perfguard.comment import COMMENT_LIMIT, MARKER
 from perfguard.errors import PerfguardError
 
-MARKER = "<!-- perfguard-report -->"  # the report's first line; finds our comment
-COMMENT_LIMIT = 65_536  # GitHub's limit on a comment's body, in characters
 DEFAULT_API = "https://api.github.com"
 USER_AGENT = "perfguard"
 MAX_PAGES = 1_000  # of a listing: 100,000 comments or issues, at 100 a page

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from perfguard import cli
-from perfguard.github import COMMENT_LIMIT, MARKER, with_marker
+from perfguard.comment import COMMENT_LIMIT, MARKER
+from perfguard.github import with_marker
 from tests.github_fake import FakeGitHub
 
 

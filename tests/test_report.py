@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from perfguard.github import COMMENT_LIMIT
+from perfguard.comment import COMMENT_LIMIT
 from perfguard.records import BaselineRef, Run, VariantResult
 from perfguard.report import render_markdown, summary_lines
 from perfguard.report.outputs import write_reports

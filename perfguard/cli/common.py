@@ -7,8 +7,8 @@ import math
 import sys
 from typing import TYPE_CHECKING
 
+from perfguard.comment import COMMENT_LIMIT
 from perfguard.errors import InputError
-from perfguard.github import COMMENT_LIMIT
 from perfguard.records import Run
 
 if TYPE_CHECKING:

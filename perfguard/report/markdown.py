@@ -16,8 +16,8 @@ from typing import Any
 
 import jinja2
 
+from perfguard.comment import COMMENT_LIMIT, MARKER
 from perfguard.environment_diff import environment_differences
-from perfguard.github import COMMENT_LIMIT, MARKER
 from perfguard.records import Comparison, Run, VariantResult
 from perfguard.report import format as fmt
 from perfguard.report.charts import trend_chart

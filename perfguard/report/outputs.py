@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from perfguard.github import COMMENT_LIMIT
+from perfguard.comment import COMMENT_LIMIT
 from perfguard.records import Run, trace_file_name
 from perfguard.report.markdown import render_markdown, workflow_run_link
 from perfguard.stats.thresholds import TIMED_METRICS
