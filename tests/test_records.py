@@ -143,8 +143,8 @@ def test_a_comparison_is_of_a_known_metric() -> None:
 
 
 def test_a_runs_cost_round_trips_and_shards_sum() -> None:
-    from perfguard.cli.merge import merge_runs
     from perfguard.records import RunCost
+    from perfguard.records.merge import merge_runs
     from tests.factories import result as measured
     from tests.factories import run
 

@@ -450,7 +450,7 @@ def test_sample_on_demand_samples_one_block_per_command() -> None:
 
 
 def test_merging_ab_shards_keeps_each_base_side(tmp_path: Path) -> None:
-    from perfguard.cli.merge import merge_runs
+    from perfguard.records.merge import merge_runs
 
     one = from_blocks([[1.0, 1.1]])
     two = VariantResult(test="u", variant="eager", status="ok", samples_ms=(2.0,))
