@@ -235,13 +235,16 @@ def find_baseline(
     return BaselineChoice(None, f"no baseline in {searched} (ini perfguard_baseline_depth={depth})")
 
 
-def explicit_baseline(path: Path, ref: str, has_baseline: Callable[[str], bool]) -> BaselineChoice:
-    """`--perfguard-compare=REF`: that commit's baseline, or a reason why there is none."""
+def explicit_baseline(
+    path: Path, ref: str, has_baseline: Callable[[str], bool], flag: str = "--perfguard-compare"
+) -> BaselineChoice:
+    """`flag`=REF (the option the user named the revision with): that commit's baseline, or
+    a reason why there is none."""
     sha = resolve_commit(path, ref)
     if has_baseline(sha):
-        return BaselineChoice(sha, f"asked for with --perfguard-compare={ref} ({sha[:10]})")
+        return BaselineChoice(sha, f"asked for with {flag}={ref} ({sha[:10]})")
     return BaselineChoice(
-        None, f"--perfguard-compare={ref} ({sha[:10]}) has no stored baseline for this machine"
+        None, f"{flag}={ref} ({sha[:10]}) has no stored baseline for this machine"
     )
 
 

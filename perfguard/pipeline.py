@@ -63,6 +63,9 @@ class FinishSettings:
     unhealthy: str = "warn"  # "inconclusive": health warnings withhold speed verdicts
     confirm: int = 1  # re-measures a latency verdict must survive
     traces: Path | None = None  # the Chrome traces' folder: only the regressions' are kept
+    # how the caller's options are spelled in messages: the plugin's `--perfguard-compare`,
+    # `perfguard merge`'s `--compare`
+    option_prefix: str = "--perfguard-"
 
 
 @dataclass(frozen=True)
@@ -85,18 +88,20 @@ class PipelineOutcome:
     error: str | None = None  # the comparison or the save could not be done
 
 
-def check_can_save(state: GitState | None, allow_dirty: bool) -> str | None:
-    """Why `--perfguard-save` must refuse here, or None."""
+def check_can_save(
+    state: GitState | None, allow_dirty: bool, prefix: str = "--perfguard-"
+) -> str | None:
+    """Why `--perfguard-save` (`prefix` + save) must refuse here, or None."""
     if state is None or state.head is None:
         return (
-            "--perfguard-save needs a git checkout with a commit: the baseline is filed "
+            f"{prefix}save needs a git checkout with a commit: the baseline is filed "
             "under HEAD's sha"
         )
     if state.dirty and not allow_dirty:
         return (
-            "--perfguard-save refuses a working tree with uncommitted changes: the numbers "
+            f"{prefix}save refuses a working tree with uncommitted changes: the numbers "
             "would be filed under a commit that did not produce them. Commit or stash, or "
-            "pass --perfguard-allow-dirty"
+            f"pass {prefix}allow-dirty"
         )
     return None
 
@@ -105,7 +110,7 @@ def choose_baseline(
     settings: FinishSettings, state: GitState | None, store: BaselineStore | ObjectStore
 ) -> BaselineChoice:
     if settings.compare == "none":
-        return BaselineChoice(None, "comparison disabled (--perfguard-compare=none)")
+        return BaselineChoice(None, f"comparison disabled ({settings.option_prefix}compare=none)")
     if state is None:
         return BaselineChoice(
             None,
@@ -121,9 +126,10 @@ def choose_baseline(
             settings.root, has, main_branch=settings.main_branch, depth=settings.baseline_depth
         )
     try:
-        return explicit_baseline(settings.root, settings.compare, has)
+        flag = f"{settings.option_prefix}compare"
+        return explicit_baseline(settings.root, settings.compare, has, flag)
     except GitError as exc:
-        raise PipelineError(f"--perfguard-compare: {exc}") from None
+        raise PipelineError(f"{flag}: {exc}") from None
 
 
 def finish_run(
@@ -255,7 +261,7 @@ def _save(
     if refusal:
         messages.append(f"baseline not saved: {refusal}")
         return None
-    unsafe = check_can_save(state, settings.allow_dirty)
+    unsafe = check_can_save(state, settings.allow_dirty, settings.option_prefix)
     if unsafe is not None:
         failures.append(unsafe)
         return None

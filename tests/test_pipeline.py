@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -244,3 +245,30 @@ def test_a_disturbed_same_job_round_names_the_figure_it_was_checked_against(
     assert p50.confirmation.kind == "unconfirmed"
     assert "x slower than its first measure in this job (0.99" in p50.confirmation.reason
     assert "stored" not in p50.confirmation.reason
+
+
+def test_the_messages_name_the_options_as_the_caller_spells_them(
+    history: tuple[Path, Path, str],
+) -> None:
+    """`perfguard merge` passes --compare and --save; the plugin --perfguard-compare and
+    --perfguard-save. A reason or refusal names the option the user typed."""
+    from perfguard.git import git_state
+    from perfguard.pipeline import PipelineError, check_can_save, choose_baseline
+
+    repo, store_dir, _ = history
+    store = BaselineStore(store_dir)
+    merge = FinishSettings(root=repo, baseline_dir=store_dir, machine=MACHINE, option_prefix="--")
+    head = FinishSettings(root=repo, baseline_dir=store_dir, machine=MACHINE, compare="HEAD")
+    state = git_state(repo)
+    assert choose_baseline(replace(merge, compare="none"), state, store).reason == (
+        "comparison disabled (--compare=none)"
+    )
+    missing = choose_baseline(replace(merge, compare="HEAD"), state, store).reason
+    assert missing.startswith("--compare=HEAD (") and "no stored baseline" in missing
+    assert choose_baseline(head, state, store).reason.startswith("--perfguard-compare=HEAD (")
+    with pytest.raises(PipelineError, match=r"^--compare: "):
+        choose_baseline(replace(merge, compare="no-such-ref"), state, store)
+    (repo / "dirty.txt").write_text("x")
+    git(repo, "add", "dirty.txt")
+    dirty = check_can_save(git_state(repo), allow_dirty=False, prefix="--")
+    assert dirty is not None and dirty.startswith("--save refuses") and "--allow-dirty" in dirty

@@ -108,6 +108,7 @@ def _finish_merged(args: argparse.Namespace, merged: Run, runs: Sequence[tuple[P
         thresholds=Thresholds.from_json(merged.settings.get("thresholds")),
         unhealthy=str(merged.settings.get("unhealthy", "warn")),
         confirm=len(merged.confirm_results),
+        option_prefix="--",  # this command's --compare and --save
     )
     outcome = finish_run(
         merged.results,

@@ -248,7 +248,7 @@ def for_run(
                     root, shas.__contains__, main_branch=main_branch, depth=depth
                 )
             else:
-                choice = explicit_baseline(root, ref, shas.__contains__)
+                choice = explicit_baseline(root, ref, shas.__contains__, flag="--for")
             if choices is not None:
                 chosen = choice.commit[:10] if choice.commit else "none"
                 choices.append(f"{machine}: {chosen} ({choice.reason})")
