@@ -634,6 +634,8 @@ def _doc_with(path: Path, change: str) -> None:
         doc["settings"]["budget_s"] = "fast"
     elif change == "repeats NaN":
         doc["settings"]["repeats"] = float("nan")
+    elif change == "repeats a fraction":
+        doc["settings"]["repeats"] = 2.5
     elif change == "unhealthy unknown":
         doc["settings"]["unhealthy"] = 12345
     elif change == "baseline mode a number":
@@ -651,7 +653,7 @@ def _doc_with(path: Path, change: str) -> None:
     ("change", "said"),
     [
         ("string threshold", "thresholds.min_change_pct must be a number"),
-        ("NaN threshold", "thresholds.min_change_pct must be between 0 and inf"),
+        ("NaN threshold", "thresholds.min_change_pct must be 0 or more, got nan"),
         ("thresholds a list", "thresholds must be an object"),
         ("per-test override", "per_test['t.py::a'].alpha must be between 0 and 1"),
         ("warnings a number", "health.warnings must be a list of strings"),
@@ -661,6 +663,7 @@ def _doc_with(path: Path, change: str) -> None:
         ("test a number", "test must be a string, got 12345"),
         ("budget a string", "settings.budget_s must be a number"),
         ("repeats NaN", "settings.repeats must be a whole number"),
+        ("repeats a fraction", "settings.repeats must be a whole number, got 2.5"),
         ("unhealthy unknown", "settings.unhealthy must be one of"),
         ("baseline mode a number", "baseline.mode must be a string"),
         ("comparison gating", "gating must be true or false"),

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -159,3 +160,22 @@ def test_a_runs_cost_round_trips_and_shards_sum() -> None:
     )
     with pytest.raises(RecordError, match=r"cost\.seconds must be 0 or more"):
         RunCost.from_json({**cost.to_json(), "seconds": -1})
+
+
+def test_a_setting_and_a_rule_read_from_a_file_are_checked_alike() -> None:
+    """One check for the run's settings and the thresholds: a whole number may be written
+    3.0 (as a tool that rewrote the JSON may), not 2.5; a bound is said as the range it is."""
+    from perfguard.records.base import bounded
+
+    assert bounded("settings.repeats", 3.0, int, 1) == 3
+    assert bounded("thresholds.gate_p99", True, bool) is True
+    for value, said in [
+        (2.5, "settings.repeats must be a whole number, got 2.5"),
+        (0, "settings.repeats must be 1 or more, got 0"),
+        ("3", "settings.repeats must be a whole number, got '3'"),
+        (True, "settings.repeats must be a whole number, got True"),
+    ]:
+        with pytest.raises(RecordError, match=re.escape(said)):
+            bounded("settings.repeats", value, int, 1)
+    with pytest.raises(RecordError, match=re.escape("alpha must be between 0 and 1, got 2")):
+        bounded("alpha", 2, float, 0.0, 1.0)

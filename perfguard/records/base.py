@@ -64,6 +64,29 @@ def numbers(name: str, value: object) -> tuple[float | None, ...]:
     return tuple(finite_or_none(name, v) for v in value)
 
 
+def bounded(
+    name: str,
+    value: object,
+    kind: type,
+    low: float = -math.inf,
+    high: float = math.inf,
+) -> float | bool:
+    """A setting or rule read from a file, as the code will use it: `kind` bool is true or
+    false; int a whole number (3.0 is 3); float any finite number; both within [low, high].
+    A string, a NaN or an out-of-range value would be printed raw, or switch a gate off."""
+    if kind is bool:
+        return flag(name, value)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise RecordError(f"{name} must be a {'whole ' * (kind is int)}number, got {value!r}")
+    if kind is int and not (math.isfinite(value) and value == int(value)):
+        raise RecordError(f"{name} must be a whole number, got {value!r}")
+    if not (math.isfinite(value) and low <= value <= high):
+        if high == math.inf:
+            raise RecordError(f"{name} must be {low:g} or more, got {value!r}")
+        raise RecordError(f"{name} must be between {low:g} and {high:g}, got {value!r}")
+    return int(value) if kind is int else float(value)
+
+
 def finite_or_none(name: str, value: object) -> float | None:
     if value is None:
         return None

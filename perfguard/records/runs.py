@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from perfguard.records.base import SCHEMA_VERSION, SHA, RecordError, text
+from perfguard.records.base import SCHEMA_VERSION, SHA, RecordError, bounded, text
 from perfguard.records.comparisons import Comparison
 from perfguard.records.results import VariantResult
 
@@ -115,16 +115,8 @@ def _check_settings(settings: Mapping[str, Any]) -> None:
     """The settings the report shows and a merge carries on (thresholds are checked where
     the gate reads them): the wrong type is a wrong file, not a figure to print."""
     for name, (kind, low) in _SETTINGS.items():
-        value = settings.get(name)
-        if value is None:
-            continue
-        fits = isinstance(value, int) if kind is int else isinstance(value, int | float)
-        if isinstance(value, bool) or not fits:
-            raise RecordError(
-                f"settings.{name} must be a {'whole ' * (kind is int)}number, got {value!r}"
-            )
-        if not (math.isfinite(value) and value >= low):
-            raise RecordError(f"settings.{name} must be {low:g} or more, got {value!r}")
+        if settings.get(name) is not None:
+            bounded(f"settings.{name}", settings[name], kind, low)
     for name, choices in (("unhealthy", ("warn", "inconclusive")),):
         if settings.get(name) is not None and settings[name] not in choices:
             raise RecordError(f"settings.{name} must be one of {choices}, got {settings[name]!r}")

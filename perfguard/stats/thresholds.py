@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from perfguard.records import Metric, RecordError
+from perfguard.records.base import bounded
 from perfguard.settings import THRESHOLD_KEYS, threshold_default
 
 LATENCY_METRICS: dict[Metric, float] = {
@@ -113,18 +114,8 @@ _RULES: dict[str, tuple[type, float, float]] = {  # name: (type, lowest, highest
 
 
 def _check_rule(name: str, value: object, kind: type, low: float, high: float) -> None:
-    """A threshold read from a file (a shard, a results file) is what the gate will use:
-    a string, a NaN or a negative one would be rendered raw, or switch the gate off."""
-    if kind is bool:
-        if not isinstance(value, bool):
-            raise RecordError(f"thresholds.{name} must be true or false, got {value!r}")
-        return
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        raise RecordError(f"thresholds.{name} must be a number, got {value!r}")
-    if kind is int and not (math.isfinite(value) and value == int(value)):
-        raise RecordError(f"thresholds.{name} must be a whole number, got {value!r}")
-    if not (math.isfinite(value) and low <= value <= high):
-        raise RecordError(f"thresholds.{name} must be between {low:g} and {high:g}, got {value!r}")
+    """A threshold read from a file (a shard, a results file) is what the gate will use."""
+    bounded(f"thresholds.{name}", value, kind, low, high)
 
 
 NoiseFloor = Mapping[tuple[str, str, str], float]
