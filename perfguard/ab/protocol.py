@@ -24,7 +24,7 @@ kind or field it does not know, naming it.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
-from typing import Any, ClassVar, get_args
+from typing import Any, ClassVar, TypeVar, get_args
 
 from perfguard.errors import PerfguardError
 
@@ -151,13 +151,14 @@ class Ended(_Message):
     message: str
 
 
+M = TypeVar("M", bound=_Message)
+
 Message = Items | Go | Skip | Time | Block | Finish
 Report = Collected | Next | Built | Ready | Times | Result | Ended
 
 KINDS: dict[str, type[_Message]] = {
     cls.KIND: cls for cls in (*get_args(Message), *get_args(Report))
 }
-_SEQUENCES = {"items", "times"}  # fields sent as lists, held as tuples
 
 
 def decode(data: object) -> _Message:
@@ -172,8 +173,10 @@ def decode(data: object) -> _Message:
         raise ProtocolError(
             f"A/B message {cls.KIND!r}: expected fields {sorted(names)}, got {sorted(given)}"
         )
-    values = {k: tuple(v) if k in _SEQUENCES else v for k, v in data.items() if k != "kind"}
-    return cls(**values)
+    # a tuple field travels as a list (and is held as a tuple again)
+    values = {f.name: data[f.name] for f in fields(cls)}
+    tuples = {f.name for f in fields(cls) if str(f.type).startswith("tuple")}
+    return cls(**{k: tuple(v) if k in tuples else v for k, v in values.items()})
 
 
 def command(data: object) -> Message:
@@ -196,3 +199,11 @@ def unexpected(message: _Message, *due: type[_Message]) -> ProtocolError:
     """The error for a message that may not come here (`due`: the ones that may)."""
     names = " or ".join(d.KIND for d in due)
     return ProtocolError(f"A/B message {message.KIND!r} where {names} was due")
+
+
+def expect(message: _Message, *due: type[M]) -> M:
+    """`message`, when it is one of `due`, the messages that may come here; else the
+    `unexpected` error."""
+    if not isinstance(message, due):
+        raise unexpected(message, *due)
+    return message

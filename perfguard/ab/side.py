@@ -22,23 +22,6 @@ from typing import Any
 import perfguard
 from perfguard.ab import protocol
 from perfguard.ab.channel import ENV_ITEMS, ENV_SIDE, ENV_TRACES, open_listener
-from perfguard.ab.protocol import (
-    Block,
-    Built,
-    Collected,
-    Ended,
-    Finish,
-    Go,
-    Items,
-    Message,
-    Next,
-    Ready,
-    Report,
-    Result,
-    Skip,
-    Time,
-    Times,
-)
 from perfguard.errors import PerfguardError
 from perfguard.measure.sampling import TIMED
 from perfguard.records import VariantResult
@@ -197,10 +180,8 @@ class Side:
             raise WorkerExitedError(self._why("did not connect"))
         self.conn = conn
         if launch.items_later:
-            self.send(Items(tuple(items)))
-        hello = self.recv()
-        if not isinstance(hello, Collected):
-            raise protocol.unexpected(hello, Collected)
+            self.send(protocol.Items(tuple(items)))
+        hello = protocol.expect(self.recv(), protocol.Collected)
         self.collected = set(hello.items)
         self.cuda = hello.cuda
 
@@ -218,7 +199,7 @@ class Side:
         last = tail.splitlines()[-1] if tail else "no output"
         return f"the {self.label} worker {what} ({status}): {last} (log: {self.log})"
 
-    def send(self, command: Message) -> None:
+    def send(self, command: protocol.Message) -> None:
         if self.conn is None:
             raise WorkerExitedError(self._why("is not running"))
         try:
@@ -226,7 +207,7 @@ class Side:
         except OSError:
             raise WorkerExitedError(self._why("hung up")) from None
 
-    def recv(self) -> Report:
+    def recv(self) -> protocol.Report:
         """The next report; waits as long as the worker lives (compiling can take minutes)."""
         if self.conn is None:
             raise WorkerExitedError(self._why("is not running"))
@@ -247,57 +228,55 @@ class Side:
         if nodeid not in self.collected:
             return SideOutcome(None, "absent", f"not collected in {self.label}")
         while True:
-            message = self.recv()
-            if not isinstance(message, Next):
-                raise protocol.unexpected(message, Next)
+            message = protocol.expect(self.recv(), protocol.Next)
             if message.item == nodeid:
-                self.send(Go())
+                self.send(protocol.Go())
                 return None
-            self.send(Skip())  # an item the driver did not run: skip it there
+            self.send(protocol.Skip())  # an item the driver did not run: skip it there
 
     def built(self) -> SideOutcome | None:
         """Wait until the item's variant is built. None: it waits for its turn to time; an
         outcome: the item ended first (it failed to build, skipped, or measured nothing)."""
-        return self._until_ended(until=Built)
+        return self._until_ended(until=protocol.Built)
 
     def take_turn(self) -> SideOutcome | None:
         """Let the worker compile and warm up its built variant. None: it is ready to sample;
         an outcome: it failed before sampling (compile)."""
-        self.send(Time())
-        return self._until_ended(until=Ready)
+        self.send(protocol.Time())
+        return self._until_ended(until=protocol.Ready)
 
-    def _until_ended(self, *, until: type[Built | Ready] | None) -> SideOutcome | None:
+    def _until_ended(
+        self, *, until: type[protocol.Built | protocol.Ready] | None
+    ) -> SideOutcome | None:
         """Read the item's result, if any, until it ends; None on an `until` message."""
         result = None
         environment = None
         while True:
             match self.recv():
-                case Built() | Ready() as message if until is not None and type(message) is until:
-                    if isinstance(message, Ready):
+                case message if until is not None and isinstance(message, until):
+                    if isinstance(message, protocol.Ready):
                         self.repeats = message.repeats
                     return None
-                case Result() as message:
+                case protocol.Result() as message:
                     result = VariantResult.from_json(message.result)
                     environment = message.environment
-                case Ended() as message:
+                case protocol.Ended() as message:
                     return SideOutcome(result, message.outcome, message.message, environment)
                 case message:
-                    due = (*((until,) if until else ()), Result, Ended)
+                    due = (*((until,) if until else ()), protocol.Result, protocol.Ended)
                     raise protocol.unexpected(message, *due)
 
     def block(self) -> tuple[float, ...]:
         TIMED.set()  # the worker times it: the driver's health monitor reads the clocks
         try:
-            self.send(Block())
+            self.send(protocol.Block())
             message = self.recv()
         finally:
             TIMED.clear()
-        if not isinstance(message, Times):
-            raise protocol.unexpected(message, Times)
-        return message.times
+        return protocol.expect(message, protocol.Times).times
 
     def finish(self) -> SideOutcome:
-        self.send(Finish())
+        self.send(protocol.Finish())
         outcome = self._until_ended(until=None)
         assert outcome is not None  # only an `until` message gives None
         return outcome

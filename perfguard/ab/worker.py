@@ -18,20 +18,6 @@ from typing import NoReturn
 
 from perfguard.ab import protocol
 from perfguard.ab.channel import ENV_ITEMS, ENV_SIDE, connect_from_env
-from perfguard.ab.protocol import (
-    Block,
-    Built,
-    Finish,
-    Go,
-    Items,
-    Message,
-    Next,
-    Ready,
-    Report,
-    Skip,
-    Time,
-    Times,
-)
 from perfguard.errors import PerfguardError
 from perfguard.measure.placement import on_one_cpu
 from perfguard.measure.sampling import (
@@ -114,16 +100,13 @@ class WorkerLink:
         """The items to run, in the driver's order (waits for the driver's list when this
         worker was started before the driver had collected)."""
         if self._items is None:
-            message = self.recv()
-            if not isinstance(message, Items):
-                raise protocol.unexpected(message, Items)
-            self._items = list(message.items)
+            self._items = list(protocol.expect(self.recv(), protocol.Items).items)
         return self._items
 
-    def send(self, report: Report) -> None:
+    def send(self, report: protocol.Report) -> None:
         self.conn.send(report.wire())
 
-    def recv(self) -> Message:
+    def recv(self) -> protocol.Message:
         try:
             data = self.conn.recv()
         except (EOFError, OSError):
@@ -132,34 +115,27 @@ class WorkerLink:
 
     def may_start(self, nodeid: str) -> bool:
         """Ask the driver whether to run this item now (it waits its turn); False: skip it."""
-        self.send(Next(nodeid))
-        answer = self.recv()
-        if not isinstance(answer, Go | Skip):
-            raise protocol.unexpected(answer, Go, Skip)
-        return isinstance(answer, Go)
+        self.send(protocol.Next(nodeid))
+        return isinstance(protocol.expect(self.recv(), protocol.Go, protocol.Skip), protocol.Go)
 
     def wait_turn(self) -> None:
         """Say the item's variant is built, then wait until the driver gives this side its
         turn to compile and time it (both sides build at once, one times at a time)."""
-        self.send(Built())
-        if not isinstance(turn := self.recv(), Time):
-            raise protocol.unexpected(turn, Time)
+        self.send(protocol.Built())
+        protocol.expect(self.recv(), protocol.Time)
 
     def _sampling_command(self) -> Command:
-        command = self.recv()
-        if not isinstance(command, Block | Finish):
-            raise protocol.unexpected(command, Block, Finish)
-        return command.KIND
+        return protocol.expect(self.recv(), protocol.Block, protocol.Finish).KIND
 
     def sampler(self) -> Sampler:
         """Sampling that announces `ready` after warm-up and then samples on command, each
         block timed from the CPU the other side's blocks are timed from too."""
 
         def ready(warmup: WarmupOutcome, settings: SamplingSettings) -> None:
-            self.send(Ready(repeats=settings.repeats, warmup_calls=warmup.calls))
+            self.send(protocol.Ready(repeats=settings.repeats, warmup_calls=warmup.calls))
 
         def hand_over(block: tuple[float, ...]) -> None:
-            self.send(Times(tuple(block)))
+            self.send(protocol.Times(tuple(block)))
 
         return functools.partial(
             sample_on_demand,
