@@ -319,12 +319,13 @@ def add_worktree(path: Path, folder: Path, commit: str) -> Path:
     return Path(repo.working_tree_dir or path).resolve()
 
 
-def remove_worktree(path: Path, folder: Path | None = None) -> None:
-    """Remove the worktree in `folder` (gone already is fine), then prune git's records of
-    worktrees whose folder is gone; with no `folder`, prune only."""
-    repo = _repo(path)
-    if folder is not None:
-        with contextlib.suppress(Exception):
-            repo.git.worktree("remove", "--force", str(folder))
+def remove_worktree(path: Path, folder: Path) -> None:
+    """Remove the worktree in `folder`; gone already is fine (`prune_worktrees` forgets it)."""
     with contextlib.suppress(Exception):
-        repo.git.worktree("prune")
+        _repo(path).git.worktree("remove", "--force", str(folder))
+
+
+def prune_worktrees(path: Path) -> None:
+    """Forget the worktrees whose folder is gone (`git worktree prune`)."""
+    with contextlib.suppress(Exception):
+        _repo(path).git.worktree("prune")

@@ -36,7 +36,7 @@ def prune_stale(root: Path) -> list[Path]:
                 shutil.rmtree(tree.parent, ignore_errors=True)
                 gone.append(tree)
         scratch.prune()  # logs and sockets, and other repositories' worktree folders
-        git.remove_worktree(root)
+        git.prune_worktrees(root)
     return gone
 
 
@@ -59,6 +59,6 @@ class Worktree:
 
     def remove(self) -> None:
         # already gone is fine: the folder is removed and git's bookkeeping pruned anyway
-        with contextlib.suppress(GitError):
-            git.remove_worktree(self.root, self.path)
+        git.remove_worktree(self.root, self.path)
         shutil.rmtree(self._folder, ignore_errors=True)
+        git.prune_worktrees(self.root)
