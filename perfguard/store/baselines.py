@@ -376,13 +376,13 @@ def load_summary(
     files = list(BaselineStore(root).files(machine))
     for m, f in files:
         try:
-            table, current = folder_part(root, m, f)
+            table, was_current = folder_part(root, m, f)
         except BaselineError as exc:  # one broken record must not stop a year of history
             skipped.append(str(exc).splitlines()[0])
             continue
         tables.append(table)
-        used += current
-        rebuilt += not current
+        used += was_current
+        rebuilt += not was_current
     # the parts of records that retention removed: the summary keeps every commit
     recorded = {(m, f.name.split(".", 1)[0]) for m, f in files}
     for path in sorted((root / SUMMARY_DIR).glob(f"{machine or '*'}/*.parquet")):
