@@ -23,14 +23,14 @@ HERE = pathlib.Path(__file__).parent
 SLOW_ONCE = HERE / "slow-once"  # the first process to see it is 4 times slower, none after
 FACTOR = 4.0 if SLOW_ONCE.exists() else 1.0
 SLOW_ONCE.unlink(missing_ok=True)
+SCRIPT = HERE / "latency_ms.txt"  # a process runs one commit's code: read once
+MS = (float(SCRIPT.read_text()) if SCRIPT.exists() else 1.0) * FACTOR
 _noise = random.Random(sum(map(ord, str(HERE))))
 
 
 def _scripted(self, fn):
     fn()
-    script = HERE / "latency_ms.txt"
-    ms = float(script.read_text()) if script.exists() else 1.0
-    return ms * FACTOR * (1.0 + _noise.gauss(0.0, 0.01))
+    return MS * (1.0 + _noise.gauss(0.0, 0.01))
 
 
 clock.HostClock.time_call = _scripted
