@@ -49,6 +49,7 @@ import json
 import os
 import platform
 import random
+import shutil
 import subprocess
 import sys
 import time
@@ -411,19 +412,29 @@ def ab_repository(
     levels: Sequence[int] = tuple(AB_PLAN),
     kinds: Sequence[str] = MODELS,
     variants: Sequence[str] = ("eager",),
+    bar: float | None = None,
 ) -> tuple[Path, str, dict[int, str]]:
     """(repo, base sha, head sha per level), made once and reused when resuming (with the
-    same models and variants: a study is not resumed with others)."""
+    same models, variants and A/B bar: a study is not resumed with others). Runs kept from
+    another machine (carried without their scratch repository, which is not archived) are
+    resumed too: the repository is made again, and its new commits recorded."""
     repo = directory / "repo"
     index = directory / "commits.json"
+    suite: dict[str, Any] = {"kinds": list(kinds), "variants": list(variants)}
+    if bar is not None:  # studies made before the bar was recorded ran at the default
+        suite["ab_min_change"] = bar
     if index.exists():
         saved = json.loads(index.read_text())
-        suite = {"kinds": list(kinds), "variants": list(variants)}
         if saved.get("suite", suite) != suite or not set(levels) <= {
             int(k) for k in saved["heads"]
         }:
-            raise SystemExit(f"{directory} holds a study of other models, variants or levels")
-        return repo, saved["base"], {int(k): v for k, v in saved["heads"].items()}
+            raise SystemExit(
+                f"{directory} holds a study of other models, variants, levels or A/B bar"
+            )
+        if (repo / ".git").is_dir():
+            return repo, saved["base"], {int(k): v for k, v in saved["heads"].items()}
+        levels = sorted({*levels, *(int(k) for k in saved["heads"])})
+        shutil.rmtree(repo, ignore_errors=True)
     repo.mkdir(parents=True)
     _git(repo, "init", "-q", "-b", "main")
     _git(repo, "config", "user.email", "study@perfguard")
@@ -440,7 +451,6 @@ def ab_repository(
         (repo / "study_models.py").write_text(_study_models(level), encoding="utf-8")
         _git(repo, "commit", "-q", "--allow-empty", "-am", f"head +{level}%")
         heads[level] = _git(repo, "rev-parse", "HEAD")
-    suite = {"kinds": list(kinds), "variants": list(variants)}
     index.write_text(json.dumps({"base": base, "heads": heads, "suite": suite}), encoding="utf-8")
     return repo, base, heads
 
@@ -451,11 +461,13 @@ def run_ab_study(
     runs: dict[int, int] | None = None,
     pattern: str = "none",
     suite: tuple[Sequence[str], Sequence[str]] = (MODELS, ("eager",)),
+    bar: float | None = None,
 ) -> None:
     """`runs`: A/B runs per injected level (default AB_PLAN); `pattern`: the load generator's
-    other work during the runs (`load`); `suite`: the models and the variants."""
+    other work during the runs (`load`); `suite`: the models and the variants; `bar`: the
+    runs' `--perfguard-ab-min-change` (None: its default)."""
     with load(pattern, seed):
-        _run_ab_study(directory, seed, runs, suite)
+        _run_ab_study(directory, seed, runs, suite, bar)
 
 
 def _run_ab_study(
@@ -463,6 +475,7 @@ def _run_ab_study(
     seed: int,
     runs: dict[int, int] | None,
     suite: tuple[Sequence[str], Sequence[str]],
+    bar: float | None,
 ) -> None:
     runs = runs or AB_PLAN
     for kind in (k for k in suite[0] if k not in WIDENED):
@@ -474,16 +487,18 @@ def _run_ab_study(
                     "use gpu-linear for +2%"
                 )
     directory.mkdir(parents=True, exist_ok=True)
-    repo, base, heads = ab_repository(directory, AB_LEVELS, *suite)  # a later call may ask more
+    # a later call may ask more levels: the repository holds them all
+    repo, base, heads = ab_repository(directory, AB_LEVELS, *suite, bar)
     plan = [(level, i) for level, count in runs.items() for i in range(count)]
     random.Random(seed).shuffle(plan)
+    bar_option = [] if bar is None else [f"--perfguard-ab-min-change={bar:g}"]
     todo = [(lv, i) for lv, i in plan if not (directory / f"ab-plus{lv:02d}-{i:03d}.json").exists()]
     started = time.monotonic()
     for done, (level, i) in enumerate(todo, 1):
         out = directory / f"ab-plus{level:02d}-{i:03d}.json"
         _git(repo, "checkout", "-q", "--detach", heads[level])
         json_out = f"--perfguard-json={out.with_suffix('.tmp').resolve()}"
-        cmd = [*STUDY_PYTEST, f"--perfguard-ab={base}", json_out, "test_study.py"]
+        cmd = [*STUDY_PYTEST, f"--perfguard-ab={base}", *bar_option, json_out, "test_study.py"]
         began = time.monotonic()
         subprocess.run(cmd, cwd=repo, check=True, stdout=subprocess.DEVNULL)
         out.with_suffix(".tmp").rename(out)
@@ -587,7 +602,11 @@ def analyze_ab(
                 "wall": [], "on_metric": 0}  # fmt: skip
 
     tally: dict[int, dict[str, Any]] = {p: row0() for p in AB_LEVELS}
+    bars = set()
     for directory in directories:
+        index = directory / "commits.json"
+        suite = json.loads(index.read_text()).get("suite", {}) if index.exists() else {}
+        bars.add(suite.get("ab_min_change"))
         walls = json.loads((directory / "wall_s.json").read_text()) if (
             directory / "wall_s.json"
         ).exists() else {}  # fmt: skip
@@ -635,6 +654,8 @@ def analyze_ab(
             f"| {row['inconclusive']} "
             f"| {false} | {pairs} | {wall} |"
         )
+    said = sorted(f"{b:g}%" if b is not None else "the plugin's default" for b in bars)
+    lines.append(f"\nA/B bar (`--perfguard-ab-min-change`): {', '.join(said)}.")
     return "\n".join(lines), tally
 
 
@@ -817,6 +838,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     run_ab.add_argument("--metric", default="latency_p50_ms", help="whose change the table reports")
     run_ab.add_argument("--variants", default="eager", help="the variants each model runs in")
+    run_ab.add_argument(
+        "--ab-min-change",
+        type=float,
+        metavar="PCT",
+        help="the runs' --perfguard-ab-min-change (default: the plugin's); kept with the study",
+    )
     wall = sub.add_parser("wall", help="stored mode and the PR configuration, timed in turn")
     wall.add_argument("--dir", type=Path, default=Path("reports/detection-wall"))
     wall.add_argument("--runs", type=int, default=10)
@@ -842,7 +869,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return subprocess.run(args.cmd, check=False).returncode
     if args.command == "run-ab":
         suite = (args.models.split(","), args.variants.split(","))
-        run_ab_study(args.dir, args.seed, args.plan, args.load, suite)
+        run_ab_study(args.dir, args.seed, args.plan, args.load, suite, args.ab_min_change)
         table, _ = analyze_ab([args.dir], args.metric)
         (args.dir / "summary.md").write_text(table + "\n", encoding="utf-8")
         print(table)
@@ -855,23 +882,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "run":
         run_study(args.dir, args.history, args.trials, args.seed, args.confirm_gap, args.confirm)
-    directories = [args.dir] if isinstance(args.dir, Path) else (args.dir or [DEFAULT_DIR])
-    summary = analyze(directories)
-    if getattr(args, "ab_dir", None):
-        table, tally = analyze_ab(args.ab_dir)
+    ab_dirs = getattr(args, "ab_dir", None) or []
+    if isinstance(args.dir, Path):
+        directories = [args.dir]
+    else:  # `analyze`: the stored-mode study only where asked for, or where no A/B one is
+        directories = args.dir or ([] if ab_dirs else [DEFAULT_DIR])
+    parts = []
+    if directories:
+        parts.append(analyze(directories))
+        if not ab_dirs:
+            (directories[0] / "summary.md").write_text(parts[0] + "\n", encoding="utf-8")
+    if ab_dirs:
+        table, tally = analyze_ab(ab_dirs)
         smallest = next(
-            (p for p in AB_PLAN if p and tally[p]["n"] and tally[p]["pg"] / tally[p]["n"] >= 0.9),
+            (p for p in AB_LEVELS if p and tally[p]["n"] and tally[p]["pg"] / tally[p]["n"] >= 0.9),
             None,
         )
-        summary += (
-            "\n\nSame-job A/B (`--perfguard-ab`), same models and machine:\n\n"
+        parts.append(
+            "Same-job A/B (`--perfguard-ab`)"
+            + (", same models and machine" if directories else "")
+            + ":\n\n"
             + table
             + "\nSmallest injected change flagged at least 90% of the time in A/B mode: "
             + (f"+{smallest}%." if smallest else "none of the levels.")
         )
-    else:
-        (directories[0] / "summary.md").write_text(summary + "\n", encoding="utf-8")
-    print(summary)
+    print("\n\n".join(parts))
     return 0
 
 
