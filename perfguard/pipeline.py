@@ -29,9 +29,9 @@ from perfguard.git import (
     git_state_or_refusal,
 )
 from perfguard.health import Health
-from perfguard.records import BaselineRef, Run, RunCost, VariantResult
+from perfguard.records import BaselineRef, Run, RunCost, VariantResult, reason
 from perfguard.report.outputs import keep_regressed_traces, write_reports
-from perfguard.stats.verdicts import Thresholds, add_note, compare_runs, withhold_speed_verdicts
+from perfguard.stats.verdicts import Thresholds, compare_runs, withhold_speed_verdicts
 from perfguard.stats.why import with_why
 from perfguard.store.atomic import write_json_atomic
 from perfguard.store.baselines import BaselineError, BaselineStore, Saved
@@ -182,9 +182,8 @@ def finish_run(
         else:
             run = _compare_stored(run, settings, state, store, messages, remeasure)
         if settings.unhealthy == "inconclusive" and run.health_warnings:
-            withheld = withhold_speed_verdicts(
-                run.comparisons, "runner health: " + "; ".join(run.health_warnings)
-            )
+            unhealthy = reason("runner_health", warnings="; ".join(run.health_warnings))
+            withheld = withhold_speed_verdicts(run.comparisons, unhealthy)
             run = replace(run, comparisons=withheld)
         run = with_accepts(run, settings.root, messages)
     except (BaselineError, PipelineError, GitError) as exc:
@@ -390,8 +389,11 @@ def _with_stored_context(
     for c in run.comparisons:
         ctx = against.get((c.test, c.variant)) if c.metric == "latency_p50_ms" else None
         if ctx is not None and ctx.change_pct is not None:
-            text = f"stored baseline {commit[:10]}: {ctx.change_pct:+.1f}% ({ctx.verdict}; context)"
-            c = replace(c, note=add_note(c.note, text))
+            c = c.with_reason(
+                reason(
+                    "stored_context", commit=commit[:10], change=ctx.change_pct, verdict=ctx.verdict
+                )
+            )
         out.append(c)
     messages.append(
         f"context: each p50 note has the change against the stored baseline of {commit[:10]}; "

@@ -7,7 +7,15 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from perfguard.records import BaselineRef, Details, DriftCheck, Metrics, Run, VariantResult
+from perfguard.records import (
+    BaselineRef,
+    Comparison,
+    Details,
+    DriftCheck,
+    Metrics,
+    Run,
+    VariantResult,
+)
 from perfguard.stats.summary import summarize
 
 
@@ -96,3 +104,8 @@ def from_blocks(blocks: Sequence[Sequence[float]], details: Details | None = Non
         block_sizes=tuple(len(b) for b in blocks),
         details=details or Details(),
     )
+
+
+def kinds(c: Comparison) -> list[str]:
+    """The kinds of a comparison's reasons, in order (what tests read instead of its words)."""
+    return [r.kind for r in c.reasons]

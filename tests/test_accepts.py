@@ -14,7 +14,7 @@ import pytest
 
 from perfguard.cli import main
 from perfguard.pipeline import FinishSettings, PipelineOutcome, finish_run
-from perfguard.records import Comparison, Run
+from perfguard.records import Comparison, Run, reason
 from perfguard.stats import accepts
 from perfguard.store.baselines import BaselineStore
 from tests.factories import result, run
@@ -95,8 +95,9 @@ def test_a_regression_within_the_bound_is_accepted_and_beyond_it_stays() -> None
     )
     assert within.verdict == "accepted" and within.accepted is not None
     assert within.accepted.bound == "+150%" and "twice as wide" in within.accepted.reason
-    assert beyond.verdict == "regression" and "beyond the accepted +150%" in beyond.note
-    assert other.verdict == "regression" and other.note == ""  # not named: untouched
+    assert beyond.verdict == "regression"
+    assert beyond.reasons[-1] == reason("beyond_accepted", bound="+150%")
+    assert other.verdict == "regression" and other.reasons == ()  # not named: untouched
     assert p99.verdict == "regression"  # a metric the entry does not name
 
 
@@ -218,7 +219,8 @@ def test_without_an_entry_or_beyond_its_bound_the_regression_stands(
 ) -> None:
     assert _p50(_pr(*repo, None)).verdict == "regression"
     tight = _p50(_pr(*repo, WIDE.replace("+150%", "+20%")))
-    assert tight.verdict == "regression" and "beyond the accepted +20%" in tight.note
+    assert tight.verdict == "regression"
+    assert tight.reasons[-1] == reason("beyond_accepted", bound="+20%")
 
 
 def test_an_entry_the_base_already_holds_accepts_nothing(repo: tuple[Path, Path]) -> None:
@@ -405,7 +407,8 @@ def test_a_pull_request_that_slows_a_model_passes_only_within_what_it_accepts(
         assert "@octocat" not in body and "#12" not in body  # the reason mentions nobody
     else:
         assert p50["verdict"] == "regression" and p50["change_pct"] > 100
-        assert ("beyond the accepted +20%" in p50["note"]) == (bound is not None)
+        beyond = {"kind": "beyond_accepted", "bound": "+20%"}
+        assert (beyond in p50["reasons"]) == (bound is not None)
     with FakeGitHub() as fake:
         monkeypatch.setenv("GITHUB_TOKEN", fake.token)
         monkeypatch.setenv("GITHUB_API_URL", fake.url)

@@ -240,7 +240,8 @@ def test_merge_compares_ab_shards_with_the_base_side_they_measured(
     p50 = {c["test"]: c for c in doc["comparisons"] if c["metric"] == "latency_p50_ms"}
     assert p50["t.py::a"]["verdict"] == "regression"  # +50% beside the base
     assert p50["t.py::b"]["verdict"] == "unchanged"
-    assert "stored baseline" in p50["t.py::a"]["note"]  # shown as context only
+    context = [r for r in p50["t.py::a"]["reasons"] if r["kind"] == "stored_context"]
+    assert len(context) == 1  # the stored baseline, shown as context only
     assert [r["test"] for r in doc["baseline_results"]] == ["t.py::a", "t.py::b"]
     capsys.readouterr()
 

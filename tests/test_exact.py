@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from perfguard.measure.runner import measure_model
-from perfguard.records import SCHEMA_VERSION, Comparison, Counters, Run, VariantResult
+from perfguard.records import SCHEMA_VERSION, Comparison, Counters, Run, VariantResult, reason
 from perfguard.report import format as fmt
 from perfguard.report.markdown import render_markdown
 from perfguard.stats.exact import exact_comparisons
@@ -39,9 +39,11 @@ def test_a_new_graph_break_is_a_gating_regression_naming_its_reason() -> None:
     }
     breaks = found["graph_breaks"]
     assert (breaks.verdict, breaks.gating, breaks.p_value) == ("regression", True, None)
-    assert (
-        breaks.note
-        == "new graph break: Unsupported Tensor.item() call with capture_scalar_outputs=False"
+    assert breaks.reasons == (
+        reason(
+            "new_graph_breaks",
+            breaks="Unsupported Tensor.item() call with capture_scalar_outputs=False",
+        ),
     )
     assert found["graphs"].verdict == "regression"
     assert found["recompiles"].verdict == "unchanged"
@@ -56,7 +58,7 @@ def test_an_added_operator_is_named_and_gates_only_when_asked() -> None:
         if c.metric == "aten_ops"
     ]
     assert (ops.verdict, ops.gating, ops.baseline, ops.current) == ("regression", False, 3, 4)
-    assert ops.note == "added aten::add (x1)"
+    assert ops.reasons == (reason("op_changes", changes="added aten::add (x1)"),)
     [gated] = [
         c
         for c in exact_comparisons("t", "eager", BASE, head, gate_ops=True)
@@ -70,14 +72,19 @@ def test_an_added_operator_is_named_and_gates_only_when_asked() -> None:
         if c.metric == "aten_ops"
     ]
     assert c.verdict == "regression"  # same total, another operator: more of something
-    assert c.note == "added aten::gelu (x1); gone aten::relu (x1)"
+    assert c.reasons == (
+        reason("op_changes", changes="added aten::gelu (x1); gone aten::relu (x1)"),
+    )
     fewer = replace(BASE, ops=(("aten::addmm", 1), ("aten::relu", 1)))
     [c] = [
         c
         for c in exact_comparisons("t", "eager", BASE, fewer, gate_ops=False)
         if c.metric == "aten_ops"
     ]
-    assert (c.verdict, c.note) == ("improvement", "aten::addmm 2 -> 1")
+    assert (c.verdict, c.reasons) == (
+        "improvement",
+        (reason("op_changes", changes="aten::addmm 2 -> 1"),),
+    )
 
 
 def test_nothing_is_compared_where_a_side_has_no_counters() -> None:
@@ -92,7 +99,7 @@ def test_counters_round_trip_and_a_version_1_file_still_loads(tmp_path: Path) ->
         result("t.py::test_m", "eager", 1.0), counters=replace(BASE, break_reasons=((REASON, 1),))
     )
     doc = run([r]).to_json()
-    assert doc["schema_version"] == SCHEMA_VERSION == 8
+    assert doc["schema_version"] == SCHEMA_VERSION == 9
     assert doc["results"][0]["counters"]["ops"] == {"aten::addmm": 2, "aten::relu": 1}
     assert Run.from_json(json.loads(json.dumps(doc))).results[0].counters == r.counters
     old = json.loads(json.dumps(doc))
@@ -323,7 +330,8 @@ def test_a_model_that_keeps_its_outputs_is_caught_with_its_bytes_per_call(varian
         if c.metric == "memory_growth_bytes_per_call"
     ]
     assert (growth.verdict, growth.gating, growth.current) == ("regression", True, 2048)
-    assert growth.note.startswith("each warm call leaves 2,048 bytes allocated: a leak")
+    assert growth.reasons == (reason("leak", bytes=2048),)
+    assert growth.note.startswith("each warm call leaves 2,048 bytes allocated: a leak")  # words
 
 
 def test_growth_within_the_slack_or_no_worse_than_the_base_is_not_a_leak() -> None:

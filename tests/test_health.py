@@ -24,6 +24,7 @@ from perfguard.health import (
     gpu_handle,
 )
 from perfguard.processes import cpu_governors, process_tree
+from perfguard.records import reason
 from perfguard.stats.verdicts import compare_runs, withhold_speed_verdicts
 from tests.factories import result, run
 
@@ -187,12 +188,13 @@ def test_inconclusive_mode_withholds_speed_verdicts_but_not_drift() -> None:
     head = run([result("t", "eager", 1.6, seed=2, drift=1.0, drift_ok=False)])
     comparisons = compare_runs(base, head)
     assert any(c.verdict == "regression" and c.metric == "latency_p50_ms" for c in comparisons)
-    held = withhold_speed_verdicts(comparisons, "runner health: GPU throttled during the run")
+    unhealthy = reason("runner_health", warnings="GPU throttled during the run")
+    held = withhold_speed_verdicts(comparisons, unhealthy)
     latency = [c for c in held if c.metric.startswith("latency")]
     assert {c.verdict for c in latency} <= {"inconclusive", "unchanged"}
-    assert all(
-        "runner health: GPU throttled" in c.note for c in latency if c.verdict == "inconclusive"
-    )
+    assert all(c.reasons[-1] == unhealthy for c in latency if c.verdict == "inconclusive")
+    flagged = next(c for c in latency if c.verdict == "inconclusive")
+    assert flagged.note.endswith("runner health: GPU throttled during the run")  # its words
     drift = next(c for c in held if c.metric == "drift_max_rel")
     assert drift.verdict == "regression"
 
@@ -202,7 +204,9 @@ def test_a_hardware_change_forbids_speed_verdicts() -> None:
     head = run([result("t", "eager", 1.6, seed=2)], device="Other GPU")
     latency = [c for c in compare_runs(base, head) if c.metric == "latency_p50_ms"]
     assert latency[0].verdict == "inconclusive"
-    assert "hardware change (device Test GPU -> Other GPU)" in latency[0].note
+    assert latency[0].reasons[-1] == reason(
+        "hardware_change", changes="device Test GPU -> Other GPU"
+    )
     same = replace(head, environment={**head.environment, "device": "Test GPU", "torch": "2.14"})
     assert any(c.verdict == "regression" for c in compare_runs(base, same))
 

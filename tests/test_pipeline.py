@@ -12,7 +12,7 @@ from perfguard.confirm import ConfirmRound
 from perfguard.pipeline import FinishSettings, finish_run
 from perfguard.records import BESIDE, Comparison
 from perfguard.store.baselines import BaselineStore
-from tests.factories import result, run
+from tests.factories import kinds, result, run
 from tests.gitrepo import commit, git
 
 T = "t.py::test_m"
@@ -63,7 +63,7 @@ def test_an_undecided_slowdown_is_settled_beside_the_base_commit(
     newest = git(history[0], "rev-parse", "HEAD~1")
     assert asked == [([], newest, [(T, "eager")])]  # nothing flagged; the p50 moved +50%
     assert verdict == "regression"
-    assert "noise floor" in p50.note  # what held it back against the stored baseline
+    assert "noise_floor" in kinds(p50)  # what held it back against the stored baseline
     assert p50.confirmation is not None and p50.confirmation.kind == "settled"
     assert p50.confirmation.changes[0] is not None and p50.confirmation.changes[0] > 0
     assert any(
@@ -181,9 +181,10 @@ def test_same_job_notes_the_stored_baseline_as_context(steady: tuple[Path, Path,
     )
     p50 = next(c for c in outcome.run.comparisons if c.metric == "latency_p50_ms")
     assert outcome.run.baseline.mode == "ab"
-    assert f"stored baseline {base[:10]}: +" in p50.note and "context" in p50.note
+    [context] = [r for r in p50.reasons if r.kind == "stored_context"]
+    assert context["commit"] == base[:10] and float(context["change"]) > 0
     p95 = next(c for c in outcome.run.comparisons if c.metric == "latency_p95_ms")
-    assert "stored baseline" not in (p95.note or "")
+    assert "stored_context" not in kinds(p95)
 
 
 @pytest.mark.parametrize(("again_ms", "verdict"), [(1.5, "regression"), (1.0, "inconclusive")])

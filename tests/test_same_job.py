@@ -119,7 +119,7 @@ def test_real_extra_compute_is_a_regression_found_in_the_same_job(
     assert p50["baseline"] == base_result["metrics"]["latency_p50_ms"]
     assert p50["change_pct"] > 50  # three times the layers
     assert p50["p_value"] < 0.05 and p50["cohens_d"] > 0
-    assert f"over {ab['pairs']} A/B block pairs, sequential" in p50["note"]
+    assert {"kind": "paired_sequential", "pairs": ab["pairs"]}.items() <= p50["reasons"][0].items()
     # then measured again by a fresh pair of processes beside the base commit (shown again;
     # on a busy host the round may be too disturbed to say, and the verdict then stays)
     assert doc["settings"]["confirm"] == 1 and len(doc["confirm_results"]) == 1

@@ -296,4 +296,4 @@ def test_the_verdict_holds_a_sequential_item_to_the_level_of_its_look() -> None:
     level = look_alpha(6, 0.05)
     assert level is not None
     assert seq.p_value == pytest.approx(min(1.0, fixed.p_value * 0.05 / level))
-    assert "sequential" in (seq.note or "") and "sequential" not in (fixed.note or "")
+    assert seq.reasons[0].kind == "paired_sequential" and fixed.reasons[0].kind == "paired"

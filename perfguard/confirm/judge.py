@@ -27,11 +27,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from perfguard.confirm.targets import Key, is_flagged_latency, moved_keys, undecided
-from perfguard.records import BESIDE, FRESH, Comparison, Confirmation, Run, VariantResult, Verdict
+from perfguard.records import (
+    BESIDE,
+    FRESH,
+    Comparison,
+    Confirmation,
+    Run,
+    VariantResult,
+    Verdict,
+    reason,
+)
 from perfguard.stats.verdicts import (
     NoiseFloor,
     Thresholds,
-    add_note,
     change_pct,
     compare_runs,
     practical_bar,
@@ -197,4 +205,5 @@ def _base_side_gone(beside: Comparison | None) -> str:
 
 
 def _annotate(c: Comparison, found: Confirmation) -> Comparison:
-    return replace(c, note=add_note(c.note, found.text()), confirmation=found)
+    said = any(r.kind == "confirmation" for r in c.reasons)  # its words follow the record
+    return replace(c if said else c.with_reason(reason("confirmation")), confirmation=found)

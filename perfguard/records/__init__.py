@@ -19,6 +19,7 @@ from perfguard.records.base import (
 )
 from perfguard.records.comparisons import BESIDE, FRESH, Accepted, Comparison, Confirmation
 from perfguard.records.counters import Counters
+from perfguard.records.reasons import Reason, reason
 from perfguard.records.results import (
     Details,
     DriftCheck,
@@ -45,11 +46,13 @@ __all__ = [
     "DriftCheck",
     "Metric",
     "Metrics",
+    "Reason",
     "RecordError",
     "Run",
     "RunCost",
     "Status",
     "VariantResult",
     "Verdict",
+    "reason",
     "trace_file_name",
 ]

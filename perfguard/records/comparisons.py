@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from perfguard.records.base import (
@@ -18,6 +18,7 @@ from perfguard.records.base import (
     text,
     texts,
 )
+from perfguard.records.reasons import Reason, parse_note, render
 
 ConfirmKind = Literal["shown", "not_shown", "unconfirmed", "settled", "unsettled", "not_settled"]
 CONFIRM_KINDS: tuple[ConfirmKind, ...] = (
@@ -28,6 +29,8 @@ CONFIRM_KINDS: tuple[ConfirmKind, ...] = (
     "unsettled",  # the rounds beside the base commit did not decide it that way
     "not_settled",  # the rounds beside the base commit could not judge it
 )
+Scope = Literal["metric", "item"]
+SCOPES: tuple[Scope, ...] = ("metric", "item")
 BESIDE = "beside the base commit"
 FRESH = "in a fresh process"
 
@@ -136,7 +139,10 @@ class Comparison:
     verdict: Verdict
     min_detectable_pct: float | None = None
     gating: bool = True
-    note: str = ""
+    reasons: tuple[Reason, ...] = ()  # why it reads as it does; `note` is their words
+    # "item": a row saying what became of the item as a whole (new, missing, error), not
+    # how a metric moved; its metric is latency_p50_ms (the results format's contract)
+    scope: Scope = "metric"
     trend: tuple[tuple[str, float], ...] = ()  # (commit, value) of recent baselines, oldest first
     baseline_ci: tuple[float, float] | None = None  # 95% bootstrap interval over repeats
     current_ci: tuple[float, float] | None = None
@@ -154,6 +160,8 @@ class Comparison:
             raise RecordError(f"metric must be one of {METRICS}, got {self.metric!r}")
         if self.verdict not in VERDICTS:
             raise RecordError(f"verdict must be one of {VERDICTS}, got {self.verdict!r}")
+        if self.scope not in SCOPES:
+            raise RecordError(f"scope must be one of {SCOPES}, got {self.scope!r}")
         if (self.verdict == "accepted") != (self.accepted is not None):
             raise RecordError("an accepted verdict, and only one, says what accepted it")
         for name in ("baseline", "current", "change_pct", "p_value", "cohens_d"):
@@ -180,6 +188,15 @@ class Comparison:
                     raise RecordError(f"{name} must be [low, high], got {ci!r}")
                 object.__setattr__(self, name, (low, high))
 
+    @property
+    def note(self) -> str:
+        """The reasons in words ("; " between)."""
+        confirmation = self.confirmation
+        return render(self.reasons, None if confirmation is None else confirmation.text)
+
+    def with_reason(self, found: Reason) -> Comparison:
+        return replace(self, reasons=(*self.reasons, found))
+
     def to_json(self) -> dict[str, Any]:
         return {
             "test": self.test,
@@ -194,6 +211,8 @@ class Comparison:
             "min_detectable_pct": self.min_detectable_pct,
             "gating": self.gating,
             "note": self.note,
+            "reasons": [r.to_json() for r in self.reasons],
+            **({"scope": self.scope} if self.scope != "metric" else {}),
             **({"trend": [list(point) for point in self.trend]} if self.trend else {}),
             **(
                 {"confirm_change_pct": list(self.confirm_change_pct)}
@@ -231,7 +250,8 @@ class Comparison:
                     "min_detectable_pct", data.get("min_detectable_pct")
                 ),
                 gating=flag("gating", data.get("gating", True)),
-                note=text("note", data.get("note") or ""),
+                reasons=_reasons(data),
+                scope=data.get("scope", "metric"),
                 trend=tuple((str(c), float(v)) for c, v in data.get("trend") or ()),
                 baseline_ci=_pair(data.get("baseline_ci")),
                 current_ci=_pair(data.get("current_ci")),
@@ -246,6 +266,23 @@ class Comparison:
             )
         except KeyError as exc:
             raise RecordError(f"a comparison lacks the key {exc.args[0]!r}") from exc
+
+
+def _reasons(data: Mapping[str, Any]) -> tuple[Reason, ...]:
+    """The comparison's reasons; one written before they were typed has its note read back
+    (`perfguard.store.schema` does that once for a whole file)."""
+    raw = data.get("reasons")
+    if raw is None:
+        confirmation = data.get("confirmation")
+        item_error = data.get("scope") == "item" and data.get("verdict") == "error"
+        return parse_note(
+            text("note", data.get("note") or ""),
+            "" if confirmation is None else Confirmation.from_json(confirmation).text(),
+            item_error,
+        )
+    if not isinstance(raw, list):
+        raise RecordError(f"a comparison's reasons are a list, got {raw!r}")
+    return tuple(Reason.from_json(r) for r in raw)
 
 
 def _why_row(row: Any) -> tuple[str, float | None, float | None]:

@@ -27,8 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from perfguard.errors import PerfguardError
-from perfguard.records import METRICS, Accepted, Comparison
-from perfguard.stats.thresholds import add_note
+from perfguard.records import METRICS, Accepted, Comparison, reason
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -157,6 +156,6 @@ def apply(comparisons: Sequence[Comparison], accepts: Sequence[Accept]) -> list[
             if allowing is not None:
                 c = replace(c, verdict="accepted", accepted=allowing.record())
             elif covering:
-                c = replace(c, note=add_note(c.note, f"beyond the accepted {covering[0].bound}"))
+                c = c.with_reason(reason("beyond_accepted", bound=covering[0].bound))
         out.append(c)
     return out

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import replace
 
-from perfguard.records import Comparison, Counters, Metric, Verdict
+from perfguard.records import Comparison, Counters, Metric, Reason, Verdict, reason
 
 GRAPH_COUNTERS: tuple[Metric, ...] = ("graphs", "backward_graphs", "graph_breaks", "recompiles")
 INSTRUCTION_COUNTERS: tuple[Metric, ...] = ("compile_instructions", "forward_instructions")
@@ -47,7 +47,7 @@ def _verdict(base: float, head: float) -> Verdict:
 
 
 def _comparison(
-    test: str, variant: str, metric: Metric, base: float, head: float, gating: bool, note: str
+    test: str, variant: str, metric: Metric, base: float, head: float, gating: bool, why: Reason
 ) -> Comparison:
     return Comparison(
         test=test,
@@ -60,17 +60,20 @@ def _comparison(
         cohens_d=None,
         verdict=_verdict(base, head),
         gating=gating,
-        note=note,
+        reasons=(why,),
     )
 
 
-def _reasons_note(base: Counters, head: Counters) -> str:
+def _breaks_reason(base: Counters, head: Counters) -> Reason:
     before = dict(base.break_reasons)
     new = [(r, n - before.get(r, 0)) for r, n in head.break_reasons if n > before.get(r, 0)]
     if not new:
-        return "exact count"
-    return "new graph break: " + "; ".join(
-        f"{reason.splitlines()[0]}" + (f" (x{n})" if n > 1 else "") for reason, n in new
+        return reason("exact_count")
+    return reason(
+        "new_graph_breaks",
+        breaks="; ".join(
+            f"{why.splitlines()[0]}" + (f" (x{n})" if n > 1 else "") for why, n in new
+        ),
     )
 
 
@@ -81,7 +84,7 @@ def op_changes(base: Counters, head: Counters) -> list[tuple[str, int]]:
     return sorted(((op, d) for op, d in changed if d), key=lambda x: (-abs(x[1]), x[0]))
 
 
-def _ops_note(base: Counters, changes: list[tuple[str, int]]) -> str:
+def _ops_reason(base: Counters, changes: list[tuple[str, int]]) -> Reason:
     before = dict(base.ops)
     parts = []
     for op, delta in changes[:NAMED]:
@@ -92,7 +95,10 @@ def _ops_note(base: Counters, changes: list[tuple[str, int]]) -> str:
         else:
             parts.append(f"{op} {before[op]} -> {before[op] + delta}")
     more = len(changes) - NAMED
-    return "; ".join(parts) + (f"; and {more} more" if more > 0 else "") or "same operators"
+    if not parts:
+        return reason("same_operators")
+    named = "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
+    return reason("op_changes", changes=named)
 
 
 def _instructions(
@@ -107,7 +113,7 @@ def _instructions(
         base,
         head,
         True,
-        f"instructions of {region} under callgrind, {change:+.2f}% (tolerance ±{tolerance_pct:g}%)",
+        reason("instructions", region=region, change=change, tolerance=tolerance_pct),
     )
     verdict: Verdict = (
         "regression"
@@ -134,8 +140,8 @@ def exact_comparisons(
     for metric in GRAPH_COUNTERS:
         b, h = getattr(base, metric), getattr(head, metric)
         if b is not None and h is not None:
-            note = _reasons_note(base, head) if metric == "graph_breaks" else "exact count"
-            yield _comparison(test, variant, metric, b, h, True, note)
+            why = _breaks_reason(base, head) if metric == "graph_breaks" else reason("exact_count")
+            yield _comparison(test, variant, metric, b, h, True, why)
     if base.op_total is not None and head.op_total is not None:
         changes = op_changes(base, head)
         deltas = [d for _, d in changes]
@@ -146,7 +152,7 @@ def exact_comparisons(
             base.op_total,
             head.op_total,
             gate_ops,
-            _ops_note(base, changes),
+            _ops_reason(base, changes),
         )
         # any operator called more often is more work, whatever the total says
         verdict: Verdict = (
@@ -155,8 +161,8 @@ def exact_comparisons(
         yield replace(c, verdict=verdict)
     if base.flops is not None and head.flops is not None:
         change = _pct(base.flops, head.flops)
-        note = "FLOPs of one call" + (f", {change:+.1f}%" if change else "")
-        yield _comparison(test, variant, "flops", base.flops, head.flops, gate_ops, note)
+        why = reason("flops_change", change=change) if change else reason("flops")
+        yield _comparison(test, variant, "flops", base.flops, head.flops, gate_ops, why)
     for metric in INSTRUCTION_COUNTERS:
         b, h = getattr(base, metric), getattr(head, metric)
         if b is not None and h is not None:
@@ -178,10 +184,7 @@ def _growth(test: str, variant: str, base: int, head: int) -> Comparison:
         base,
         head,
         True,
-        f"each warm call leaves {head:,} bytes allocated: a leak (outputs kept alive, a cache "
-        "that grows)"
-        if leaks
-        else "exact count: allocations minus frees of a warm call",
+        reason("leak", bytes=head) if leaks else reason("no_leak"),
     )
     verdict: Verdict = "regression" if leaks else "improvement" if fixed else "unchanged"
     return replace(c, verdict=verdict)

@@ -12,7 +12,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from perfguard.records import Comparison, Metric, VariantResult, Verdict
+from perfguard.records import Comparison, Metric, Reason, VariantResult, Verdict, reason
 from perfguard.stats.sequential import look_alpha
 from perfguard.stats.significance import (
     benjamini_hochberg,
@@ -29,7 +29,6 @@ from perfguard.stats.thresholds import (
     PHASE_METRICS,
     NoiseFloor,
     Thresholds,
-    add_note,
     change_pct,
     practical_bar,
 )
@@ -65,7 +64,7 @@ class _Test:
     d: float
     practical_pct: float  # the smallest change the verdict may act on
     detectable_pct: float  # the smallest change this test could have flagged
-    note: str
+    reasons: tuple[Reason, ...]
 
 
 TAIL_BAR_FACTOR = 2.0
@@ -93,15 +92,17 @@ def _paired(
     # sampled until decided: the look it stopped at spends alpha_k of alpha, so p is scaled
     # to be held to alpha like the others (BH over the run included)
     p = min(1.0, p * th.alpha / level)
-    note = f"paired tests (mean, trimmed mean) over {len(a)} A/B block pairs"
-    if level != th.alpha:
-        note += f", sequential (level {level:.3g} at that look)"
+    how = (
+        reason("paired", pairs=len(a))
+        if level == th.alpha
+        else reason("paired_sequential", pairs=len(a), level=level)
+    )
     return _Test(
         p=p,
         d=paired_cohens_d(a, b),
         practical_pct=ab_bar(metric, th),
         detectable_pct=paired_min_detectable_pct(a, b, alpha=level),
-        note=note,
+        reasons=(how,),
     )
 
 
@@ -115,7 +116,7 @@ def _unpaired(
         d=cohens_d(a, b),
         practical_pct=practical_bar(*key, th, noise),
         detectable_pct=min_detectable_pct(a, b, alpha=th.alpha),
-        note=f"noise floor {floor:.1f}%" if floor else "",
+        reasons=(reason("noise_floor", pct=floor),) if floor else (),
     )
 
 
@@ -145,8 +146,8 @@ def latency_comparisons(
             gating=not metric.endswith("_p99_ms") or th.gate_p99,
         )
         if len(a) < th.min_repeats or len(b) < th.min_repeats:
-            note = f"too few repeats ({len(a)} vs {len(b)}; need {th.min_repeats})"
-            out.append(replace(row, note=note))
+            few = reason("too_few_repeats", base=len(a), head=len(b), need=th.min_repeats)
+            out.append(row.with_reason(few))
             continue
         if paired and len(a) == len(b):
             found = _paired(a, b, head, th, metric)
@@ -161,7 +162,7 @@ def latency_comparisons(
             cohens_d=None if math.isinf(found.d) else found.d,
             verdict="unchanged",
             min_detectable_pct=None if math.isinf(mde) else mde,
-            note=found.note,
+            reasons=found.reasons,
             baseline_ci=bootstrap_ci(a),
             current_ci=bootstrap_ci(b),
         )
@@ -205,14 +206,14 @@ def _decide(pending: Pending, adjusted_p: float, alpha: float) -> Comparison:
     significant = adjusted_p < alpha
     practical = abs(change) >= pending.practical_pct
     verdict: Verdict
-    note = c.note
+    reasons = list(c.reasons)
     if significant and practical:
         verdict = "regression" if change > 0 else "improvement"
     elif practical:
         verdict = "inconclusive"
-        note = add_note(note, "change is large but within the noise")
+        reasons.append(reason("within_noise"))
     else:
         verdict = "unchanged"
     if adjusted_p != pending.raw_p:
-        note = add_note(note, f"p adjusted (BH) {adjusted_p:.3g}")
-    return replace(c, verdict=verdict, note=note)
+        reasons.append(reason("adjusted", p=adjusted_p))
+    return replace(c, verdict=verdict, reasons=tuple(reasons))

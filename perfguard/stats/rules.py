@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from perfguard.records import Comparison, Metric, VariantResult, Verdict
+from perfguard.records import Comparison, Metric, Reason, VariantResult, Verdict, reason
 from perfguard.stats.thresholds import Thresholds, change_pct
 
 
@@ -16,7 +16,7 @@ def _ratio_verdict(
     h_val: float | None,
     worse: Callable[[float, float], bool],
     better: Callable[[float, float], bool],
-    note: str,
+    why: Reason,
 ) -> Comparison | None:
     if b_val is None or h_val is None:
         return None
@@ -25,7 +25,7 @@ def _ratio_verdict(
         verdict = "regression"
     elif better(b_val, h_val):
         verdict = "improvement"
-    return _row(head, metric, b_val, h_val, verdict, note)
+    return _row(head, metric, b_val, h_val, verdict, why)
 
 
 def memory(base: VariantResult, head: VariantResult, th: Thresholds) -> Comparison | None:
@@ -40,9 +40,7 @@ def memory(base: VariantResult, head: VariantResult, th: Thresholds) -> Comparis
         head.metrics.peak_memory_bytes,
         lambda b, h: h > b * (1 + tol),
         lambda b, h: h < b * (1 - tol),
-        f"tolerance {th.memory_tolerance_pct:g}%"
-        if exact
-        else "process peak RSS: reported, not gating",
+        reason("memory_tolerance", pct=th.memory_tolerance_pct) if exact else reason("process_rss"),
     )
     return c if c is None or exact else replace(c, gating=False)
 
@@ -56,7 +54,7 @@ def compile_time(base: VariantResult, head: VariantResult, th: Thresholds) -> Co
         head.metrics.compile_time_s,
         lambda b, h: h > b * r,
         lambda b, h: h < b / r,
-        f"ratio {r:g}x",
+        reason("compile_ratio", ratio=r),
     )
 
 
@@ -70,20 +68,23 @@ def drift(base: VariantResult | None, head: VariantResult, th: Thresholds) -> Co
     verdict: Verdict
     if not check.passed:
         verdict = "regression"
-        note = (
-            f"outside its tolerance class {check.tolerance_class}: error {check.error:.3g} "
-            f"> allowed {check.allowed:.3g} against {check.reference}"
+        why = reason(
+            "drift_outside",
+            tolerance_class=check.tolerance_class,
+            error=check.error,
+            allowed=check.allowed,
+            reference=check.reference,
         )
     elif b_val is None:
         verdict = "new" if base is None else "unchanged"
-        note = f"within tolerance class {check.tolerance_class}"
+        why = reason("drift_within", tolerance_class=check.tolerance_class)
     elif h_val is not None and h_val > max(b_val * th.drift_growth, th.drift_floor_rel):
         verdict = "regression"
-        note = f"drift grew more than {th.drift_growth:g}x over the baseline's"
+        why = reason("drift_grew", growth=th.drift_growth)
     else:
         verdict = "unchanged"
-        note = f"within tolerance class {check.tolerance_class}"
-    return _row(head, "drift_max_rel", b_val, h_val, verdict, note)
+        why = reason("drift_within", tolerance_class=check.tolerance_class)
+    return _row(head, "drift_max_rel", b_val, h_val, verdict, why)
 
 
 def _row(
@@ -92,7 +93,7 @@ def _row(
     b_val: float | None,
     h_val: float | None,
     verdict: Verdict,
-    note: str,
+    why: Reason,
 ) -> Comparison:
     """A comparison decided by a rule, without a test of repeats (no p-value, no d)."""
     return Comparison(
@@ -105,5 +106,5 @@ def _row(
         p_value=None,
         cohens_d=None,
         verdict=verdict,
-        note=note,
+        reasons=(why,),
     )

@@ -122,11 +122,6 @@ NoiseFloor = Mapping[tuple[str, str, str], float]
 """(test, variant, metric) -> typical % change between successive baselines on main."""
 
 
-def add_note(note: str, text: str) -> str:
-    """`text` after what `note` already says ("; " between)."""
-    return f"{note}; {text}" if note else text
-
-
 def change_pct(base: float | None, cur: float | None) -> float | None:
     if base is None or cur is None or base == 0:
         return None

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from perfguard.records import Comparison, Run, VariantResult, Verdict
+from perfguard.records import Comparison, Reason, Run, VariantResult, Verdict, reason
 from perfguard.stats.exact import exact_comparisons
 from perfguard.stats.latency import Pending, decide_latency, latency_comparisons
 from perfguard.stats.rules import compile_time, drift, memory
@@ -25,7 +25,6 @@ from perfguard.stats.thresholds import (
     LATENCY_METRICS,
     NoiseFloor,
     Thresholds,
-    add_note,
     change_pct,
     practical_bar,
 )
@@ -34,7 +33,6 @@ __all__ = [
     "LATENCY_METRICS",
     "NoiseFloor",
     "Thresholds",
-    "add_note",
     "change_pct",
     "compare_runs",
     "hardware_change_reason",
@@ -75,7 +73,7 @@ def compare_runs(
     if base is not None:
         head_keys = {r.key for r in head.results}
         items.extend(
-            _state_row(r, "missing", baseline=r.metrics.latency_p50_ms, note=IN_BASE_ONLY)
+            _state_row(r, "missing", reason("in_base_only"), baseline=r.metrics.latency_p50_ms)
             for r in base.results
             if r.key not in head_keys and r.status == "ok"
         )
@@ -84,24 +82,18 @@ def compare_runs(
     return withhold_speed_verdicts(out, forbid) if forbid else out
 
 
-IN_BASE_ONLY = "in the baseline, not in this run"
-ITEM_STATES = ("new", "missing", "error")
-"""Verdicts of an item as a whole, not of a metric. In the results JSON they are rows of
-metric `latency_p50_ms` (the format's contract); `is_item_state` tells them apart."""
-
-
 def is_item_state(c: Comparison) -> bool:
     """A row that says what became of the item (new, missing, error), not how a metric moved."""
-    return c.verdict in ITEM_STATES and c.metric == "latency_p50_ms" and c.p_value is None
+    return c.scope == "item"
 
 
 def _state_row(
     r: VariantResult,
     verdict: Verdict,
+    why: Reason | None,
     *,
     baseline: float | None = None,
     current: float | None = None,
-    note: str,
 ) -> Comparison:
     return Comparison(
         test=r.test,
@@ -113,7 +105,8 @@ def _state_row(
         p_value=None,
         cohens_d=None,
         verdict=verdict,
-        note=note,
+        reasons=() if why is None else (why,),
+        scope="item",
     )
 
 
@@ -122,14 +115,16 @@ def _item_state(r: VariantResult, b: VariantResult | None) -> Comparison | None:
     here where the baseline had it, or the baseline has nothing for it. None: compare."""
     base_p50 = None if b is None else b.metrics.latency_p50_ms
     if r.status == "error":
-        return _state_row(r, "error", baseline=base_p50, note=r.error or "")
+        failed = reason("failed", error=r.error) if r.error else None
+        return _state_row(r, "error", failed, baseline=base_p50)
     if r.status == "skipped":
         if b is not None and b.status == "ok":
-            return _state_row(r, "missing", baseline=base_p50, note=f"skipped here: {r.error}")
+            skipped = reason("skipped_here", error=str(r.error))
+            return _state_row(r, "missing", skipped, baseline=base_p50)
         return None
     if b is None or b.status != "ok":
-        why = "no baseline" if b is None else f"baseline was {b.status}"
-        return _state_row(r, "new", current=r.metrics.latency_p50_ms, note=why)
+        why = reason("no_baseline") if b is None else reason("baseline_status", status=b.status)
+        return _state_row(r, "new", why, current=r.metrics.latency_p50_ms)
     return None
 
 
@@ -155,14 +150,14 @@ def _metrics(
 
 
 def withhold_speed_verdicts(
-    comparisons: Sequence[Comparison], reason: str
+    comparisons: Sequence[Comparison], why: Reason
 ) -> tuple[Comparison, ...]:
     """Speed and memory regressions and improvements become inconclusive, with the reason.
 
     Drift keeps its verdict: numbers that are wrong are wrong on any machine.
     """
     return tuple(
-        replace(c, verdict="inconclusive", note=add_note(c.note, reason))
+        replace(c.with_reason(why), verdict="inconclusive")
         if c.verdict in ("regression", "improvement") and c.metric != "drift_max_rel"
         else c
         for c in comparisons
@@ -173,10 +168,10 @@ HARDWARE_KEYS = ("device", "cpu", "cpu_count", "gpu_count", "torch_threads")
 """Environment keys whose change makes timings incomparable: no verdict across them."""
 
 
-def hardware_change_reason(base: Run | None, head: Run) -> str:
-    """Why no speed or memory verdict can be given between these runs ('' when it can)."""
+def hardware_change_reason(base: Run | None, head: Run) -> Reason | None:
+    """Why no speed or memory verdict can be given between these runs (None when it can)."""
     if base is None or not base.environment:
-        return ""
+        return None
     changed = [
         f"{key} {base.environment.get(key)} -> {head.environment.get(key)}"
         for key in HARDWARE_KEYS
@@ -184,7 +179,7 @@ def hardware_change_reason(base: Run | None, head: Run) -> str:
         and key in head.environment
         and base.environment[key] != head.environment[key]
     ]
-    return "no verdict across a hardware change (" + ", ".join(changed) + ")" if changed else ""
+    return reason("hardware_change", changes=", ".join(changed)) if changed else None
 
 
 def summarize_verdicts(comparisons: Sequence[Comparison]) -> dict[str, int]:

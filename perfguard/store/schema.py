@@ -58,6 +58,16 @@ History:
   has `cost`, what it cost on its runner: `seconds` (all), `measure_s`, `confirm_s` (comparing
   and measuring flagged items again), `items`, `shards` (a merged run's summed). Migration
   from 7: nothing changes (no version-7 file accepted anything; its cost reads as unknown).
+- 9: typed reasons and item rows. A comparison has `reasons`, why it reads as it does, each
+  an object with a `kind` and its figures (`{"kind": "adjusted", "p": 0.003}`; the kinds and
+  their figures are in `perfguard/records/reasons.py`); `note` is still written, the
+  reasons in words. A row that says what became of an item as a whole (verdict new, missing
+  or error, metric `latency_p50_ms`) has `scope: "item"`; other rows have no `scope` (a
+  metric). Migration from 8: such rows get their scope (the only rows of that metric with
+  those verdicts and no p-value), and every note is read back once into reasons: each part
+  that renders to the same words again becomes its kind, an item's error its `failed`
+  reason, the confirmation's words its `confirmation`, and any other part a `text` reason
+  with the words as they were.
 
 A newer version than this perfguard knows is refused (upgrade perfguard). An older one is
 migrated in memory by the steps below, one version at a time; the file on disk is left as it
@@ -70,7 +80,8 @@ from collections.abc import Callable
 from typing import Any
 
 from perfguard.errors import PerfguardError
-from perfguard.records import SCHEMA_VERSION
+from perfguard.records import SCHEMA_VERSION, Confirmation
+from perfguard.records.reasons import parse_note
 
 
 def _1_to_2(doc: dict[str, Any]) -> dict[str, Any]:
@@ -131,6 +142,38 @@ def _7_to_8(doc: dict[str, Any]) -> dict[str, Any]:
     return {**doc, "schema_version": 8}
 
 
+ITEM_VERDICTS = ("new", "missing", "error")
+
+
+def _8_to_9(doc: dict[str, Any]) -> dict[str, Any]:
+    """Version 8 told item rows by their shape and kept reasons as prose: both typed."""
+    comparisons = doc.get("comparisons")
+    if isinstance(comparisons, list):
+        comparisons = [_typed(c) if isinstance(c, dict) else c for c in comparisons]
+    return {**doc, "schema_version": 9, "comparisons": comparisons}
+
+
+def _typed(c: dict[str, Any]) -> dict[str, Any]:
+    item = (
+        c.get("verdict") in ITEM_VERDICTS
+        and c.get("metric") == "latency_p50_ms"
+        and c.get("p_value") is None
+    )
+    note = c.get("note") or ""
+    confirmation = c.get("confirmation")
+    words = Confirmation.from_json(confirmation).text() if isinstance(confirmation, dict) else ""
+    found = (
+        parse_note(note, words, item and c.get("verdict") == "error")
+        if isinstance(note, str)
+        else ()
+    )
+    return {
+        **c,
+        "reasons": [r.to_json() for r in found],
+        **({"scope": "item"} if item else {}),
+    }
+
+
 MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
     1: _1_to_2,
     2: _2_to_3,
@@ -139,6 +182,7 @@ MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
     5: _5_to_6,
     6: _6_to_7,
     7: _7_to_8,
+    8: _8_to_9,
 }
 """version N -> a function turning a version-N document into a version-(N+1) one."""
 
