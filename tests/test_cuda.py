@@ -252,3 +252,12 @@ def test_a_cuda_graph_variants_reserved_memory_holds_eagers_activations() -> Non
     assert graphed.metrics.peak_memory_reserved_bytes >= eager.metrics.peak_memory_bytes
     assert any(n.startswith("memory: a CUDA-graph variant") for n in graphed.details.notes)
     assert not any(n.startswith("memory: a CUDA-graph") for n in eager.details.notes)
+
+
+def test_on_cuda_the_environment_holds_every_key_of_its_table() -> None:
+    from perfguard.environment import collect_environment
+    from perfguard.records.environment import ENVIRONMENT_KEYS
+
+    written = collect_environment(torch.device("cuda"))
+    assert set(written) == {k.name for k in ENVIRONMENT_KEYS}
+    assert written["device"] == torch.cuda.get_device_name(0)

@@ -25,6 +25,7 @@ from perfguard.health import (
 )
 from perfguard.processes import cpu_governors, process_tree
 from perfguard.records import reason
+from perfguard.records.environment import ENVIRONMENT_KEYS, HARDWARE_KEYS
 from perfguard.stats.verdicts import compare_runs, withhold_speed_verdicts
 from tests.factories import result, run
 
@@ -209,6 +210,18 @@ def test_a_hardware_change_forbids_speed_verdicts() -> None:
     )
     same = replace(head, environment={**head.environment, "device": "Test GPU", "torch": "2.14"})
     assert any(c.verdict == "regression" for c in compare_runs(base, same))
+
+
+def test_the_environment_holds_exactly_the_keys_of_its_table() -> None:
+    """What gates a verdict and what the report watches come from the one table, and the
+    table lists nothing that is not written (the CUDA keys: tests/test_cuda.py)."""
+    import torch
+
+    from perfguard.environment import collect_environment
+
+    written = set(collect_environment(torch.device("cpu")))
+    assert written == {k.name for k in ENVIRONMENT_KEYS if not k.cuda}
+    assert set(HARDWARE_KEYS) <= written and "device" in HARDWARE_KEYS
 
 
 def test_nvml_finds_the_gpu_by_uuid_never_by_cudas_ordinal() -> None:

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from perfguard.records import Comparison, Reason, Run, VariantResult, Verdict, reason
+from perfguard.records.environment import HARDWARE_KEYS
 from perfguard.stats.exact import exact_comparisons
 from perfguard.stats.latency import Pending, decide_latency, latency_comparisons
 from perfguard.stats.rules import compile_time, drift, memory
@@ -162,10 +163,6 @@ def withhold_speed_verdicts(
         else c
         for c in comparisons
     )
-
-
-HARDWARE_KEYS = ("device", "cpu", "cpu_count", "gpu_count", "torch_threads")
-"""Environment keys whose change makes timings incomparable: no verdict across them."""
 
 
 def hardware_change_reason(base: Run | None, head: Run) -> Reason | None:
