@@ -102,3 +102,18 @@ def test_the_child_command_line_comes_from_the_table(tmp_path: Path) -> None:
     skipped = ("--perfguard-variants", "--perfguard-threads", *ab_only, "--perfguard-ab")
     assert not any(a.startswith(skipped) for a in plain)
     assert "--perfguard-compare=none" in plain
+
+
+def test_every_rule_with_an_option_reaches_the_verdicts(tmp_path: Path) -> None:
+    """A session's Thresholds are built from the rows that are rules and options, not from
+    a hand-kept list: each takes the value the session was given."""
+    from perfguard.pytest_plugin.options import default_options
+    from perfguard.pytest_plugin.state import SessionState
+
+    rules = [s for s in SETTINGS if s.threshold and s.flag]
+    assert {s.name for s in rules} >= {"min_change", "ab_min_change", "gate_p99"}
+    given = {s.field: (True if s.read == "switch" else 7.5) for s in rules}
+    state = SessionState(default_options(tmp_path, **given), progress=None)  # type: ignore[arg-type]
+    th = state.thresholds()
+    for s in rules:
+        assert getattr(th, str(s.marker)) == given[s.field], s.name

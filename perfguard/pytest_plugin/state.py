@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from perfguard.pytest_plugin.options import Options
 from perfguard.pytest_plugin.progress import ProgressWriter
 from perfguard.records import VariantResult
+from perfguard.settings import SETTINGS
 
 if TYPE_CHECKING:
     from perfguard.ab.worker import WorkerLink
@@ -46,13 +47,13 @@ class SessionState:
         """The verdict rules this session's options and markers set."""
         from perfguard.stats.thresholds import Thresholds
 
-        o = self.options
-        return Thresholds(
-            min_change_pct=o.min_change_pct,
-            ab_min_change_pct=o.ab_min_change_pct,
-            gate_p99=o.gate_p99,
-            per_test=self.per_test_thresholds,
-        )
+        # each rule with an option, by its marker key (the Thresholds field of that name)
+        given = {
+            s.marker: getattr(self.options, s.field)
+            for s in SETTINGS
+            if s.threshold and s.flag and s.marker
+        }
+        return Thresholds(**given, per_test=self.per_test_thresholds)
 
     def record(self, result: VariantResult, nodeid: str) -> None:
         self.results = [r for r in self.results if r.key != result.key]
