@@ -199,3 +199,21 @@ def test_a_version_8_file_has_its_notes_read_back_once_and_says_the_same() -> No
         assert c.note == row["note"]  # the same words as the file said
     again = Run.from_json(json.loads(json.dumps(loaded.to_json())))
     assert again == loaded  # a version-9 file keeps the reasons, not the words, as the truth
+
+
+def test_every_results_file_kept_in_the_repository_loads_and_says_the_same() -> None:
+    """The studies' results files (schema 7 and 8, some without their samples) are read by
+    today's reader, and each comparison's note reads as the file wrote it."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent / "benchmarks" / "data"
+    seen = 0
+    for path in sorted(root.rglob("*.json")):
+        doc = json.loads(path.read_text())
+        if not isinstance(doc, dict) or "schema_version" not in doc or "comparisons" not in doc:
+            continue
+        words = [c.get("note") or "" for c in doc["comparisons"]]
+        loaded = Run.from_json(upgrade(doc))
+        assert [c.note for c in loaded.comparisons] == words, path.name
+        seen += 1
+    assert seen >= 15
