@@ -167,6 +167,13 @@ def test_a_version_8_file_has_its_notes_read_back_once_and_says_the_same() -> No
             note="skipped here: needs CUDA",
         ),
         _v8_comparison(metric="graph_breaks", p_value=None, note="a note of a future kind"),
+        _v8_comparison(
+            metric="aten_ops",
+            p_value=None,
+            note="added aten::gelu (x1); gone aten::relu (x1); no verdict across a hardware "
+            "change (device A -> B)",
+        ),
+        _v8_comparison(metric="graph_breaks", p_value=None, note="new graph break: a; b (x2)"),
     ]
     old = {
         "schema_version": 8,
@@ -180,7 +187,7 @@ def test_a_version_8_file_has_its_notes_read_back_once_and_says_the_same() -> No
     up = upgrade(json.loads(json.dumps(old)))
     assert up["schema_version"] == 9
     loaded = Run.from_json(up)
-    paired, failed, skipped, future = loaded.comparisons
+    paired, failed, skipped, future, ops, breaks = loaded.comparisons
     assert kinds(paired) == ["paired_sequential", "adjusted", "confirmation"]
     assert paired.reasons[1] == reason("adjusted", p=0.00294)
     assert (failed.scope, failed.reasons) == (
@@ -195,6 +202,12 @@ def test_a_version_8_file_has_its_notes_read_back_once_and_says_the_same() -> No
         "metric",
         (reason("text", text="a note of a future kind"),),
     )
+    # an operator list and a list of graph breaks hold "; " themselves: read by their row
+    assert ops.reasons == (
+        reason("op_changes", changes="added aten::gelu (x1); gone aten::relu (x1)"),
+        reason("hardware_change", changes="device A -> B"),
+    )
+    assert breaks.reasons == (reason("new_graph_breaks", breaks="a; b (x2)"),)
     for c, row in zip(loaded.comparisons, rows, strict=True):
         assert c.note == row["note"]  # the same words as the file said
     again = Run.from_json(json.loads(json.dumps(loaded.to_json())))

@@ -273,16 +273,26 @@ def _reasons(data: Mapping[str, Any]) -> tuple[Reason, ...]:
     (`perfguard.store.schema` does that once for a whole file)."""
     raw = data.get("reasons")
     if raw is None:
-        confirmation = data.get("confirmation")
-        item_error = data.get("scope") == "item" and data.get("verdict") == "error"
-        return parse_note(
-            text("note", data.get("note") or ""),
-            "" if confirmation is None else Confirmation.from_json(confirmation).text(),
-            item_error,
-        )
+        return note_reasons(data, data.get("scope") == "item")
     if not isinstance(raw, list):
         raise RecordError(f"a comparison's reasons are a list, got {raw!r}")
     return tuple(Reason.from_json(r) for r in raw)
+
+
+def note_reasons(data: Mapping[str, Any], item: bool) -> tuple[Reason, ...]:
+    """The reasons of a comparison written before they were typed (a JSON object with its
+    `note`; `item`: it is a row about an item as a whole)."""
+    note = data.get("note") or ""
+    if not isinstance(note, str):
+        raise RecordError(f"a comparison's note is text, got {note!r}")
+    confirmation = data.get("confirmation")
+    words = "" if confirmation is None else Confirmation.from_json(confirmation).text()
+    whole = {"graph_breaks": "new_graph_breaks", "aten_ops": "op_changes"}.get(
+        str(data.get("metric")), ""
+    )
+    if item and data.get("verdict") == "error":
+        whole = "failed"
+    return parse_note(note, words, whole)
 
 
 def _why_row(row: Any) -> tuple[str, float | None, float | None]:

@@ -215,13 +215,49 @@ def _match(note: str, at: int) -> tuple[Reason, int] | None:
     return None
 
 
-def parse_note(note: str, confirmation: str = "", item_error: bool = False) -> tuple[Reason, ...]:
+def parse_note(note: str, confirmation: str = "", whole: str = "") -> tuple[Reason, ...]:
     """An old note's reasons. `confirmation`: the words of the comparison's confirmation
-    record, if it has one; `item_error`: the note is an item's error message, whole."""
+    record, if it has one; `whole`: the kind whose words lead the note whatever they hold,
+    told by the row they stand in (`LEADS`)."""
     if not note:
         return ()
-    if item_error:
+    if whole == "failed":  # an item's error: nothing was ever added after it
         return (reason("failed", error=note),)
+    if whole:
+        # the shortest lead after which everything reads as known kinds (a list of graph
+        # breaks or operators holds "; " itself)
+        cuts = [m.start() for m in re.finditer(re.escape(_SEPARATOR), note)] + [len(note)]
+        for cut in cuts:
+            lead = LEADS[whole](note[:cut])
+            if lead is None:
+                continue
+            rest = _parse(note[cut + len(_SEPARATOR) :], confirmation) if cut < len(note) else ()
+            if all(r.kind != "text" for r in rest):
+                return (lead, *rest)
+    return _parse(note, confirmation)
+
+
+def _breaks(words: str) -> Reason | None:
+    prefix = "new graph break: "
+    return (
+        reason("new_graph_breaks", breaks=words[len(prefix) :])
+        if words.startswith(prefix)
+        else None
+    )
+
+
+def _ops(words: str) -> Reason | None:
+    return None if words in ("", "same operators") else reason("op_changes", changes=words)
+
+
+LEADS: dict[str, Callable[[str], Reason | None]] = {
+    "new_graph_breaks": _breaks,  # a graph_breaks row
+    "op_changes": _ops,  # an aten_ops row
+}
+"""The kinds whose words could hold anything, each read by the row it leads."""
+
+
+def _parse(note: str, confirmation: str) -> tuple[Reason, ...]:
     out: list[Reason] = []
     at = 0
     while at <= len(note):

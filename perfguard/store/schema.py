@@ -66,8 +66,9 @@ History:
   metric). Migration from 8: such rows get their scope (the only rows of that metric with
   those verdicts and no p-value), and every note is read back once into reasons: each part
   that renders to the same words again becomes its kind, an item's error its `failed`
-  reason, the confirmation's words its `confirmation`, and any other part a `text` reason
-  with the words as they were.
+  reason, the operator list of an `aten_ops` row and the break list of a `graph_breaks`
+  row (each may hold "; ") their `op_changes` and `new_graph_breaks`, the confirmation's
+  words its `confirmation`, and any other part a `text` reason with the words as they were.
 
 A newer version than this perfguard knows is refused (upgrade perfguard). An older one is
 migrated in memory by the steps below, one version at a time; the file on disk is left as it
@@ -80,8 +81,8 @@ from collections.abc import Callable
 from typing import Any
 
 from perfguard.errors import PerfguardError
-from perfguard.records import SCHEMA_VERSION, Confirmation
-from perfguard.records.reasons import parse_note
+from perfguard.records import SCHEMA_VERSION
+from perfguard.records.comparisons import note_reasons
 
 
 def _1_to_2(doc: dict[str, Any]) -> dict[str, Any]:
@@ -159,14 +160,7 @@ def _typed(c: dict[str, Any]) -> dict[str, Any]:
         and c.get("metric") == "latency_p50_ms"
         and c.get("p_value") is None
     )
-    note = c.get("note") or ""
-    confirmation = c.get("confirmation")
-    words = Confirmation.from_json(confirmation).text() if isinstance(confirmation, dict) else ""
-    found = (
-        parse_note(note, words, item and c.get("verdict") == "error")
-        if isinstance(note, str)
-        else ()
-    )
+    found = note_reasons(c, item)
     return {
         **c,
         "reasons": [r.to_json() for r in found],
