@@ -10,7 +10,7 @@ import pytest
 
 from perfguard.records import Comparison, Reason, RecordError, Run, reason
 from perfguard.records.reasons import KINDS, parse_note, render
-from perfguard.stats.verdicts import compare_runs, is_item_state
+from perfguard.stats.verdicts import compare_runs
 from perfguard.store.schema import upgrade
 from tests.factories import kinds, result, run
 
@@ -110,7 +110,7 @@ def test_item_rows_have_their_own_scope_and_round_trip() -> None:
         ]
     )
     comparisons = compare_runs(base, head)
-    items = {c.test: c for c in comparisons if is_item_state(c)}
+    items = {c.test: c for c in comparisons if c.scope == "item"}
     assert {t: (c.verdict, kinds(c)) for t, c in items.items()} == {
         "t.py::gone": ("missing", ["in_base_only"]),
         "t.py::b": ("new", ["no_baseline"]),

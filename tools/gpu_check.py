@@ -57,9 +57,10 @@ STUDY_GPU_PLAN = ("0:20", "2:10", "5:10")
 the small changes (+2%: two blocks in 100) a GPU run must be able to tell."""
 GPU_BAR = "3"
 """study-gpu's `--perfguard-ab-min-change`, in percent. At the default 5% a +5% change sits on
-the bar, and a re-measure reading +4.8% withdraws it (seen on an H100, 2026-11-26); paired
-GPU-bound blocks move by well under 1% between identical runs, so 3% is a bar such a suite
-can hold, and the one the runner docs advise for GPU-bound work."""
+the bar, and a re-measure reading +4.8% withdraws it (seen on an H100, 2026-11-26); there,
+the paired medians of identical GPU-bound code moved by at most 1.8% (IQR -0.3% to +0.3%),
+so 3% is a bar such a suite can hold, and the one the runner docs advise for GPU-bound
+work."""
 STATE = Path(os.environ.get("GPU_CHECK_STATE") or "/tmp/perfguard-gpu-check").resolve()
 """Where the studies keep their runs between calls: a stage called again on a machine still
 warm goes on where the last call stopped (each run is kept as it finishes), and one given

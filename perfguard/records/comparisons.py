@@ -273,15 +273,25 @@ def _reasons(data: Mapping[str, Any]) -> tuple[Reason, ...]:
     (`perfguard.store.schema` does that once for a whole file)."""
     raw = data.get("reasons")
     if raw is None:
-        return note_reasons(data, data.get("scope") == "item")
+        return note_reasons(data)
     if not isinstance(raw, list):
         raise RecordError(f"a comparison's reasons are a list, got {raw!r}")
     return tuple(Reason.from_json(r) for r in raw)
 
 
-def note_reasons(data: Mapping[str, Any], item: bool) -> tuple[Reason, ...]:
+def old_item_row(data: Mapping[str, Any]) -> bool:
+    """A row about an item as a whole (new, missing, error) in a file from before rows had
+    a scope: the only rows of metric latency_p50_ms with those verdicts and no p-value."""
+    return (
+        data.get("verdict") in ("new", "missing", "error")
+        and data.get("metric") == "latency_p50_ms"
+        and data.get("p_value") is None
+    )
+
+
+def note_reasons(data: Mapping[str, Any]) -> tuple[Reason, ...]:
     """The reasons of a comparison written before they were typed (a JSON object with its
-    `note`; `item`: it is a row about an item as a whole)."""
+    `note`)."""
     note = data.get("note") or ""
     if not isinstance(note, str):
         raise RecordError(f"a comparison's note is text, got {note!r}")
@@ -290,7 +300,7 @@ def note_reasons(data: Mapping[str, Any], item: bool) -> tuple[Reason, ...]:
     whole = {"graph_breaks": "new_graph_breaks", "aten_ops": "op_changes"}.get(
         str(data.get("metric")), ""
     )
-    if item and data.get("verdict") == "error":
+    if data.get("verdict") == "error" and (data.get("scope") == "item" or old_item_row(data)):
         whole = "failed"
     return parse_note(note, words, whole)
 

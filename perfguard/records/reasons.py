@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import string
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from perfguard.records.base import RecordError
@@ -27,11 +27,11 @@ Figure = float | int | str
 @dataclass(frozen=True)
 class Kind:
     template: str  # str.format words; the confirmation's are its record's
-    types: Mapping[str, type] | None = None  # each figure's type (none: no figures)
+    types: Mapping[str, type] = field(default_factory=dict)  # each figure's type
 
     @property
     def names(self) -> tuple[str, ...]:
-        return tuple(self.types or {})
+        return tuple(self.types)
 
 
 def _kind(template: str, **types: type) -> Kind:
@@ -128,7 +128,7 @@ class Reason:
             )
         checked = []
         for name in spec.names:
-            value, want = given[name], (spec.types or {})[name]
+            value, want = given[name], spec.types[name]
             if want is float and isinstance(value, int) and not isinstance(value, bool):
                 value = float(value)
             if not isinstance(value, want) or isinstance(value, bool):
@@ -182,8 +182,9 @@ def _pattern(spec: Kind) -> re.Pattern[str]:
 _PARSED = {
     kind: _pattern(spec)
     for kind, spec in KINDS.items()
-    # words that could be anything are told by where they stand, not by their shape
-    if kind not in ("confirmation", "failed", "op_changes", "text")
+    # words that begin with a figure, or that are a record's, could be anything: they are
+    # told by where they stand (`LEADS`, an item's error, the confirmation), not by shape
+    if spec.template and not spec.template.startswith("{")
 }
 
 
@@ -191,7 +192,7 @@ def _read_figure(value: str, want: type) -> Figure:
     if want is int:
         return int(value.replace(",", ""))
     if want is float:
-        return float(value.rstrip("%x"))
+        return float(value)
     return value
 
 
@@ -204,8 +205,7 @@ def _match(note: str, at: int) -> tuple[Reason, int] | None:
         spec = KINDS[kind]
         try:
             figures = {
-                name: _read_figure(found.group(name), (spec.types or {})[name])
-                for name in spec.names
+                name: _read_figure(found.group(name), spec.types[name]) for name in spec.names
             }
             candidate = reason(kind, **figures)
         except (ValueError, RecordError):

@@ -37,7 +37,6 @@ __all__ = [
     "change_pct",
     "compare_runs",
     "hardware_change_reason",
-    "is_item_state",
     "practical_bar",
     "summarize_verdicts",
     "withhold_speed_verdicts",
@@ -81,11 +80,6 @@ def compare_runs(
     out = decide_latency(items, th_all)
     forbid = hardware_change_reason(base, head)
     return withhold_speed_verdicts(out, forbid) if forbid else out
-
-
-def is_item_state(c: Comparison) -> bool:
-    """A row that says what became of the item (new, missing, error), not how a metric moved."""
-    return c.scope == "item"
 
 
 def _state_row(

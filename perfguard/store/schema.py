@@ -82,7 +82,7 @@ from typing import Any
 
 from perfguard.errors import PerfguardError
 from perfguard.records import SCHEMA_VERSION
-from perfguard.records.comparisons import note_reasons
+from perfguard.records.comparisons import note_reasons, old_item_row
 
 
 def _1_to_2(doc: dict[str, Any]) -> dict[str, Any]:
@@ -143,9 +143,6 @@ def _7_to_8(doc: dict[str, Any]) -> dict[str, Any]:
     return {**doc, "schema_version": 8}
 
 
-ITEM_VERDICTS = ("new", "missing", "error")
-
-
 def _8_to_9(doc: dict[str, Any]) -> dict[str, Any]:
     """Version 8 told item rows by their shape and kept reasons as prose: both typed."""
     comparisons = doc.get("comparisons")
@@ -155,16 +152,10 @@ def _8_to_9(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def _typed(c: dict[str, Any]) -> dict[str, Any]:
-    item = (
-        c.get("verdict") in ITEM_VERDICTS
-        and c.get("metric") == "latency_p50_ms"
-        and c.get("p_value") is None
-    )
-    found = note_reasons(c, item)
     return {
         **c,
-        "reasons": [r.to_json() for r in found],
-        **({"scope": "item"} if item else {}),
+        "reasons": [r.to_json() for r in note_reasons(c)],
+        **({"scope": "item"} if old_item_row(c) else {}),
     }
 
 
