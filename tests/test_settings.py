@@ -117,3 +117,35 @@ def test_every_rule_with_an_option_reaches_the_verdicts(tmp_path: Path) -> None:
     th = state.thresholds()
     for s in rules:
         assert getattr(th, str(s.marker)) == given[s.field], s.name
+
+
+def test_the_end_of_a_session_reads_its_settings_from_the_options_by_name(
+    tmp_path: Path,
+) -> None:
+    """The pipeline's settings take each field the session's options hold by the same name;
+    what the session works out itself is given, and nothing else is left to a default."""
+    from perfguard.pipeline import FinishSettings
+    from perfguard.pytest_plugin.options import default_options
+
+    worked_out = {"root", "machine", "unsaved_reason", "traces", "thresholds"}
+    fixed = {"history_length", "option_prefix"}  # not settings of a session
+    by_name = {f.name for f in fields(FinishSettings)} - worked_out - fixed
+    assert by_name <= {s.field for s in OPTIONS}
+    given = {
+        "baseline_dir": "s3://bucket/p",
+        "compare": "abc123",
+        "main_branch": "trunk",
+        "baseline_depth": 7,
+        "save": True,
+        "save_replace": True,
+        "allow_dirty": True,
+        "report": tmp_path / "r.md",
+        "json": tmp_path / "r.json",
+        "unhealthy": "inconclusive",
+        "confirm": 3,
+    }
+    assert set(given) == by_name
+    settings = FinishSettings.of(default_options(tmp_path, **given), root=tmp_path, machine="m")
+    for name, value in given.items():
+        assert getattr(settings, name) == value, name
+    assert (settings.root, settings.machine) == (tmp_path, "m")

@@ -79,22 +79,13 @@ def _settings(
     from perfguard.pipeline import FinishSettings
 
     o = state.options
-    return FinishSettings(
+    return FinishSettings.of(
+        o,
         root=Path(config.rootpath),
-        baseline_dir=o.baseline_dir,
         machine=o.machine or machine_key(environment),
         # A/B with nothing measured (no perf items) has nothing to compare
         compare="none" if o.ab and state.ab is None else o.compare,
-        main_branch=o.main_branch,
-        baseline_depth=o.baseline_depth,
-        save=o.save,
-        save_replace=o.save_replace,
         unsaved_reason=why_not_saved(state, exitstatus),
-        allow_dirty=o.allow_dirty,
-        report=o.report,
-        json=o.json,
-        unhealthy=o.unhealthy,
-        confirm=o.confirm,
         traces=trace_dir(o),
         thresholds=state.thresholds(),
     )
