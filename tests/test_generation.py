@@ -98,8 +98,14 @@ def test_real_models_generate_with_every_figure_and_eagers_tokens(name: str, var
         assert p50 and p95 and p99 and 0 < p50 <= p95 <= p99
     assert m.ttft_p50_ms is not None and m.tpot_p50_ms is not None
     assert m.latency_p50_ms is not None
-    # the whole generation is its first token and the tokens after it
-    assert m.ttft_p50_ms + (NEW - 1) * m.tpot_p50_ms == pytest.approx(m.latency_p50_ms, rel=0.5)
+    # each timed generation holds its first token and the tokens after it, so each phase's
+    # percentiles lie within the whole's (their sum does not: medians do not add, and a busy
+    # host delays some tokens of some calls; the split itself is tested with a scripted clock)
+    for q in ("p50", "p95", "p99"):
+        whole = getattr(m, f"latency_{q}_ms") * 1.001  # (figures are rounded)
+        assert (
+            getattr(m, f"ttft_{q}_ms") <= whole and (NEW - 1) * getattr(m, f"tpot_{q}_ms") <= whole
+        )
     assert m.tokens_per_s == pytest.approx(2 * NEW / (m.latency_p50_ms / 1000))
     assert m.token_agreement == 1.0
     assert m.peak_memory_bytes and m.peak_memory_bytes > 0
