@@ -351,3 +351,37 @@ def test_growth_within_the_slack_or_no_worse_than_the_base_is_not_a_leak() -> No
     assert verdict(0, GROWTH_ALLOWED + 1) == "regression"
     assert verdict(4096, 4096) == "unchanged"
     assert verdict(4096, 0) == "improvement"
+
+
+COUNTS_WITHOUT_THE_COMPILER = """
+import sys
+import torch
+from torch.utils import flop_counter
+from perfguard.measure.counters import count, flops_of
+
+model = torch.nn.Linear(8, 8)
+x = torch.randn(2, 8)
+counted, profile = count(lambda: model(x), model, lambda: model(x), torch.device("cpu"))
+assert "torch._dynamo" not in sys.modules, "measuring an eager call imported the compiler"
+mode = getattr(flop_counter, "_FlopCounterMode", flop_counter.FlopCounterMode)
+raw = getattr(mode.__dict__["__torch_dispatch__"], "__wrapped__", None)
+assert raw is None or not hasattr(raw, "__dynamo_disable")  # torch's guard is left to torch
+import torch._dynamo
+assert flops_of(lambda: model(x)) == counted.flops == 2 * 2 * 8 * 8
+assert dict(counted.ops)["aten::addmm"] == 1 and profile["self_us"]
+print("ok")
+"""
+
+
+@pytest.mark.slow
+def test_counting_an_eager_call_leaves_the_compiler_unimported_and_counts_alike() -> None:
+    """The exact counters of a variant that compiles nothing do not import torch's compiler
+    (about 2 s of CPU in every measuring process), and count the FLOPs the FLOP counter
+    counts once the compiler is there."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", COUNTS_WITHOUT_THE_COMPILER], capture_output=True, text=True
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]

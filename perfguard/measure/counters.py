@@ -2,7 +2,7 @@
 
 - graphs, graph breaks (with dynamo's reason for each) and recompiles: dynamo's counters,
   read after the compiling call and after sampling (the runner passes them in);
-- the ATen operators one call dispatches, by name: torch.profiler over `CALLS` calls (the
+- the ATen operators one call dispatches, by name: the profiler over `CALLS` calls (the
   profiler observes; it does not enter the dispatcher as a mode would, so a compiled call
   runs its compiled code and no guard fails), divided by the number of calls;
 - FLOPs of one call: `torch.utils.flop_counter.FlopCounterMode` over the variant's module
@@ -22,9 +22,11 @@ device time; a kernel change moves both.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -102,15 +104,27 @@ def let_go_of_cupti(cuda_version: str | None = None) -> bool:
     return True
 
 
-def _activities(device: torch.device) -> list[Any]:
-    """What a profile of calls on `device` records: the host, and on CUDA the device too
-    (with the profiler asked to detach from CUDA when it is done)."""
-    from torch.profiler import ProfilerActivity
+def _profile(device: torch.device, memory: bool = False) -> Any:
+    """A profile of calls on `device` (with allocations when `memory`): on CUDA,
+    torch.profiler's, of the host and the device, asked to detach from CUDA when it is done
+    (it also keeps CUPTI safe around CUDA graphs); elsewhere torch.autograd's profiler, which
+    torch.profiler wraps: the wrapper's start asks `hasattr(torch, "_inductor")`, and that
+    imports the compiler (dynamo, inductor, sympy: about 2 s of CPU) in a process that may
+    compile nothing."""
+    if device.type == "cuda":
+        from torch.profiler import ProfilerActivity, profile
 
-    if device.type != "cuda":
-        return [ProfilerActivity.CPU]
-    let_go_of_cupti()
-    return [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+        let_go_of_cupti()
+        activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+        return profile(activities=activities, profile_memory=memory)
+    from torch.autograd.profiler import profile as host_profile
+
+    return host_profile(use_kineto=True, profile_memory=memory)
+
+
+def _events(prof: Any) -> Any:
+    """A finished profile's events (torch.profiler's or torch.autograd's)."""
+    return prof.events() if hasattr(prof, "events") else prof.function_events
 
 
 def profile_counts(
@@ -122,14 +136,12 @@ def profile_counts(
     """Per call: ATen operators by name, their host self time, and on CUDA kernel and graph
     launches and the kernels' device time. `trace`: also write the Chrome trace of these
     calls there."""
-    from torch.profiler import profile
-
-    with profile(activities=_activities(device)) as prof:
+    with _profile(device) as prof:
         for _ in range(calls):
             call()
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-    events = prof.events()
+    events = _events(prof)
     names: Counter[str] = Counter(e.name for e in events)
     ops = {name: n // calls for name, n in names.items() if name.startswith("aten::")}
     self_us: dict[str, float] = {}
@@ -175,21 +187,49 @@ def retained_per_call(call: Callable[[], Any], device: torch.device) -> int:
     and the last call: on an H200 the profiler's device memory events left out the frees of
     a training step's weight gradients (allocated in the backward pass's own thread), and
     read 1.5 MB a step of leak in an MLP that keeps nothing."""
-    from torch.profiler import profile, record_function
+    from torch.autograd.profiler import record_function
 
     live: list[int] = []
-    with profile(activities=_activities(device), profile_memory=True) as prof:
+    with _profile(device, memory=True) as prof:
         for i in range(GROWTH_CALLS):
             with record_function(_FIRST if i == 0 else "perfguard: tallied call"):
                 call()
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
                 live.append(torch.cuda.memory_allocated(device))
-    events = prof.events()
+    events = _events(prof)
     first_end = max(e.time_range.end for e in events if e.name == _FIRST)
     host = sum(int(e.self_cpu_memory_usage) for e in events if e.time_range.start > first_end)
     on_device = live[-1] - live[0] if live else 0
     return max(host + on_device, 0) // (GROWTH_CALLS - 1)
+
+
+@contextlib.contextmanager
+def _compiler_left_unloaded() -> Iterator[None]:
+    """Let the FLOP counter's dispatch mode run without importing torch's compiler.
+
+    torch wraps each dispatch mode's `__torch_dispatch__` so that dynamo never traces it,
+    and the wrapper imports dynamo (with inductor and sympy: about 2 s of CPU, in every
+    process that measures) at the mode's first call, to build that guard. In a process that
+    has not imported dynamo nothing is being compiled, so nothing can trace the mode: for
+    the counted call the wrapper is told its guard is the mode's own function, and told
+    nothing afterwards, so that a later compile in the process guards the mode as torch
+    does. Where torch has no such wrapper, nothing is changed."""
+    from torch.utils import flop_counter
+
+    mode = getattr(flop_counter, "_FlopCounterMode", flop_counter.FlopCounterMode)
+    raw = getattr(mode.__dict__.get("__torch_dispatch__"), "__wrapped__", None)
+    if raw is None or "torch._dynamo" in sys.modules or hasattr(raw, _GUARD):
+        yield
+        return
+    setattr(raw, _GUARD, raw)
+    try:
+        yield
+    finally:
+        delattr(raw, _GUARD)
+
+
+_GUARD = "__dynamo_disable"  # where torch._compile._disable_dynamo keeps the guarded function
 
 
 def flops_of(eager_call: Callable[[], Any]) -> int | None:
@@ -197,7 +237,7 @@ def flops_of(eager_call: Callable[[], Any]) -> int | None:
     from torch.utils.flop_counter import FlopCounterMode
 
     try:
-        with FlopCounterMode(display=False) as counter:
+        with _compiler_left_unloaded(), FlopCounterMode(display=False) as counter:
             eager_call()
     except Exception:  # an op the counter cannot follow: no figure rather than a wrong one
         return None

@@ -12,9 +12,10 @@ import torch
 _primed: set[str] = set()
 
 
-PRELOAD = ("torch.profiler", "torch._dynamo")
-"""What measuring any model imports besides torch: the deterministic-algorithms switch of
-`torch_state` and the first profile each import torch's compiler (about 1 s of CPU)."""
+PRELOAD = ("torch.profiler", "torch.utils.flop_counter")
+"""What measuring any model imports besides torch (the exact counters' profiler and FLOP
+counter). Torch's compiler (about 2 s of CPU) is left to the variants that compile and to
+torchao's: nothing else in a measurement imports it (`measure.counters` sees to that)."""
 
 
 def preload() -> bool:
