@@ -11,6 +11,7 @@ from perfguard.cli import main
 from perfguard.history.bisect import SAME, SLOWER, UNCLEAR, ItemChange, Step, classify, search
 from tests.gitrepo import git
 from tests.test_same_job import FAST, MODELS
+from tests.timing import SCRIPTED_CLOCK
 
 COMMITS = [f"{i:040x}" for i in range(17)]  # good, then 16 commits of main
 
@@ -99,19 +100,21 @@ def test_mlp(perfguard):
 
 
 @pytest.mark.slow
-@pytest.mark.realtime
-def test_bisect_finds_the_commit_that_added_compute_and_leaves_the_checkout_alone(
+def test_bisect_finds_the_commit_that_made_a_test_slower_and_leaves_the_checkout_alone(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """End to end, through the paired sessions of each step, timed by the scripted clock
+    (each commit's calls read its `latency_ms.txt`): commit 3 is three times slower."""
     repo = pytester.path
-    pytester.makepyfile(mymodels=MODELS.format(depth=4), test_models=TESTS)
+    pytester.makepyfile(mymodels=MODELS.format(depth=2), test_models=TESTS)
+    pytester.makeconftest(SCRIPTED_CLOCK)
     git(repo, "init", "-q", "-b", "main")
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "good")
     shas = [git(repo, "rev-parse", "HEAD")]
     for i in range(1, 5):
-        if i == 3:  # three times the layers: far above any noise, also on a busy machine
-            pytester.makepyfile(mymodels=MODELS.format(depth=12))
+        if i == 3:
+            (repo / "latency_ms.txt").write_text("3.0")
         (repo / "notes.txt").write_text(f"commit {i}\n")
         git(repo, "add", "-A")
         git(repo, "commit", "-q", "-m", f"commit {i}")
@@ -127,7 +130,7 @@ def test_bisect_finds_the_commit_that_added_compute_and_leaves_the_checkout_alon
     assert doc["culprit"] == shas[3] and doc["good"] == shas[0] and doc["bad"] == shas[4]
     assert 3 <= doc["measurements"] <= 6
     culprit_step = [s for s in doc["steps"] if (s["base"], s["head"]) == (shas[2], shas[3])]
-    assert culprit_step and culprit_step[-1]["items"][0]["change_pct"] > 50
+    assert culprit_step and 150 < culprit_step[-1]["items"][0]["change_pct"] < 250
     # the user's checkout is as it was: branch, HEAD, index, working tree, no worktree left
     assert git(repo, "rev-parse", "--abbrev-ref", "HEAD") == "main"
     assert git(repo, "rev-parse", "HEAD") == shas[4]

@@ -39,7 +39,7 @@ def bert() -> tuple[nn.Module, dict[str, torch.Tensor], TrainStep]:
     config = transformers.BertConfig(
         vocab_size=100,
         hidden_size=32,
-        num_hidden_layers=2,
+        num_hidden_layers=1,  # one layer is a step of fine-tuning; two compile twice as long
         num_attention_heads=2,
         intermediate_size=64,
         max_position_embeddings=32,

@@ -69,13 +69,6 @@ def reset_dynamo() -> None:
     counters.clear()
 
 
-def load_compiler() -> None:
-    """Import dynamo now (about a second the first time in a process). Every variant resets
-    it before it is compiled or timed, eager too; a caller that builds beside other work
-    pays the import there rather than in its turn to time."""
-    import torch._dynamo  # noqa: F401
-
-
 def fresh_compile_cache() -> contextlib.AbstractContextManager[None]:
     """A fresh, temporary inductor (and triton) cache directory, in-memory caches cleared."""
     from torch._inductor import utils

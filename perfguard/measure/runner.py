@@ -21,7 +21,6 @@ from perfguard.measure.isolation import (
     cudagraph_skips,
     dynamo_counts,
     fresh_compile_cache,
-    load_compiler,
     prime_compiler,
     reset_dynamo,
     torch_state,
@@ -227,7 +226,6 @@ def _measure(
         progress("preparing the compiler")
         prime_compiler(device)
     if turn is not None:
-        load_compiler()  # its first import takes a second: paid here, beside the other side
         progress("waiting for its turn")
         turn()
     if clock is None:
