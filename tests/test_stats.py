@@ -111,3 +111,25 @@ def test_bootstrap_interval_matches_scipy_percentile_bootstrap() -> None:
     assert mine is not None
     assert mine[0] == pytest.approx(ref.low, rel=2e-3)
     assert mine[1] == pytest.approx(ref.high, rel=2e-3)
+
+
+def test_bootstrap_interval_is_numpys_quantile_of_the_seeded_resamples_to_the_last_bit() -> None:
+    """The kept resample indices and the hand-written quantile give what drawing them anew
+    and `np.quantile` give: reports and stored comparisons do not move by a bit."""
+
+    def drawn_anew(values: list[float], confidence: float, resamples: int) -> tuple[float, float]:
+        x = np.asarray(values)
+        rng = np.random.default_rng(0)
+        means = x[rng.integers(0, x.size, size=(resamples, x.size))].mean(axis=1)
+        tail = (1 - confidence) / 2
+        low, high = np.quantile(means, [tail, 1 - tail])
+        return float(low), float(high)
+
+    rng = np.random.default_rng(7)
+    for _ in range(400):
+        n = int(rng.integers(2, 30))
+        values = list(rng.lognormal(0.0, float(rng.random()), size=n) * 10.0 ** rng.integers(-3, 4))
+        confidence = float(rng.choice([0.5, 0.9, 0.95, 0.99, rng.random()]))
+        resamples = int(rng.choice([1, 2, 7, 1999, 2000]))
+        expected = drawn_anew(values, confidence, resamples)
+        assert bootstrap_ci(values, confidence=confidence, resamples=resamples) == expected
