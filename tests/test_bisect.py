@@ -122,7 +122,9 @@ def test_bisect_finds_the_commit_that_made_a_test_slower_and_leaves_the_checkout
     (repo / "notes.txt").write_text("uncommitted work\n")
     status = git(repo, "status", "--porcelain")
     monkeypatch.chdir(repo)
-    code = main(["bisect", shas[0], "main", "--json", "bisect.json", "--", *FAST])
+    # (the scripted clock needs no confirming round: a step's verdict is the paired one)
+    args = [*FAST, "--perfguard-confirm=0"]
+    code = main(["bisect", shas[0], "main", "--json", "bisect.json", "--", *args])
     out = capsys.readouterr()
     assert code == 0, out.err
     assert f"culprit: {shas[3]}" in out.out

@@ -49,9 +49,11 @@ def measured(request: pytest.FixtureRequest) -> dict[str, VariantResult]:
     }
 
 
-SAME_ON_THE_CPU = {"compile-max-autotune-no-cudagraphs"}
-"""On the CPU, where there are no CUDA graphs, max-autotune's twin compiles what
-max-autotune compiles: measured on the MLP alone (its compile takes seconds a model)."""
+SAME_ON_THE_CPU = {"compile-max-autotune", "compile-max-autotune-no-cudagraphs", "amp-fp16"}
+"""Variants measured on the MLP alone: on the CPU they take the path of one measured on every
+model (max-autotune and its twin compile as compile-default does, autotuning its matmuls, and
+there are no CUDA graphs to leave out; fp16 autocasts as bf16 does), and each costs seconds a
+model. Every variant of the MLP and the CNN runs on a GPU (test_cuda.py)."""
 
 
 @pytest.mark.slow
