@@ -78,7 +78,7 @@ LOADS = ("none", "steady", "bursty", "busy")
 
 LOAD_PROCESS = """
 import random, sys, time
-from perfguard.ab.worker import follow_parent
+from perfguard.processes import follow_parent
 follow_parent(int(sys.argv[3]))  # it ends with the study, even one that was killed
 pattern, seed = sys.argv[1], int(sys.argv[2])
 rng = random.Random(seed)

@@ -27,7 +27,7 @@ from benchmarks.fault_audit import (
     perfguard,
     pytest_session,
 )
-from perfguard.ab import scratch
+from perfguard import scratch
 from tests.github_fake import FakeGitHub
 from tests.test_signals import INTERRUPT_TORCH_IMPORT
 

@@ -7,7 +7,7 @@ compiler, `perfguard.measure.isolation.PRELOAD`). When its pytest session ends, 
 interpreter frees every module before the process exits; the driver waits for both workers
 before it compares and reports. Each run starts a fresh process that imports those
 modules, prints the time, and ends either the usual way (`normal`) or the way
-`perfguard.ab.worker.end_worker` ends it (exit handlers run, output flushed, then
+`perfguard.processes.end_worker` ends it (exit handlers run, output flushed, then
 `os._exit`: `fast`). The figure is the time from that print to the process's end, in
 seconds.
 """

@@ -1,12 +1,15 @@
 """Processes and CPUs of this machine, from Linux's /proc and /sys: a process's descendants,
 which pids this PID namespace can see, CPU time spent, the CPUs' governors. Elsewhere, the
-answers that assume nothing."""
+answers that assume nothing. And a child's side of its life: ending with its parent, and
+ending fast (`follow_parent`, `end_worker`)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 from pathlib import Path
+from typing import NoReturn
 
 
 def process_tree(root: int, proc: Path = Path("/proc")) -> set[int]:
@@ -62,3 +65,49 @@ def own_cpu_s() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime + children.ru_utime + children.ru_stime
+
+
+def follow_parent(parent: int) -> None:
+    """End this process (an A/B worker, a study's session) when its parent ends, even by
+    SIGKILL (which lets the parent clean nothing up): the kernel's parent-death signal on
+    Linux, a watchdog elsewhere."""
+    import signal
+    import sys
+    import threading
+    import time
+
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGTERM))
+    else:
+
+        def watch() -> None:
+            while os.getppid() == parent:
+                time.sleep(1.0)
+            os._exit(1)
+
+        threading.Thread(target=watch, name="perfguard-follow-parent", daemon=True).start()
+    if os.getppid() != parent:  # the driver ended before the signal was armed
+        os._exit(1)
+
+
+def end_worker(code: int) -> NoReturn:
+    """Exit with the worker session's `code`, without the interpreter's teardown: freeing
+    the modules of torch and its compiler takes 0.6-0.7 s (benchmarks/worker_exit.py), paid
+    by both workers while the driver waits for them. The exit handlers still run and the
+    output is flushed; a thread of the tests still running (not a daemon) gets the usual
+    exit, which waits for it."""
+    import atexit
+    import sys
+    import threading
+
+    others = [t for t in threading.enumerate() if t is not threading.main_thread()]
+    if any(t.is_alive() and not t.daemon for t in others):
+        sys.exit(code)
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)

@@ -536,7 +536,7 @@ def test_sigterm_ends_an_ab_session_with_its_workers_and_worktree(
 def test_after_kill_9_the_workers_go_and_the_next_start_prunes_what_it_left(
     pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from perfguard.ab.worktree import prune_stale
+    from perfguard.worktree import prune_stale
 
     driver, pids = _ab_session(pytester, tmp_path)
     driver.kill()

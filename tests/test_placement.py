@@ -100,7 +100,7 @@ def test_a_refusal_to_pin_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> No
 def test_a_same_job_worker_times_every_block_on_the_shared_cpu() -> None:
     from multiprocessing import Pipe
 
-    from perfguard.ab.worker import WorkerLink
+    from perfguard.pytest_plugin.ab.worker import WorkerLink
 
     here, there = Pipe()
     try:

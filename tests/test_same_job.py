@@ -244,7 +244,7 @@ def test_session_paths_are_the_test_paths_relative_to_the_rootdir(tmp_path: Path
     from types import SimpleNamespace
     from typing import cast
 
-    from perfguard.pytest_plugin.same_job import session_paths
+    from perfguard.pytest_plugin.ab.session import session_paths
 
     root = tmp_path / "repo"
     (root / "tests" / "perf").mkdir(parents=True)
@@ -266,7 +266,7 @@ def test_session_paths_are_the_test_paths_relative_to_the_rootdir(tmp_path: Path
 def test_a_worker_started_early_waits_for_the_drivers_items() -> None:
     from multiprocessing import Pipe
 
-    from perfguard.ab.worker import WorkerLink
+    from perfguard.pytest_plugin.ab.worker import WorkerLink
 
     here, there = Pipe()
     with here, there:
@@ -281,7 +281,7 @@ def test_a_worker_started_early_waits_for_the_drivers_items() -> None:
 
 
 def test_every_ab_message_round_trips_and_a_stray_one_is_named() -> None:
-    from perfguard.ab import protocol as p
+    from perfguard.pytest_plugin.ab import protocol as p
 
     messages = [
         p.Items(("t.py::a[eager]",)),
@@ -315,7 +315,7 @@ def test_every_ab_message_round_trips_and_a_stray_one_is_named() -> None:
 def test_an_early_launch_with_none_of_the_paths_in_the_tree_starts_nothing(
     tmp_path: Path,
 ) -> None:
-    from perfguard.ab.side import Side
+    from perfguard.pytest_plugin.ab.side import Side
 
     side = Side("A", "base", tmp_path, [], tmp_path / "base.log")
     with pytest.raises(FileNotFoundError, match=r"test_new\.py"):
@@ -550,7 +550,7 @@ def test_leaves_a_thread(request):
         encoding="utf-8",
     )
     boot = (
-        "import sys, pytest; from perfguard.ab.worker import end_worker; "
+        "import sys, pytest; from perfguard.processes import end_worker; "
         "end_worker(int(pytest.main(sys.argv[1:])))"
     )
 
@@ -575,7 +575,7 @@ def test_leaves_a_thread(request):
 def test_the_driver_lets_both_workers_exit_before_it_waits(tmp_path: Path) -> None:
     """Both connections close first, then the driver waits for each: the two workers end
     at once rather than one after the other."""
-    from perfguard.ab.driver import Driver
+    from perfguard.pytest_plugin.ab.driver import Driver
 
     driver = Driver(tmp_path, "base", tmp_path, lambda _root: [])
     calls: list[str] = []

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy.stats import mstats
 
-from perfguard.ab.driver import Design, Driver, SideOutcome
+from perfguard.pytest_plugin.ab.driver import Design, Driver, SideOutcome
 from perfguard.records import Details, Run, VariantResult
 from perfguard.stats.sequential import LOOKS, look, look_alpha, should_stop
 from perfguard.stats.significance import (

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from perfguard.ab import scratch
+from perfguard import scratch
 from tests.gitrepo import commit, git
 
 FAST = ("--perfguard-device=cpu", "--perfguard-budget=0.02", "--perfguard-repeats=3")
@@ -157,7 +157,7 @@ def test_the_workers_socket_binds_under_a_temporary_directory_of_any_depth(
     import shutil
     import threading
 
-    from perfguard.ab import channel
+    from perfguard.pytest_plugin.ab import channel
 
     deep = tmp_path.joinpath(*["a-rather-long-folder-name"] * depth)
     deep.mkdir(parents=True, exist_ok=True)

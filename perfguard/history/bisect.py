@@ -220,7 +220,7 @@ class PluginMeasure:
         ]
 
     def __call__(self, base: str, head: str) -> Step:
-        from perfguard.ab.worktree import Worktree
+        from perfguard.worktree import Worktree
 
         tree = Worktree(self.root, head)
         try:

@@ -76,7 +76,7 @@ def pytest_configure(config: pytest.Config) -> None:
         except CallgrindError as exc:
             raise pytest.UsageError(f"--perfguard-instructions: {exc}") from None
     if options.worker:
-        from perfguard.ab.worker import WorkerLink
+        from perfguard.pytest_plugin.ab.worker import WorkerLink
 
         state.worker = WorkerLink.from_env()
     if options.enabled:

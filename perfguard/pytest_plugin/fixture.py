@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from perfguard.ab.channel import ENV_SIDE
-from perfguard.ab.protocol import Result
+from perfguard.pytest_plugin.ab.channel import ENV_SIDE
+from perfguard.pytest_plugin.ab.protocol import Result
 from perfguard.pytest_plugin.marker import MarkerSettings
 from perfguard.pytest_plugin.options import trace_dir
 from perfguard.pytest_plugin.state import SessionState

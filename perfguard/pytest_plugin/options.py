@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from perfguard.ab.channel import ENV_ADDRESS, ENV_TRACES
+from perfguard.pytest_plugin.ab.channel import ENV_ADDRESS, ENV_TRACES
 from perfguard.settings import BY_NAME, DEVICE, ENABLE_HELP, Setting
 from perfguard.settings import OPTIONS as SETTINGS_OPTIONS
 from perfguard.variants.spec import UnknownVariantError, parse_variant_list

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from perfguard import PerfguardWarning
-from perfguard.ab.protocol import Collected, Ended
-from perfguard.pytest_plugin import same_job
+from perfguard.pytest_plugin.ab import session as ab_session
+from perfguard.pytest_plugin.ab.protocol import Collected, Ended
 from perfguard.pytest_plugin.benchmark_bridge import result_from_benchmark
 from perfguard.pytest_plugin.collection import SKIP_REASON, shard_items, test_id, variant_of
 from perfguard.pytest_plugin.finish import finish_session, terminal_summary
@@ -30,7 +30,7 @@ from perfguard.pytest_plugin.fixture import PerfguardFixture
 from perfguard.pytest_plugin.state import SessionState
 
 if TYPE_CHECKING:
-    from perfguard.pytest_plugin.same_job import AbSession
+    from perfguard.pytest_plugin.ab.session import AbSession
 
 
 def role_for(state: SessionState) -> object:
@@ -151,10 +151,10 @@ class AbDriving(Measuring):
         collecting the suite take seconds, in each of the three processes at once. (Where a
         test path lies outside the rootdir, they start once this session has collected.)"""
         config = session.config
-        paths = same_job.session_paths(config)
+        paths = ab_session.session_paths(config)
         if paths is None or config.option.collectonly:
             return
-        self.state.ab = same_job.start(Path(config.rootpath), self.state.options, None, paths)
+        self.state.ab = ab_session.start(Path(config.rootpath), self.state.options, None, paths)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         ab = self.state.ab
@@ -170,7 +170,7 @@ class AbDriving(Measuring):
         elif perf_items:
             # first: its workers start (import torch, collect) while this session does
             root = Path(session.config.rootpath)
-            self.state.ab = same_job.start(root, self.state.options, perf_items)
+            self.state.ab = ab_session.start(root, self.state.options, perf_items)
         super().start(session)
 
     def cuda_available(self) -> bool:
@@ -202,7 +202,7 @@ class AbDriving(Measuring):
 
     def run_item(self, ab: AbSession, nodeid: str, test: str, variant: str) -> None:
         """Measure one perf item in both trees; this item passes or fails as the head's does."""
-        from perfguard.ab.driver import Design
+        from perfguard.pytest_plugin.ab.driver import Design
         from perfguard.stats.latency import ab_bar
         from perfguard.stats.verdicts import LATENCY_METRICS
 
@@ -220,7 +220,7 @@ class AbDriving(Measuring):
             margin_pct=th.min_change_pct,
         )
         base, head, pairing = ab.driver.measure(nodeid, ab.items[position:], state.progress, design)
-        base_result = same_job.base_result(base, test, variant)
+        base_result = ab_session.base_result(base, test, variant)
         if base_result is not None:
             ab.base_results = [r for r in ab.base_results if r.key != base_result.key]
             ab.base_results.append(base_result)
@@ -272,7 +272,7 @@ class AbWorker:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
         """Block until the driver lets this item run; skip it when the driver does not."""
-        from perfguard.ab.worker import DriverGoneError
+        from perfguard.pytest_plugin.ab.worker import DriverGoneError
 
         if variant_of(item) is None:
             return

@@ -13,11 +13,11 @@ from perfguard.records import VariantResult
 from perfguard.settings import SETTINGS
 
 if TYPE_CHECKING:
-    from perfguard.ab.worker import WorkerLink
     from perfguard.health import Monitor
     from perfguard.measure.callgrind import Regions
     from perfguard.measure.drift import Reference
-    from perfguard.pytest_plugin.same_job import AbSession
+    from perfguard.pytest_plugin.ab.session import AbSession
+    from perfguard.pytest_plugin.ab.worker import WorkerLink
     from perfguard.stats.thresholds import Thresholds
 
 

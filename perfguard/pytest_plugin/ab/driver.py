@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from perfguard.ab import scratch
-from perfguard.ab.side import Launch, Side, SideOutcome, WorkerExitedError
+from perfguard import scratch
+from perfguard.pytest_plugin.ab.side import Launch, Side, SideOutcome, WorkerExitedError
 from perfguard.stats.sequential import LOOKS, should_stop
 
 __all__ = ["Design", "Driver", "Pairing", "Side", "SideOutcome", "WorkerExitedError"]

@@ -9,15 +9,11 @@ the driver: before its first timed step (`wait_turn`) and between blocks
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import NoReturn
 
-from perfguard.ab import protocol
-from perfguard.ab.channel import ENV_ITEMS, ENV_SIDE, connect_from_env
 from perfguard.errors import PerfguardError
 from perfguard.measure.placement import on_one_cpu
 from perfguard.measure.sampling import (
@@ -27,51 +23,8 @@ from perfguard.measure.sampling import (
     WarmupOutcome,
     sample_on_demand,
 )
-
-
-def follow_parent(parent: int) -> None:
-    """End this worker when the driver process ends, even by SIGKILL (which lets the driver
-    clean nothing up): the kernel's parent-death signal on Linux, a watchdog elsewhere."""
-    import signal
-    import sys
-    import threading
-    import time
-
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        pr_set_pdeathsig = 1
-        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGTERM))
-    else:
-
-        def watch() -> None:
-            while os.getppid() == parent:
-                time.sleep(1.0)
-            os._exit(1)
-
-        threading.Thread(target=watch, name="perfguard-follow-parent", daemon=True).start()
-    if os.getppid() != parent:  # the driver ended before the signal was armed
-        os._exit(1)
-
-
-def end_worker(code: int) -> NoReturn:
-    """Exit with the worker session's `code`, without the interpreter's teardown: freeing
-    the modules of torch and its compiler takes 0.6-0.7 s (benchmarks/worker_exit.py), paid
-    by both workers while the driver waits for them. The exit handlers still run and the
-    output is flushed; a thread of the tests still running (not a daemon) gets the usual
-    exit, which waits for it."""
-    import atexit
-    import sys
-    import threading
-
-    others = [t for t in threading.enumerate() if t is not threading.main_thread()]
-    if any(t.is_alive() and not t.daemon for t in others):
-        sys.exit(code)
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    os._exit(code)
+from perfguard.pytest_plugin.ab import protocol
+from perfguard.pytest_plugin.ab.channel import ENV_ITEMS, ENV_SIDE, connect_from_env
 
 
 class DriverGoneError(PerfguardError, RuntimeError):

@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import perfguard
-from perfguard.ab import protocol
-from perfguard.ab.channel import ENV_ITEMS, ENV_SIDE, ENV_TRACES, open_listener
 from perfguard.errors import PerfguardError
 from perfguard.measure.sampling import TIMED
+from perfguard.pytest_plugin.ab import protocol
+from perfguard.pytest_plugin.ab.channel import ENV_ITEMS, ENV_SIDE, ENV_TRACES, open_listener
 from perfguard.records import VariantResult
 
 CONNECT_TIMEOUT_S = 300.0  # importing torch and collecting on a cold runner can be slow
@@ -34,9 +34,9 @@ LOG_TAIL = 1500
 # user's code comes from the tree (cwd and PYTHONPATH)
 # (a worker ends with the driver, even when the driver is killed)
 BOOT = (
-    "import sys; sys.path.insert(0, {where!r}); from perfguard.ab.worker import follow_parent; "
+    "import sys; sys.path.insert(0, {where!r}); from perfguard.processes import follow_parent; "
     "follow_parent({parent}); import perfguard.pytest_plugin; "
-    "from perfguard.ab.worker import end_worker; del sys.path[0]; import pytest; "
+    "from perfguard.processes import end_worker; del sys.path[0]; import pytest; "
     "end_worker(int(pytest.main(sys.argv[1:])))"
 )
 

@@ -12,8 +12,7 @@ import contextlib
 import shutil
 from pathlib import Path
 
-from perfguard import git
-from perfguard.ab import scratch
+from perfguard import git, scratch
 from perfguard.git import GitError
 
 

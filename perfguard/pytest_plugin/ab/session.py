@@ -2,7 +2,7 @@
 
 The driving session (the one the user started) checks the base revision out as a worktree
 and, instead of calling each perf test itself, has the two workers run it (see
-`perfguard.ab.driver` and the `AbDriving` and `AbWorker` roles).
+`perfguard.pytest_plugin.ab.driver` and the `AbDriving` and `AbWorker` roles).
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import pytest
 from perfguard.records import VariantResult
 
 if TYPE_CHECKING:
-    from perfguard.ab.driver import Driver, SideOutcome
-    from perfguard.ab.worktree import Worktree
+    from perfguard.pytest_plugin.ab.driver import Driver, SideOutcome
     from perfguard.pytest_plugin.options import Options
+    from perfguard.worktree import Worktree
 
 
 AB_REPEAT_FACTOR = 3
@@ -79,12 +79,12 @@ def start(
     """Find REF, check it out, prepare the driver, launch the workers. A usage error says
     what went wrong. `items` None: this session has not collected yet; the workers collect
     `paths` (`session_paths`) meanwhile and are sent the items later."""
-    from perfguard.ab.driver import Driver
-    from perfguard.ab.worktree import Worktree
     from perfguard.git import GitError, ab_reference, resolve_commit
+    from perfguard.pytest_plugin.ab.driver import Driver
     from perfguard.pytest_plugin.options import trace_dir
     from perfguard.store.baselines import BaselineError
     from perfguard.store.objects import open_store
+    from perfguard.worktree import Worktree
 
     ref = options.ab or "auto"
     try:

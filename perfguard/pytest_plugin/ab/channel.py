@@ -1,6 +1,6 @@
 """The wire between the A/B driver and its workers: a local socket with a shared key.
 
-The messages are declared in `perfguard.ab.protocol` (plain dicts with a `kind` on the
+The messages are declared in `perfguard.pytest_plugin.ab.protocol` (plain dicts with a `kind` on the
 wire). The address and key reach a worker through its environment, so only processes the
 driver started can connect.
 """
@@ -13,7 +13,7 @@ import sys
 from multiprocessing.connection import Client, Connection, Listener
 from pathlib import Path
 
-from perfguard.ab import scratch
+from perfguard import scratch
 
 ENV_ADDRESS = "PERFGUARD_AB_ADDRESS"
 ENV_KEY = "PERFGUARD_AB_KEY"
