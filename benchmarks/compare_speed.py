@@ -3,10 +3,10 @@
 Run:  .venv/bin/python benchmarks/compare_speed.py [--tests 600] [--variants 8] [--runs 3]
 
 A synthetic suite of `--tests` x `--variants` results (5 repeats of 8 calls each, the first
-quarter of the tests 20% to 170% slower on their first variant) against its base, as the
-report tests build it. Times, best of `--runs` after a first call: `compare_runs` (Welch
-per metric, Cohen's d, bootstrap intervals, BH) and `render_markdown` of the trimmed comment.
-Prints one line each, with the machine's CPU count.
+quarter of the tests 20% to 170% slower on their first variant) against its base: the report
+tests' suite (`tests.test_report.big_suite`). Times, best of `--runs` after a first call:
+`compare_runs` (Welch per metric, Cohen's d, bootstrap intervals, BH) and `render_markdown` of
+the trimmed comment. Prints one line each, with the machine's CPU count.
 """
 
 from __future__ import annotations
@@ -22,35 +22,9 @@ from typing import TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from perfguard.records import Run
 from perfguard.report.markdown import render_markdown
 from perfguard.stats.verdicts import compare_runs
-from tests.factories import result, run
-
-VARIANTS = (
-    "eager",
-    "compile-default",
-    "compile-max-autotune",
-    "int8-dynamic",
-    "int8-weight-only",
-    "prune-l1:0.5",
-    "amp-bf16",
-    "onnxruntime",
-)
-
-
-def suite(tests: int, variants: int) -> tuple[Run, Run]:
-    base, head = [], []
-    regressed = tests // 4
-    for t in range(tests):
-        node = f"tests/perf/test_zoo.py::test_model[block-{t:04d}]"
-        for v, variant in enumerate(VARIANTS[:variants]):
-            center = 1.0 + v * 0.1
-            slower = 1.0 + (0.2 + t / 100) * (t < regressed and v == 0)
-            base.append(result(node, variant, center, seed=t * 100 + v, per_block=8))
-            head.append(result(node, variant, center * slower, seed=t * 100 + v + 7, per_block=8))
-    return run(base), run(head, commit="c" * 40)
-
+from tests.test_report import big_suite
 
 T = TypeVar("T")
 
@@ -70,7 +44,7 @@ def main() -> None:
     parser.add_argument("--variants", type=int, default=8)
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
-    base, head = suite(args.tests, args.variants)
+    base, head = big_suite(args.tests, args.variants, regressed=args.tests // 4)
     n = len(head.results)
     seconds, comparisons = best_of(args.runs, lambda: compare_runs(base, head))
     print(f"compare_runs: {n} results, {len(comparisons)} comparisons: {seconds:.2f} s")

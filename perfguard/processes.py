@@ -89,7 +89,7 @@ def follow_parent(parent: int) -> None:
             os._exit(1)
 
         threading.Thread(target=watch, name="perfguard-follow-parent", daemon=True).start()
-    if os.getppid() != parent:  # the driver ended before the signal was armed
+    if os.getppid() != parent:  # the parent ended before the signal was armed
         os._exit(1)
 
 

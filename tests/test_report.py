@@ -134,9 +134,9 @@ def test_hostile_data_survives_rendering_without_markup() -> None:
     assert "<script" not in html and "<img" not in html and "<code>code" not in html
 
 
-def big_run(tests: int = 600, variants: int = 8, regressed: int = 150) -> Run:
-    """A suite of `tests` x `variants`; the first `regressed` tests got slower by 20% to 170%
-    (8 calls a repeat: the verdicts are decided on the repeats)."""
+def big_suite(tests: int = 600, variants: int = 8, regressed: int = 150) -> tuple[Run, Run]:
+    """The base and head runs of a suite of `tests` x `variants`; the first `regressed` tests
+    got slower by 20% to 170% (8 calls a repeat: the verdicts are decided on the repeats)."""
     names = [
         "eager",
         "compile-default",
@@ -156,8 +156,12 @@ def big_run(tests: int = 600, variants: int = 8, regressed: int = 150) -> Run:
             slower = 1.0 + (0.2 + t / 100) * (t < regressed and v == 0)
             center = (1.0 + v * 0.1) * slower
             head_results.append(result(node, variant, center, seed=seed + 7, per_block=8))
-    base = run(base_results)
-    head = run(head_results, commit="c" * 40)
+    return run(base_results), run(head_results, commit="c" * 40)
+
+
+def big_run(tests: int = 600, variants: int = 8, regressed: int = 150) -> Run:
+    """`big_suite`'s head, compared with its base (the regressions with a trend)."""
+    base, head = big_suite(tests, variants, regressed)
     comparisons = compare_runs(base, head)
     trended = tuple(
         replace(c, trend=tuple((f"{i:040x}", 1.0 + i * 0.01) for i in range(8)))
