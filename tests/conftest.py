@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import atexit
+import os
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from tests import forkserver
 from tests.gitrepo import commit, git
+
+# the environment this process started with, for the fork server (a test's changes go with
+# each request instead)
+_START_ENV = dict(os.environ)
+_server: forkserver.Server | None = None
 
 
 @pytest.fixture(autouse=True)
@@ -18,6 +28,48 @@ def _sessions_of_their_own(monkeypatch: pytest.MonkeyPatch) -> None:
     (pytest-benchmark turns itself off where PYTEST_XDIST_WORKER is set)."""
     for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
         monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _forked_sessions(request: pytest.FixtureRequest) -> None:
+    """`pytester.runpytest_subprocess` forks its session from a server that has imported torch,
+    pytest and the plugin once (`tests.forkserver`), unless the test is marked
+    `fresh_interpreter` (or FRESH_INTERPRETERS=1 is set, to compare)."""
+    if (
+        "pytester" not in request.fixturenames
+        or request.node.get_closest_marker("fresh_interpreter")
+        or os.environ.get("FRESH_INTERPRETERS") == "1"
+    ):
+        return
+    pytester: pytest.Pytester = request.getfixturevalue("pytester")
+    started = pytester.popen
+
+    def popen(
+        cmdargs: Any, stdout: Any = None, stderr: Any = None, stdin: Any = None, **kw: Any
+    ) -> Any:
+        global _server
+        if _server is not None and _server.process.poll() is not None:
+            _server = None  # it died: the next session starts a new one
+        args = [os.fspath(a) for a in cmdargs]
+        plain = (
+            args[:2] == [sys.executable, "-mpytest"]
+            and stdin is pytester.CLOSE_STDIN
+            and not kw
+            and hasattr(stdout, "name")
+            and hasattr(stderr, "name")
+        )
+        if not plain or (_server is not None and _server.busy):
+            return started(cmdargs, stdout=stdout, stderr=stderr, stdin=stdin, **kw)
+        if _server is None:
+            _server = forkserver.Server(_START_ENV)
+            atexit.register(_server.close)
+        env = dict(os.environ)  # as pytester gives its subprocess: the test's folder importable
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH")]))
+        stdout.flush()
+        stderr.flush()
+        return _server.start(args[2:], env, stdout.name, stderr.name)
+
+    pytester.popen = popen  # type: ignore[method-assign]
 
 
 @pytest.fixture

@@ -480,6 +480,7 @@ def test_lazy(perfguard):
 
 
 @pytest.mark.slow
+@pytest.mark.fresh_interpreter  # what the driving session imports
 def test_the_driver_leaves_torch_to_its_workers(pytester: pytest.Pytester) -> None:
     """The driving session measures nothing: it learns whether `auto` means CUDA from its
     workers and reads their messages without importing torch (1-2 s of CPU while both

@@ -48,6 +48,7 @@ def test_one(perfguard):
 
 
 @pytest.mark.slow
+@pytest.mark.fresh_interpreter  # torch's import is the moment
 @pytest.mark.parametrize("name", ["SIGINT", "SIGTERM"])
 def test_a_signal_while_collection_imports_torch_ends_the_session_with_its_json(
     pytester: pytest.Pytester, name: str

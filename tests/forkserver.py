@@ -1,0 +1,234 @@
+"""Pytest sessions for the tests, forked from an interpreter that has already imported what
+every session imports.
+
+A test's `pytester.runpytest_subprocess` starts a new interpreter: about 4 s of CPU for one
+eager item on a 2-core machine, 3 s of it importing torch, pytest and the plugin. The suite
+starts about ninety of them. This server imports those modules once per pytest-xdist worker and
+forks a child for each session; the child sets the session's directory, environment, path and
+standard streams, runs `python -m pytest` as the interpreter would, and exits as it would. Each
+session is still a process of its own, with its own signals, state and exit code.
+
+The server never runs a torch operation and starts no Python thread, so that forking it is
+safe (OpenBLAS's parked pool, started at numpy's import, stops and restarts across a fork); it
+leaves the compiler (dynamo, inductor) unimported, since its configuration is read from the
+environment at import. A test about what a session imports (or when it imports it) is marked
+`fresh_interpreter`, and its sessions start a new interpreter as before.
+
+The protocol is one JSON line each way on the server's standard streams: a request (argv, cwd,
+env, the two output files), then the child's pid, then its exit status as `Popen` gives it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import importlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import IO, Any
+
+# what a measuring session imports before it measures. The compiler is left out on purpose, and
+# so are the other plugins pytest loads: pytest rewrites their asserts, which it cannot do (and
+# warns) once they are imported
+PRELOAD = (
+    "torch",
+    "torch.profiler",
+    "torch.utils.flop_counter",
+    "numpy",
+    "scipy.special",
+    "git",
+    "jinja2",
+    "pygments.lexers",
+    "pytest",
+    "_pytest.pytester",
+    "perfguard.pytest_plugin",
+    "perfguard.pytest_plugin.roles",
+    "perfguard.pytest_plugin.finish",
+    "perfguard.pytest_plugin.fixture",
+    "perfguard.pytest_plugin.ab.session",
+    "perfguard.measure.runner",
+    "perfguard.report.markdown",
+    "perfguard.report.outputs",
+    "perfguard.store.baselines",
+    "perfguard.store.sync",
+    "perfguard.variants.registry",
+)
+
+
+# ---- the server: one per pytest-xdist worker -----------------------------------------------
+
+
+def _serve() -> None:
+    requests = os.fdopen(os.dup(0), "r")
+    replies = os.fdopen(os.dup(1), "w")
+    for name in PRELOAD:
+        importlib.import_module(name)
+    if threading.active_count() != 1 or "torch._dynamo" in sys.modules:
+        raise SystemExit("forkserver: a thread was started or the compiler imported")
+    # the path a new interpreter would have, less this file's folder and the server's PYTHONPATH
+    own = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    base = sys.path[1 + len(own) :]
+    reply(replies, {"ready": True})
+    for line in requests:
+        request = json.loads(line)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            requests.close()
+            replies.close()
+            _child(request, base)  # never returns
+        reply(replies, {"pid": pid})
+        _, status = os.waitpid(pid, 0)
+        reply(replies, {"returncode": os.waitstatus_to_exitcode(status)})
+
+
+def reply(stream: IO[str], message: dict[str, Any]) -> None:
+    stream.write(json.dumps(message) + "\n")
+    stream.flush()
+
+
+def _child(request: dict[str, Any], base: list[str]) -> None:
+    code = 1
+    try:
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        extra = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
+        sys.path[:] = [request["cwd"], *extra, *base]
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
+            os.dup2(os.open(path, os.O_WRONLY | os.O_APPEND), fd)
+        sys.argv = ["-m", *request["args"]]
+        code = _run_pytest()
+        threading._shutdown()  # type: ignore[attr-defined]  # as the interpreter does at exit
+        atexit._run_exitfuncs()
+    except BaseException:  # the child reports and exits, whatever happened
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        os._exit(code)
+
+
+def _run_pytest() -> int:
+    import runpy
+
+    try:
+        runpy.run_module("pytest", run_name="__main__", alter_sys=True)
+    except SystemExit as done:
+        if done.code is None:
+            return 0
+        if isinstance(done.code, int):
+            return done.code
+        print(done.code, file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        # as Python ends on an unhandled Ctrl-C: killed by SIGINT
+        sys.stderr.flush()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    return 0
+
+
+# ---- the client: what a test's pytester gets ----------------------------------------------
+
+
+class Server:
+    """A fork server for this process's tests, started on first use."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, str(Path(__file__))],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+            text=True,
+        )
+        self.busy = False
+        if self.read() != {"ready": True}:
+            raise RuntimeError("the fork server did not start")
+
+    def read(self, timeout: float | None = None) -> dict[str, Any]:
+        import select
+
+        assert self.process.stdout is not None
+        if timeout is not None:
+            ready, _, _ = select.select([self.process.stdout], [], [], timeout)
+            if not ready:
+                raise subprocess.TimeoutExpired("forked session", timeout)
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError("the fork server has gone")
+        message: dict[str, Any] = json.loads(line)
+        return message
+
+    def start(self, args: list[str], env: dict[str, str], stdout: str, stderr: str) -> Session:
+        assert self.process.stdin is not None
+        request = {
+            "args": args,
+            "cwd": os.getcwd(),
+            "env": env,
+            "stdout": stdout,
+            "stderr": stderr,
+        }
+        self.process.stdin.write(json.dumps(request) + "\n")
+        self.process.stdin.flush()
+        self.busy = True
+        return Session(self, self.read()["pid"], args)
+
+    def close(self) -> None:
+        if self.process.stdin is not None:
+            self.process.stdin.close()
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+
+class Session:
+    """The `subprocess.Popen` surface pytester uses, for a forked session."""
+
+    stdin = None
+
+    def __init__(self, server: Server, pid: int, args: list[str]) -> None:
+        self.server = server
+        self.pid = pid
+        self.args = args
+        self.returncode: int | None = None
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            self.returncode = int(self.server.read(timeout)["returncode"])
+            self.server.busy = False
+        return self.returncode
+
+    def poll(self) -> int | None:
+        try:
+            return self.wait(0)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def send_signal(self, signum: int) -> None:
+        if self.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signum)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+
+if __name__ == "__main__":
+    _serve()
