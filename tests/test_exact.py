@@ -156,7 +156,8 @@ def test_measuring_counts_graph_breaks_with_reasons_and_operators(item: bool) ->
     assert r.status == "ok", r.error
     c = r.counters
     assert c is not None
-    assert c.graph_breaks == (1 if item else 0)
+    assert c.graph_breaks == (1 if item else 0) == r.metrics.graph_breaks
+    assert r.metrics.recompiles == 0
     assert c.graphs == (2 if item else 1)
     assert bool(c.break_reasons) == item
     if item:

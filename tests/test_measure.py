@@ -49,11 +49,18 @@ def measured(request: pytest.FixtureRequest) -> dict[str, VariantResult]:
     }
 
 
-SAME_ON_THE_CPU = {"compile-max-autotune", "compile-max-autotune-no-cudagraphs", "amp-fp16"}
-"""Variants measured on the MLP alone: on the CPU they take the path of one measured on every
-model (max-autotune and its twin compile as compile-default does, autotuning its matmuls, and
-there are no CUDA graphs to leave out; fp16 autocasts as bf16 does), and each costs seconds a
-model. Every variant of the MLP and the CNN runs on a GPU (test_cuda.py)."""
+SAME_ON_THE_CPU = {
+    "compile-default",
+    "compile-max-autotune",
+    "compile-max-autotune-no-cudagraphs",
+    "amp-fp16",
+}
+"""Variants measured on the MLP alone. perfguard's compiled path does not depend on the model
+(what does is inductor's code generation, torch's to test): the CNN's and the encoder's cold
+compiles cost 15 and 11 s on a 2-core CPU and proved nothing the MLP's does not; max-autotune
+and its twin compile as compile-default does, autotuning its matmuls, with no CUDA graphs to
+leave out; fp16 autocasts as bf16 does. Every variant of the MLP and the CNN runs on a GPU
+(test_cuda.py), and the compiled training steps (test_training.py) compile BERT."""
 
 
 @pytest.mark.slow
@@ -113,12 +120,12 @@ def test_pruning_reports_its_sparsity_and_quantization_shrinks_the_model(
 def test_compiled_variants_count_graph_breaks_and_recompiles(
     measured: dict[str, VariantResult],
 ) -> None:
+    if "compile-default" not in measured:
+        pytest.skip("compiled on the MLP alone (SAME_ON_THE_CPU)")
     m = measured["compile-default"].metrics
     assert m.graph_breaks == 0 and m.recompiles == 0
-    # and the counter is alive: a data-dependent branch splits the graph
-    broken = measure(Breaks().eval(), (torch.randn(4, 8),), "compile-default", FAST)
-    assert broken.status == "ok", broken.error
-    assert broken.metrics.graph_breaks is not None and broken.metrics.graph_breaks >= 1
+    # that the counter is alive (a data-dependent branch splits the graph, and the break and its
+    # reason are counted) is test_exact's graph-break test
 
 
 @pytest.mark.slow
@@ -202,20 +209,6 @@ def test_the_turn_comes_after_the_build_and_before_anything_timed(
     failed = measure(Raises(), (torch.ones(2),), "eager", FAST, turn=lambda: log.append("turn"))
     assert failed.status == "error"
     assert "turn" not in log
-
-
-class Breaks(nn.Module):
-    """A graph break in forward: a Python branch on a tensor's value."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.lin = nn.Linear(8, 8)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y: torch.Tensor = self.lin(x)
-        if y.sum().item() > 0:
-            return y * 2
-        return y - 1
 
 
 def test_nan_outputs_are_an_error() -> None:
