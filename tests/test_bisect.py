@@ -122,8 +122,9 @@ def test_bisect_finds_the_commit_that_made_a_test_slower_and_leaves_the_checkout
     (repo / "notes.txt").write_text("uncommitted work\n")
     status = git(repo, "status", "--porcelain")
     monkeypatch.chdir(repo)
-    # (the scripted clock needs no confirming round: a step's verdict is the paired one)
-    args = [*FAST, "--perfguard-confirm=0"]
+    # (the scripted clock needs no confirming round, a step's verdict being the paired one,
+    # and no long sampling: its 1% noise is clear of a tripling in a few hundred calls)
+    args = [*FAST, "--perfguard-confirm=0", "--perfguard-budget=0.05", "--perfguard-repeats=3"]
     code = main(["bisect", shas[0], "main", "--json", "bisect.json", "--", *args])
     out = capsys.readouterr()
     assert code == 0, out.err
