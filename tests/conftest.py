@@ -15,6 +15,13 @@ import pytest
 from tests import forkserver
 from tests.gitrepo import commit, git
 
+# One torch thread per process unless a test says otherwise: `make test` runs a pytest-xdist
+# worker per core, and every core's worker with a pool of one thread per core (OpenMP's threads
+# spin while they wait) spent a tenth of the suite's CPU contending. Set before torch is
+# imported (no plugin imports it), so the workers, the fork server and every session they
+# start inherit it.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 # the environment this process started with, for the fork server (a test's changes go with
 # each request instead)
 _START_ENV = dict(os.environ)
