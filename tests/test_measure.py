@@ -124,6 +124,8 @@ def test_compiled_variants_count_graph_breaks_and_recompiles(
         pytest.skip("compiled on the MLP alone (SAME_ON_THE_CPU)")
     m = measured["compile-default"].metrics
     assert m.graph_breaks == 0 and m.recompiles == 0
+    counted = measured["compile-default"].counters
+    assert counted is not None and counted.graphs == 1 and not counted.break_reasons
     # that the counter is alive (a data-dependent branch splits the graph, and the break and its
     # reason are counted) is test_exact's graph-break test
 
