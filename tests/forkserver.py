@@ -29,6 +29,7 @@ import signal
 import subprocess
 import sys
 import threading
+import warnings
 from pathlib import Path
 from typing import IO, Any
 
@@ -64,12 +65,17 @@ PRELOAD = (
 
 
 def _serve() -> None:
+    # Python 3.12 warns of forking a process with threads: OpenBLAS's, which fork safely
+    warnings.filterwarnings("ignore", ".*multi-threaded.*fork", DeprecationWarning)
     requests = os.fdopen(os.dup(0), "r")
     replies = os.fdopen(os.dup(1), "w")
     for name in PRELOAD:
         importlib.import_module(name)
-    if threading.active_count() != 1 or "torch._dynamo" in sys.modules:
-        raise SystemExit("forkserver: a thread was started or the compiler imported")
+    import torch
+
+    # a CUDA runtime started here would be unusable in every child; nothing here starts one
+    if threading.active_count() != 1 or "torch._dynamo" in sys.modules or torch.cuda._initialized:
+        raise SystemExit("forkserver: a thread, the compiler or CUDA was started")
     # the path a new interpreter would have, less this file's folder and the server's PYTHONPATH
     own = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     base = sys.path[1 + len(own) :]

@@ -77,7 +77,7 @@ def test_a_hugging_face_bert_from_a_config_takes_keyword_inputs_in_each_variant(
     variant: str,
 ) -> None:
     """Quantized and exported to ONNX with its keyword inputs (compiled with them: the test
-    above; a BERT compiled: test_training's step)."""
+    above; a BERT compiled: test_cuda_training's step, on a GPU)."""
     model, named = bert()
     result = measure_model(model, (), variant, FAST, kwargs=named)
     assert result.status == "ok", result.error
