@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import atexit
 import os
 import sys
 import uuid
@@ -21,11 +20,7 @@ from tests.gitrepo import commit, git
 # imported (no plugin imports it), so the workers, the fork server and every session they
 # start inherit it.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-
-# the environment this process started with, for the fork server (a test's changes go with
-# each request instead)
-_START_ENV = dict(os.environ)
-_server: forkserver.Server | None = None
+forkserver.remember_environment()
 
 
 @pytest.fixture(autouse=True)
@@ -45,7 +40,7 @@ def _forked_sessions(request: pytest.FixtureRequest) -> None:
     if (
         "pytester" not in request.fixturenames
         or request.node.get_closest_marker("fresh_interpreter")
-        or os.environ.get("FRESH_INTERPRETERS") == "1"
+        or forkserver.fresh_interpreters()
     ):
         return
     pytester: pytest.Pytester = request.getfixturevalue("pytester")
@@ -54,9 +49,6 @@ def _forked_sessions(request: pytest.FixtureRequest) -> None:
     def popen(
         cmdargs: Any, stdout: Any = None, stderr: Any = None, stdin: Any = None, **kw: Any
     ) -> Any:
-        global _server
-        if _server is not None and _server.process.poll() is not None:
-            _server = None  # it died: the next session starts a new one
         args = [os.fspath(a) for a in cmdargs]
         plain = (
             args[:2] == [sys.executable, "-mpytest"]
@@ -65,16 +57,14 @@ def _forked_sessions(request: pytest.FixtureRequest) -> None:
             and hasattr(stdout, "name")
             and hasattr(stderr, "name")
         )
-        if not plain or (_server is not None and _server.busy):
+        server = forkserver.shared() if plain else None
+        if server is None:
             return started(cmdargs, stdout=stdout, stderr=stderr, stdin=stdin, **kw)
-        if _server is None:
-            _server = forkserver.Server(_START_ENV)
-            atexit.register(_server.close)
         env = dict(os.environ)  # as pytester gives its subprocess: the test's folder importable
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH")]))
         stdout.flush()
         stderr.flush()
-        return _server.start(args[2:], env, stdout.name, stderr.name)
+        return server.start(args[2:], env, stdout.name, stderr.name)
 
     pytester.popen = popen  # type: ignore[method-assign]
 

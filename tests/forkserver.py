@@ -236,5 +236,60 @@ class Session:
         self.send_signal(signal.SIGTERM)
 
 
+# ---- this process's server, and sessions started without pytester --------------------------
+
+_START_ENV: dict[str, str] | None = None
+_server: Server | None = None
+
+
+def remember_environment() -> None:
+    """Take this process's environment, as it is now, for its server (a test's changes go with
+    each request instead): the suite's conftest calls it once it has set what every session
+    shares."""
+    global _START_ENV
+    _START_ENV = dict(os.environ)
+
+
+def fresh_interpreters() -> bool:
+    """Whether every session is to start a new interpreter (FRESH_INTERPRETERS=1, to compare)."""
+    return os.environ.get("FRESH_INTERPRETERS") == "1"
+
+
+def shared() -> Server | None:
+    """This process's server, started on first use; None while its one session runs."""
+    global _server
+    if _server is not None and _server.process.poll() is not None:
+        _server = None  # it died: start a new one
+    if _server is None:
+        _server = Server(_START_ENV if _START_ENV is not None else dict(os.environ))
+        atexit.register(_server.close)
+    return None if _server.busy else _server
+
+
+def run_pytest(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`python -m pytest *args` in `cwd`, as `subprocess.run` with its output captured, forked
+    from this process's server where it can be."""
+    server = None if fresh_interpreters() else shared()
+    if server is None:
+        command = [sys.executable, "-m", "pytest", *args]
+        return subprocess.run(command, cwd=cwd, capture_output=True, text=True, check=False)
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        out, err = Path(folder, "stdout"), Path(folder, "stderr")
+        out.touch()
+        err.touch()
+        here = os.getcwd()
+        os.chdir(cwd)
+        try:
+            session = server.start(list(args), dict(os.environ), str(out), str(err))
+        finally:
+            os.chdir(here)
+        code = session.wait()
+        return subprocess.CompletedProcess(
+            ["python", "-m", "pytest", *args], code, out.read_text(), err.read_text()
+        )
+
+
 if __name__ == "__main__":
     _serve()

@@ -6,7 +6,6 @@ import json
 import random
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from perfguard.pipeline import FinishSettings, PipelineOutcome, finish_run
 from perfguard.records import Comparison, Run, reason
 from perfguard.stats import accepts
 from perfguard.store.baselines import BaselineStore
+from tests import forkserver
 from tests.factories import result, run
 from tests.gitrepo import commit, git
 
@@ -342,13 +342,7 @@ FOUR_TIMES = (
 
 
 def _session(where: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pytest", *SESSION, *args],
-        cwd=where,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    return forkserver.run_pytest(where, *SESSION, *args)
 
 
 @pytest.fixture(scope="module")

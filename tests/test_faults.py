@@ -25,6 +25,7 @@ from perfguard.records import RecordError, Run
 from perfguard.store import BaselineStore
 from perfguard.store.baselines import BaselineError, read_run_file
 from perfguard.store.sync import SyncError, pull, push
+from tests import forkserver
 from tests.factories import result, run
 from tests.gitrepo import clone, commit, git
 
@@ -297,12 +298,7 @@ def test_a_depth_1_clone_of_a_pr_merge_commit_explains_itself_and_keeps_the_resu
     git(origin, "merge", "-q", "--no-ff", "feature", "-m", "Merge PR")
     shallow = tmp_path / "shallow"
     git(tmp_path, "clone", "-q", "--depth", "1", f"file://{origin}", str(shallow))
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", *FAST, "--perfguard", "--perfguard-json=out.json"],
-        cwd=shallow,
-        capture_output=True,
-        text=True,
-    )
+    done = forkserver.run_pytest(shallow, *FAST, "--perfguard", "--perfguard-json=out.json")
     out = done.stdout + done.stderr
     assert done.returncode == 0, out
     assert "Traceback" not in out and "GitCommandError" not in out
