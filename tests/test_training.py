@@ -430,7 +430,7 @@ def test_a_doubled_hidden_width_is_flagged_on_the_step_by_same_job_ab(
         "--perfguard-ab=HEAD~1",
         "--perfguard-device=cpu",
         ONE_THREAD,
-        "--perfguard-budget=0.15",
+        "--perfguard-budget=0.3",
         "--perfguard-repeats=5",
         "--perfguard-json=out.json",
         "-p",
