@@ -14,12 +14,13 @@ import pytest
 from tests import forkserver
 from tests.gitrepo import commit, git
 
-# One torch thread per process unless a test says otherwise: `make test` runs a pytest-xdist
-# worker per core, and every core's worker with a pool of one thread per core (OpenMP's threads
-# spin while they wait) spent a tenth of the suite's CPU contending. Set before torch is
-# imported (no plugin imports it), so the workers, the fork server and every session they
-# start inherit it.
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+# Under pytest-xdist (`make test`: a worker per core), one torch thread per process unless a
+# test says otherwise: every core's worker with a pool of one thread per core (OpenMP's threads
+# spin while they wait) spent a tenth of the suite's time contending. Set before torch is
+# imported (no plugin imports it), so the worker, its fork server and every session they start
+# inherit it. A run in one process (`make test-fast`) keeps torch's default.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 forkserver.remember_environment()
 
 

@@ -9,7 +9,7 @@ standard streams, runs `python -m pytest` as the interpreter would, and exits as
 session is still a process of its own, with its own signals, state and exit code.
 
 The server never runs a torch operation and starts no Python thread, so that forking it is
-safe (OpenBLAS's parked pool, started at numpy's import, stops and restarts across a fork); it
+safe (OpenBLAS's parked threads, started as numpy and scipy load, are fork-safe); it
 leaves the compiler (dynamo, inductor) unimported, since its configuration is read from the
 environment at import. A test about what a session imports (or when it imports it) is marked
 `fresh_interpreter`, and its sessions start a new interpreter as before.

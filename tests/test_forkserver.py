@@ -22,6 +22,7 @@ def test_probe():
 """
 
 
+@pytest.mark.slow
 def test_a_forked_session_sees_its_folder_environment_and_path_and_says_how_it_ended(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -47,6 +48,7 @@ def test_a_forked_session_sees_its_folder_environment_and_path_and_says_how_it_e
     )
 
 
+@pytest.mark.slow
 def test_a_forked_session_that_overruns_its_timeout_is_killed(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_sleep="import time\n\ndef test_sleep():\n    time.sleep(60)\n")
     with pytest.raises(pytester.TimeoutExpired):
@@ -56,6 +58,7 @@ def test_a_forked_session_that_overruns_its_timeout_is_killed(pytester: pytest.P
     assert pytester.runpytest_subprocess("-p", "no:cacheprovider").ret == 0
 
 
+@pytest.mark.slow
 def test_a_session_killed_by_a_signal_ends_as_popen_says(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         test_die="import os, signal\n\ndef test_die():\n    os.kill(os.getpid(), signal.SIGKILL)\n"
