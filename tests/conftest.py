@@ -65,7 +65,7 @@ def _forked_sessions(request: pytest.FixtureRequest) -> None:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH")]))
         stdout.flush()
         stderr.flush()
-        return server.start(args[2:], env, stdout.name, stderr.name)
+        return server.start(args[2:], os.getcwd(), env, stdout.name, stderr.name)
 
     pytester.popen = popen  # type: ignore[method-assign]
 

@@ -110,7 +110,7 @@ def _child(request: dict[str, Any], base: list[str]) -> None:
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
-            os.dup2(os.open(path, os.O_WRONLY | os.O_APPEND), fd)
+            os.dup2(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), fd)
         sys.argv = ["-m", *request["args"]]
         code = _run_pytest()
         threading._shutdown()  # type: ignore[attr-defined]  # as the interpreter does at exit
@@ -161,32 +161,37 @@ class Server:
             text=True,
         )
         self.busy = False
+        # what was read past the last whole line: a reply is read from the pipe's descriptor
+        # (select and a buffered reader disagree once two replies arrive together)
+        self._pending = b""
         if self.read() != {"ready": True}:
             raise RuntimeError("the fork server did not start")
 
     def read(self, timeout: float | None = None) -> dict[str, Any]:
         import select
+        import time
 
         assert self.process.stdout is not None
-        if timeout is not None:
-            ready, _, _ = select.select([self.process.stdout], [], [], timeout)
-            if not ready:
-                raise subprocess.TimeoutExpired("forked session", timeout)
-        line = self.process.stdout.readline()
-        if not line:
-            raise RuntimeError("the fork server has gone")
+        fd = self.process.stdout.fileno()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while b"\n" not in self._pending:
+            if deadline is not None:
+                left = max(0.0, deadline - time.monotonic())
+                if not select.select([fd], [], [], left)[0]:
+                    raise subprocess.TimeoutExpired("forked session", timeout or 0.0)
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                raise RuntimeError("the fork server has gone")
+            self._pending += chunk
+        line, self._pending = self._pending.split(b"\n", 1)
         message: dict[str, Any] = json.loads(line)
         return message
 
-    def start(self, args: list[str], env: dict[str, str], stdout: str, stderr: str) -> Session:
+    def start(
+        self, args: list[str], cwd: str, env: dict[str, str], stdout: str, stderr: str
+    ) -> Session:
         assert self.process.stdin is not None
-        request = {
-            "args": args,
-            "cwd": os.getcwd(),
-            "env": env,
-            "stdout": stdout,
-            "stderr": stderr,
-        }
+        request = {"args": args, "cwd": cwd, "env": env, "stdout": stdout, "stderr": stderr}
         self.process.stdin.write(json.dumps(request) + "\n")
         self.process.stdin.flush()
         self.busy = True
@@ -277,15 +282,7 @@ def run_pytest(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
     with tempfile.TemporaryDirectory() as folder:
         out, err = Path(folder, "stdout"), Path(folder, "stderr")
-        out.touch()
-        err.touch()
-        here = os.getcwd()
-        os.chdir(cwd)
-        try:
-            session = server.start(list(args), dict(os.environ), str(out), str(err))
-        finally:
-            os.chdir(here)
-        code = session.wait()
+        code = server.start(list(args), str(cwd), dict(os.environ), str(out), str(err)).wait()
         return subprocess.CompletedProcess(
             ["python", "-m", "pytest", *args], code, out.read_text(), err.read_text()
         )
