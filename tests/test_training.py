@@ -26,7 +26,6 @@ FAST = MeasureSettings(
     device="cpu",
     warm_compile=False,
 )
-VARIANTS = ("eager", "compile-default", "amp-bf16")
 
 
 def adamw(params: list[nn.Parameter]) -> torch.optim.Optimizer:
