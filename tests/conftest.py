@@ -38,10 +38,8 @@ def _forked_sessions(request: pytest.FixtureRequest) -> None:
     """`pytester.runpytest_subprocess` forks its session from a server that has imported torch,
     pytest and the plugin once (`tests.forkserver`), unless the test is marked
     `fresh_interpreter` (or FRESH_INTERPRETERS=1 is set, to compare)."""
-    if (
-        "pytester" not in request.fixturenames
-        or request.node.get_closest_marker("fresh_interpreter")
-        or forkserver.fresh_interpreters()
+    if "pytester" not in request.fixturenames or request.node.get_closest_marker(
+        "fresh_interpreter"
     ):
         return
     pytester: pytest.Pytester = request.getfixturevalue("pytester")

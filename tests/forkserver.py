@@ -261,8 +261,11 @@ def fresh_interpreters() -> bool:
 
 
 def shared() -> Server | None:
-    """This process's server, started on first use; None while its one session runs."""
+    """This process's server, started on first use; None while its one session runs, or where
+    every session is to start a new interpreter."""
     global _server
+    if fresh_interpreters():
+        return None
     if _server is not None and _server.process.poll() is not None:
         _server = None  # it died: start a new one
     if _server is None:
@@ -274,7 +277,7 @@ def shared() -> Server | None:
 def run_pytest(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """`python -m pytest *args` in `cwd`, as `subprocess.run` with its output captured, forked
     from this process's server where it can be."""
-    server = None if fresh_interpreters() else shared()
+    server = shared()
     if server is None:
         command = [sys.executable, "-m", "pytest", *args]
         return subprocess.run(command, cwd=cwd, capture_output=True, text=True, check=False)
