@@ -14,6 +14,10 @@ from perfguard.cli import main
 from perfguard.history.analysis import analyze
 from perfguard.history.changepoints import Detection, find_steps
 from perfguard.history.series import build_series, main_line, order_runs
+from perfguard.history.site import write_site
+from perfguard.records import VariantResult
+from perfguard.records.sketch import BlockStats, percentile
+from perfguard.report.format import pct
 from perfguard.store.baselines import BaselineStore
 from tests import chromium
 from tests.factories import result, run
@@ -22,6 +26,7 @@ from tests.gitrepo import commit, git
 
 TEST = "tests/perf/test_models.py::test_mlp[<b>16</b>]"
 MACHINE = "cpu-test"
+GENERATE = "tests/perf/test_lm.py::test_generate"
 STEP_AT = 25  # the commit of main that makes the eager MLP 20% slower
 MEMORY_AT = 30  # ... and the one that makes compile-default use 5% more memory
 
@@ -147,6 +152,55 @@ def test_history_without_git_orders_by_date_and_says_so() -> None:
     history = analyze(ordered, build_series(ordered))
     [step] = [c for c in history.change_points if c.metric == "latency_p50_ms"]
     assert (step.previous, step.commit) == (f"{14:040x}", f"{15:040x}")
+
+
+def generation(center_ms: float, ttft_ms: float, tpot_ms: float, seed: int) -> VariantResult:
+    """A generation's result: its call, and per repeat its first token and the tokens after."""
+    rng = random.Random(seed)
+    base = result(GENERATE, "eager", center_ms, seed=seed)
+    blocks = {
+        phase: BlockStats.of([[ms * (1 + rng.gauss(0, 0.02)) for _ in range(8)] for _ in range(5)])
+        for phase, ms in (("ttft", ttft_ms), ("tpot", tpot_ms))
+    }
+    ttft, tpot = (percentile(sorted(blocks[p].percentile(50.0) or ()), 50.0) for p in blocks)
+    metrics = replace(base.metrics, ttft_p50_ms=ttft, tpot_p50_ms=tpot)
+    return replace(base, metrics=metrics, phases=tuple(blocks.items()))
+
+
+def test_a_generations_time_to_first_token_and_per_token_are_series_with_their_steps(
+    tmp_path: Path,
+) -> None:
+    # 30 commits of main: one makes each new token 25% slower, the first token unchanged (the
+    # call's own latency is held flat here: the step is found in the per-token series itself)
+    runs = [
+        replace(
+            run(
+                [generation(20.0, 4.0, 1.25 if i >= 15 else 1.0, seed=i)],
+                commit=f"{i:040x}",
+                machine=MACHINE,
+            ),
+            created=f"2026-11-01T00:{i:02d}:00+00:00",
+        )
+        for i in range(30)
+    ]
+    ordered = order_runs(runs, None, "main")
+    series = {s.metric: s for s in build_series(ordered)}
+    assert {"ttft_p50_ms", "tpot_p50_ms"} <= set(series)
+    tpot = series["tpot_p50_ms"]
+    assert len(tpot.values) == 30 and len(tpot.low) == 30  # with the spread of its repeats
+    bands = zip(tpot.values, tpot.low, tpot.high, strict=True)
+    assert all(lo is not None and hi is not None and lo <= v <= hi for v, lo, hi in bands)
+    history = analyze(ordered, list(series.values()))
+    steps = {c.metric: c for c in history.change_points}
+    assert "ttft_p50_ms" not in steps
+    tpot_step = steps["tpot_p50_ms"]
+    assert tpot_step.commit == f"{15:040x}" and tpot_step.kind == "regression"
+    assert 20 < tpot_step.change_pct < 30
+    # the trend site draws them in a row of their own, the step marked with its change
+    [page] = [p for p in write_site(history, tmp_path / "site") if p.name != "index.html"]
+    text = page.read_text()
+    assert "time to first token" in text and f"{MACHINE}: tpot_p50_ms" in text
+    assert pct(tpot_step.change_pct).replace("\u00a0", " ") in text
 
 
 @pytest.mark.slow

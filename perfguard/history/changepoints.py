@@ -28,7 +28,13 @@ if TYPE_CHECKING:  # numpy is imported where it is used: `perfguard --help` need
     import numpy as np
 
 # the metrics change points are looked for in (all of them: higher is worse)
-DETECTED_METRICS = ("latency_p50_ms", "peak_memory_bytes", "compile_time_s")
+DETECTED_METRICS = (
+    "latency_p50_ms",
+    "ttft_p50_ms",  # a generation's prefill and decode, each of which can step on its own
+    "tpot_p50_ms",
+    "peak_memory_bytes",
+    "compile_time_s",
+)
 NOISE_FLOOR = 1e-4  # smallest noise assumed, in log units: a constant series still has steps
 
 

@@ -30,6 +30,8 @@ SERIES_METRICS = (
     "latency_p50_ms",
     "latency_p95_ms",
     "latency_p99_ms",
+    "ttft_p50_ms",  # a generation's time to its first token, and per token after it
+    "tpot_p50_ms",
     "peak_memory_bytes",
     "compile_time_s",
     "drift_max_abs",

@@ -30,6 +30,11 @@ PLOTLY_JS = "plotly.min.js"
 ROWS = (  # (title, metrics plotted in that row, scale)
     ("latency p50 (ms), band: the spread of its repeats", ("latency_p50_ms",), 1.0),
     ("latency tails p95, p99 (ms)", ("latency_p95_ms", "latency_p99_ms"), 1.0),
+    (
+        "generation: time to first token (solid), per token after it (dash), p50 (ms)",
+        ("ttft_p50_ms", "tpot_p50_ms"),
+        1.0,
+    ),
     ("speed-up over eager", ("speedup_over_eager",), 1.0),
     ("compile time (s)", ("compile_time_s",), 1.0),
     ("peak memory (MiB)", ("peak_memory_bytes",), 1.0 / 2**20),
@@ -39,7 +44,13 @@ ROWS = (  # (title, metrics plotted in that row, scale)
 SPACING = 0.06  # between rows, a share of the figure's height
 PLOT_CONFIG = {"displaylogo": False, "responsive": True}
 Figure = dict[str, Any]  # a plotly.js trace or layout, as JSON
-DASH = {"latency_p50_ms": "solid", "latency_p95_ms": "dash", "latency_p99_ms": "dot"}
+DASH = {
+    "latency_p50_ms": "solid",
+    "latency_p95_ms": "dash",
+    "latency_p99_ms": "dot",
+    "ttft_p50_ms": "solid",
+    "tpot_p50_ms": "dash",
+}
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf")
 # on a click, open the point's commit (the page's list of commits, by the point's x) in a new
 # tab; on a hover, write the commit under the plot

@@ -7,9 +7,10 @@ gigabytes of JSON. So each save writes, beside its record, that record's rows of
     <baseline-dir>/.summary/<machine>/<full sha>.parquet
 
 with the columns `COLUMNS`: the figure (`value`) and the spread of its per-repeat figures
-(`low`, `high`; latency percentiles only), `record`, the git blob id of the record the rows
-were made from, and `accepted`: what accepted that figure's regression at that commit (the
-accept file's bound and reason; empty for nearly every row, and in parts written before it).
+(`low`, `high`; latency percentiles and a generation's TTFT and TPOT only), `record`, the git
+blob id of the record the rows were made from, and `accepted`: what accepted that figure's
+regression at that commit (the accept file's bound and reason; empty for nearly every row, and
+in parts written before it).
 A part whose `record` is not the record's current blob id is stale (the record was saved
 again, or compacted) and, like a missing one, is made again from the record. Parquet
 is the columnar format every analytical tool reads (pandas, DuckDB, pyarrow, Spark); it is
@@ -77,11 +78,18 @@ def blob_id(content: bytes) -> str:
 
 def _band(result: VariantResult, metric: str) -> tuple[float, float]:
     """The lowest and highest of a latency percentile's per-repeat figures (the percentiles
-    the latency tests use, `LATENCY_METRICS`); NaN for other metrics."""
-    from perfguard.stats.thresholds import LATENCY_METRICS
+    the latency tests use, `LATENCY_METRICS`, and a generation's phases, `PHASE_METRICS`); NaN
+    for other metrics."""
+    from perfguard.stats.thresholds import LATENCY_METRICS, PHASE_METRICS
 
     q = cast("dict[str, float]", LATENCY_METRICS).get(metric)
-    per_repeat = result.block_quantiles(q) if q is not None else []
+    phase = cast("dict[str, tuple[str, float]]", PHASE_METRICS).get(metric)
+    if q is not None:
+        per_repeat = result.block_quantiles(q)
+    elif phase is not None:
+        per_repeat = result.phase_quantiles(*phase)
+    else:
+        per_repeat = []
     if len(per_repeat) < 2:
         return math.nan, math.nan
     return min(per_repeat), max(per_repeat)
