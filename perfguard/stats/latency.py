@@ -31,11 +31,8 @@ from perfguard.stats.thresholds import (
     Thresholds,
     change_pct,
     practical_bar,
+    repeat_figures,
 )
-
-
-def block_percentiles(result: VariantResult, q: float) -> list[float]:
-    return result.block_quantiles(q)
 
 
 def _sequential_level(head: VariantResult, pairs: int, alpha: float) -> float:
@@ -174,16 +171,8 @@ def _per_repeat(
     base: VariantResult, head: VariantResult
 ) -> list[tuple[Metric, list[float], list[float]]]:
     """Each timed metric with its figure per repeat on either side."""
-    out = [
-        (metric, block_percentiles(base, q), block_percentiles(head, q))
-        for metric, q in LATENCY_METRICS.items()
-    ]
-    if base.phases and head.phases:
-        out.extend(
-            (metric, base.phase_quantiles(phase, q), head.phase_quantiles(phase, q))
-            for metric, (phase, q) in PHASE_METRICS.items()
-        )
-    return out
+    timed = [*LATENCY_METRICS, *(PHASE_METRICS if base.phases and head.phases else ())]
+    return [(m, repeat_figures(base, m), repeat_figures(head, m)) for m in timed]
 
 
 def decide_latency(

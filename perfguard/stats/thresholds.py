@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from perfguard.records import Metric, RecordError
+from perfguard.records import Metric, RecordError, VariantResult
 from perfguard.records.base import bounded
 from perfguard.settings import THRESHOLD_KEYS, threshold_default
 
@@ -30,6 +30,15 @@ latency (the phase's percentile in each block), where both sides measured a gene
 
 TIMED_METRICS: frozenset[Metric] = frozenset((*LATENCY_METRICS, *PHASE_METRICS))
 """The metrics whose comparisons are tested on repeats, confirmed and corrected together."""
+
+
+def repeat_figures(result: VariantResult, metric: Metric) -> list[float]:
+    """A timed metric's figure in each repeat of `result` (empty where it has none): the
+    percentile of each block, or of each block's generation phase."""
+    if metric in LATENCY_METRICS:
+        return result.block_quantiles(LATENCY_METRICS[metric])
+    phase, q = PHASE_METRICS[metric]
+    return result.phase_quantiles(phase, q)
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from perfguard.errors import PerfguardError
 from perfguard.records import Metrics, Run, VariantResult
@@ -77,19 +77,12 @@ def blob_id(content: bytes) -> str:
 
 
 def _band(result: VariantResult, metric: str) -> tuple[float, float]:
-    """The lowest and highest of a latency percentile's per-repeat figures (the percentiles
-    the latency tests use, `LATENCY_METRICS`, and a generation's phases, `PHASE_METRICS`); NaN
-    for other metrics."""
-    from perfguard.stats.thresholds import LATENCY_METRICS, PHASE_METRICS
+    """The lowest and highest of a timed metric's per-repeat figures (`TIMED_METRICS`: the
+    latency percentiles and a generation's phases, as their tests use them); NaN for other
+    metrics."""
+    from perfguard.stats.thresholds import TIMED_METRICS, repeat_figures
 
-    q = cast("dict[str, float]", LATENCY_METRICS).get(metric)
-    phase = cast("dict[str, tuple[str, float]]", PHASE_METRICS).get(metric)
-    if q is not None:
-        per_repeat = result.block_quantiles(q)
-    elif phase is not None:
-        per_repeat = result.phase_quantiles(*phase)
-    else:
-        per_repeat = []
+    per_repeat = repeat_figures(result, metric) if metric in TIMED_METRICS else []
     if len(per_repeat) < 2:
         return math.nan, math.nan
     return min(per_repeat), max(per_repeat)
