@@ -8,6 +8,8 @@ import signal
 
 import pytest
 
+from tests import forkserver
+
 PROBE = """
 import os, sys
 
@@ -41,7 +43,7 @@ def test_a_forked_session_sees_its_folder_environment_and_path_and_says_how_it_e
     )
     # forked by the server, not started by this process (unless asked for fresh interpreters)
     [ppid] = [line.split()[1] for line in done.outlines if line.startswith("ppid ")]
-    assert (int(ppid) == os.getpid()) == (os.environ.get("FRESH_INTERPRETERS") == "1")
+    assert (int(ppid) == os.getpid()) == forkserver.fresh_interpreters()
     monkeypatch.setenv("PROBE_FAIL", "1")
     assert (
         pytester.runpytest_subprocess("-p", "no:cacheprovider").ret == pytest.ExitCode.TESTS_FAILED

@@ -162,8 +162,11 @@ def generation(center_ms: float, ttft_ms: float, tpot_ms: float, seed: int) -> V
         phase: BlockStats.of([[ms * (1 + rng.gauss(0, 0.02)) for _ in range(8)] for _ in range(5)])
         for phase, ms in (("ttft", ttft_ms), ("tpot", tpot_ms))
     }
-    ttft, tpot = (percentile(sorted(blocks[p].percentile(50.0) or ()), 50.0) for p in blocks)
-    metrics = replace(base.metrics, ttft_p50_ms=ttft, tpot_p50_ms=tpot)
+
+    def p50(phase: str) -> float:  # the median of its repeats' medians
+        return percentile(sorted(blocks[phase].percentile(50.0) or ()), 50.0)
+
+    metrics = replace(base.metrics, ttft_p50_ms=p50("ttft"), tpot_p50_ms=p50("tpot"))
     return replace(base, metrics=metrics, phases=tuple(blocks.items()))
 
 
