@@ -9,7 +9,7 @@ import pytest
 
 from perfguard import cli
 from perfguard.comment import COMMENT_LIMIT, MARKER
-from perfguard.github import with_marker
+from perfguard.pull_comment import with_marker
 from tests.github_fake import FakeGitHub
 
 

@@ -5,30 +5,24 @@ Standard library only (the job that holds the write token installs perfguard bar
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from perfguard.cli.common import EXIT_OK
 from perfguard.errors import InputError
+from perfguard.github import add_wait_option
 
 
 def cmd_comment(args: argparse.Namespace) -> int:
-    from perfguard.github import DEFAULT_API, Client, GitHubError, upsert_comment
+    from perfguard.github import GitHubError, client_from_env
+    from perfguard.pull_comment import upsert_comment
 
-    token = os.environ.get("GITHUB_TOKEN", "").strip()
-    if not token:
-        raise InputError("GITHUB_TOKEN is not set: the comment step needs a token to post with")
+    client = client_from_env(args, "the comment step")
     if args.pr < 1:
         raise InputError(f"--pr must be a pull-request number, got {args.pr}")
     body = args.body_file.read_text(encoding="utf-8")
     try:
-        client = Client(
-            token,
-            api=os.environ.get("GITHUB_API_URL") or DEFAULT_API,
-            log=lambda line: print(line, file=sys.stderr),
-        )
         posted = upsert_comment(client, args.repo, args.pr, body, author=args.author)
     except (GitHubError, ValueError) as exc:
         raise InputError(f"comment not posted: {exc}") from None
@@ -61,4 +55,5 @@ def register(sub: Any) -> None:
         help="the login the token posts as, whose comment is updated (default: asked of the "
         "API; github-actions[bot] for Actions' GITHUB_TOKEN)",
     )
+    add_wait_option(p)
     p.set_defaults(func=cmd_comment)

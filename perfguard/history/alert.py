@@ -16,8 +16,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from perfguard.github import Client, author_of, pages, posting_identity, with_marker
+from perfguard.github import Client, author_of, pages, posting_identity
 from perfguard.history.analysis import ChangePoint, History, commit_range
+from perfguard.pull_comment import with_marker
 from perfguard.report.format import cell, metric_value, pct, sci
 
 MARKER = "<!-- perfguard-alert machine={machine} commit={commit} -->"
@@ -31,6 +32,8 @@ def marker(machine: str, commit: str) -> str:
 
 
 NEAR = 3  # commits of main either side within which an open alert is the same regression
+LABEL = "perfguard-regression"  # every alert carries it: later runs list only these issues
+TITLE_LIMIT = 256  # GitHub refuses a longer issue title
 REPO = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
 
 
@@ -63,10 +66,16 @@ def title(machine: str, steps: Sequence[ChangePoint]) -> str:
     worst = max(steps, key=lambda c: c.change_pct)
     where = f"{worst.test.split('::')[-1]} [{worst.variant}] {worst.metric}"
     more = f" and {len(steps) - 1} more" if len(steps) > 1 else ""
-    return (
-        f"perfguard: {where} {pct(worst.change_pct).replace(chr(0xA0), ' ')}{more} on {machine} "
-        f"since {worst.commit[:10]}"
-    )
+    rest = f" {pct(worst.change_pct).replace(chr(0xA0), ' ')}{more} on {machine} since "
+    rest += worst.commit[:10]
+    whole = f"perfguard: {where}{rest}"
+    if len(whole) <= TITLE_LIMIT:
+        return whole
+    # a long test id or machine key: shorten the test first, keep the figure and the commit
+    room = TITLE_LIMIT - len("perfguard: …") - len(rest)
+    if room >= 20:
+        return f"perfguard: {where[:room]}…{rest}"
+    return whole[: TITLE_LIMIT - 1] + "…"
 
 
 def body(
@@ -118,16 +127,19 @@ def body(
 
 
 def _alerts(client: Client, repo: str, me: str) -> list[tuple[str, str, Mapping[str, Any]]]:
-    """(machine, commit, issue) of the alerts `me` wrote, open or closed."""
+    """(machine, commit, issue) of the alerts `me` wrote, open or closed, newest first (by
+    number: no reliance on the listing's order). Only issues with the alerts' label are
+    listed, not every issue and pull request of the repository."""
     found = []
-    for issue in pages(client, f"/repos/{repo}/issues?state=all&per_page=100"):
+    listing = f"/repos/{repo}/issues?state=all&labels={LABEL}&sort=created&direction=desc"
+    for issue in pages(client, f"{listing}&per_page=100"):
         if "pull_request" in issue or author_of(issue) != me:
             continue
         found_marker = _MARKER.search(str(issue.get("body") or ""))
         if found_marker:
             machine = urllib.parse.unquote(found_marker.group(1))
             found.append((machine, found_marker.group(2), issue))
-    return found
+    return sorted(found, key=lambda f: -int(f[2].get("number") or 0))
 
 
 def _culprit(
@@ -146,13 +158,33 @@ def _culprit(
     return None
 
 
-def _post(client: Client, repo: str, number: int | None, heading: str, text: str) -> Raised:
-    """Update issue `number`, or open one when it is None."""
-    payload = {"title": heading, "body": text}
+def _post(
+    client: Client, repo: str, number: int | None, heading: str, text: str, me: str
+) -> Raised:
+    """Update issue `number`, or open one when it is None (labelled, so that later runs find
+    it; an answer lost on the way is looked for before the issue is opened again)."""
+    payload: dict[str, Any] = {"title": heading, "body": text}
     if number is not None:
         done, _ = client.request("PATCH", f"/repos/{repo}/issues/{number}", payload)
     else:
-        done, _ = client.request("POST", f"/repos/{repo}/issues", payload)
+        hidden = _MARKER.search(text)
+
+        def opened_meanwhile() -> Mapping[str, Any] | None:
+            for _, _, issue in _alerts(client, repo, me):
+                if hidden and hidden.group(0) in str(issue.get("body") or ""):
+                    return issue
+            return None
+
+        payload["labels"] = [LABEL]
+        done, _ = client.request("POST", f"/repos/{repo}/issues", payload, recover=opened_meanwhile)
+        labels = done.get("labels") if isinstance(done, dict) else None
+        if isinstance(labels, list) and not any(
+            (label.get("name") if isinstance(label, dict) else label) == LABEL for label in labels
+        ):
+            client.log(
+                f"note: GitHub dropped the label {LABEL!r} from the new issue (the token may "
+                "not set labels): later runs will not find it; give the job `issues: write`"
+            )
     done = done if isinstance(done, dict) else {}
     return Raised(
         "updated" if number is not None else "opened",
@@ -207,5 +239,5 @@ def raise_alerts(
             continue
         number = int(same[0]["number"]) if same else None
         hidden = marker(machine, commit)
-        raised.append(_post(client, repo, number, heading, with_marker(text, hidden)))
+        raised.append(_post(client, repo, number, heading, with_marker(text, hidden), me))
     return raised

@@ -127,7 +127,7 @@ def cmd_site(args: argparse.Namespace) -> int:
 
 
 def cmd_alert(args: argparse.Namespace) -> int:
-    from perfguard.github import DEFAULT_API, Client, GitHubError
+    from perfguard.github import GitHubError, client_from_env
     from perfguard.history.alert import raise_alerts
     from perfguard.history.series import main_line
 
@@ -135,16 +135,9 @@ def cmd_alert(args: argparse.Namespace) -> int:
         raise InputError(f"--newest must be 1 or more, got {args.newest}")
     history = load_history(args)
     regressions = history.regressions(newest=args.newest)
-    token = os.environ.get("GITHUB_TOKEN", "").strip()
-    if not token:
-        raise InputError("GITHUB_TOKEN is not set: the alert needs a token to open issues with")
+    client = client_from_env(args, "the alert")
     root = _repo_root(args.dir)
     try:
-        client = Client(
-            token,
-            api=os.environ.get("GITHUB_API_URL") or DEFAULT_API,
-            log=lambda line: print(line, file=sys.stderr),
-        )
         raised = raise_alerts(
             client,
             args.repo,
@@ -253,6 +246,8 @@ def add_source_options(p: argparse.ArgumentParser) -> None:
 
 def register(sub: Any) -> None:
     """Add the history commands to `perfguard`'s subparsers."""
+    from perfguard import github  # the standard library only, like this module
+
     p = sub.add_parser("history", help="main's per-commit series and the change points in them")
     add_source_options(p)
     p.add_argument("--json", type=Path, help="write the series and change points here")
@@ -292,6 +287,7 @@ def register(sub: Any) -> None:
         help="look for change points among this many newest measured commits (10)",
     )
     p.add_argument("--author", help="the login the token opens issues as (default: asked)")
+    github.add_wait_option(p)
     p.add_argument(
         "--bisected",
         type=Path,
