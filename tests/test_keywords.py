@@ -10,7 +10,8 @@ import torch
 from torch import nn
 
 from perfguard import MeasureSettings, SamplingSettings, measure_model
-from perfguard.measure.drift import compute_reference, fingerprint
+from perfguard.measure.drift import compute_reference
+from perfguard.measure.fingerprint import fingerprint
 
 
 class Masked(nn.Module):

@@ -100,14 +100,32 @@ def steps(stage: str) -> list[Step]:
         return [
             _cuda_tests(name, pytest, "not max-autotune" if name == "test_cuda" else None)
             # the quick files first: a stage cut at its deadline loses the compiles, not them
-            for name in ("test_health", "test_ort", "test_cuda", "test_cuda_training")
+            for name in (
+                "test_health",
+                "test_ort",
+                "test_lending",
+                "test_cuda",
+                "test_cuda_training",
+            )
         ]
     if stage == "timer":
         return [
             Step(
                 "timer accuracy (Timer, do_bench)",
                 ("{py}", "benchmarks/timer_accuracy.py", "--device", "{device}", "--rounds", "5"),
-            )
+            ),
+            Step(  # a bf16 model of 35% of the device, measured in place, stored and A/B
+                "model scale (stored and A/B)",
+                (
+                    "{py}",
+                    "-m",
+                    "benchmarks.model_scale",
+                    "--device",
+                    "{device}",
+                    "--out",
+                    "{work}/model-scale.json",
+                ),
+            ),
         ]
     if stage in ("variants", "autotune"):
         # max-autotune's cuda test items compile for a minute each: this stage's, not cuda's

@@ -172,9 +172,11 @@ GROWTH_CALLS = 5  # warm calls whose allocations and frees are tallied
 _FIRST = "perfguard: first tallied call"
 
 
-def retained_per_call(call: Callable[[], Any], device: torch.device) -> int:
+def retained_per_call(
+    call: Callable[[], Any], device: torch.device, calls: int = GROWTH_CALLS
+) -> int:
     """Bytes a warm call leaves allocated, on the host and the device, per call, over
-    `GROWTH_CALLS` calls, counted from the end of the first call to the end of the last.
+    `calls` calls (at least two), counted from the end of the first call to the end of the last.
     Exact, whatever the allocator caches: a model that keeps nothing between calls gives 0,
     one that appends its outputs to a list gives their size.
 
@@ -191,7 +193,7 @@ def retained_per_call(call: Callable[[], Any], device: torch.device) -> int:
 
     live: list[int] = []
     with _profile(device, memory=True) as prof:
-        for i in range(GROWTH_CALLS):
+        for i in range(max(calls, 2)):
             with record_function(_FIRST if i == 0 else "perfguard: tallied call"):
                 call()
             if device.type == "cuda":
@@ -201,7 +203,7 @@ def retained_per_call(call: Callable[[], Any], device: torch.device) -> int:
     first_end = max(e.time_range.end for e in events if e.name == _FIRST)
     host = sum(int(e.self_cpu_memory_usage) for e in events if e.time_range.start > first_end)
     on_device = live[-1] - live[0] if live else 0
-    return max(host + on_device, 0) // (GROWTH_CALLS - 1)
+    return max(host + on_device, 0) // (max(calls, 2) - 1)
 
 
 @contextlib.contextmanager
@@ -261,12 +263,15 @@ def count(
     device: torch.device,
     compiled: Mapping[str, Any] | None = None,
     trace: Path | None = None,
+    calls: int = CALLS,
+    growth_calls: int = GROWTH_CALLS,
 ) -> tuple[Counters, dict[str, Any]]:
     """The counters of a built variant, and its profile summary (self time per operator,
     the trace's file name): `call` as timed, `module` and `eager_call` uncompiled.
     `compiled`: dynamo's figures the runner read (graphs, graph_breaks, break_reasons,
-    recompiles), for a compiled variant."""
-    profiled = profile_counts(call, device, trace=trace)
+    recompiles), for a compiled variant. `calls` and `growth_calls`: how many calls the
+    profile and the leak check make (fewer for a slow model: `sampling.fixed_work`)."""
+    profiled = profile_counts(call, device, calls=calls, trace=trace)
     parameters = list(module.parameters()) if module is not None else []
     buffers = list(module.buffers()) if module is not None else []
     counters = Counters(
@@ -277,6 +282,6 @@ def count(
         buffer_bytes=tensor_bytes(buffers) if module is not None else None,
         kernel_launches=profiled.get("kernel_launches"),
         cudagraph_launches=profiled.get("cudagraph_launches"),
-        memory_growth_bytes_per_call=retained_per_call(call, device),
+        memory_growth_bytes_per_call=retained_per_call(call, device, growth_calls),
     )
     return counters, profiled["profile"]

@@ -122,6 +122,29 @@ def _eager_outputs(
         return flatten_outputs(work(*args, **named))
 
 
+FP64_PIECE_FLOOR = 64 * 2**20
+FP64_PIECE_SHARE = 0.10
+"""The fp64 reference is computed piece by piece (`lending.in_fp64`), each module's weights in
+fp64 only while it runs; what that holds beside the model is the largest module's weights in
+fp64. Where that is more than 10% of the model's bytes (and more than 64 MiB), the fp64 pass
+would make perfguard's footprint the model's and then some (four Linear(8192, 8192) layers:
+each 537 MB in fp64, half the 1.07 GB model): the drift is judged on the model's own
+precision instead (`reference: fp32`), with eager's call-to-call spread as its own error,
+and the result says so."""
+
+
+def _workspace(
+    model: nn.Module, device: torch.device, training: Workload | None
+) -> contextlib.AbstractContextManager[nn.Module]:
+    """What the references run: a copy for a training step (it changes the weights), the
+    model itself otherwise (lent: on the device, in eval mode, given back as it was)."""
+    from perfguard.variants.lending import lent_or_copied
+
+    if isinstance(training, TrainStep):
+        return contextlib.nullcontext(copy.deepcopy(model).to(device).train())
+    return lent_or_copied(model, device)
+
+
 def compute_reference(
     model: nn.Module,
     inputs: Sequence[Any],
@@ -131,32 +154,66 @@ def compute_reference(
 ) -> Reference:
     """Run eager fp32 and, where the model allows, eager fp64. Computed once per test.
     With `training`, what is compared is the first step's loss and gradients (a training
-    step) or the first two new tokens' logits and the tokens (a generation)."""
+    step) or the first two new tokens' logits and the tokens (a generation).
+
+    No second copy of the model is made on the device for a forward call or a generation:
+    the model itself runs (`lending.lent`), and fp64 runs one module at a time
+    (`lending.in_fp64`); a training step works on a copy, as its variants do."""
     from perfguard.variants.registry import to_device
 
-    work = copy.deepcopy(model).to(device)
-    work.train(isinstance(training, TrainStep))
     args = to_device(tuple(inputs), device)
     named = to_device(dict(kwargs or {}), device)
-    tokens = None
-    if isinstance(training, Generation):
-        tokens = generated_tokens(work, tuple(args), dict(named), training)
-    fp32 = _eager_outputs(work, args, named, device, training, tokens=tokens)
-    again = _eager_outputs(work, args, named, device, training, tokens=tokens)
-    if not np.all(np.isfinite(fp32)):
-        raise NonFiniteOutputError("eager outputs hold NaN or Inf")
-    spread = _rms(again - fp32) if again.shape == fp32.shape else 0.0
-    try:
-        fp64 = _eager_outputs(
-            work.double(), _double(args), _double(named), device, training, tokens=tokens
-        )
-    except (RuntimeError, TypeError, NotImplementedError) as exc:
-        first = first_line(exc)
-        note = f"the model does not run in fp64 ({first}); judged on fp32"
+    with _workspace(model, device, training) as work:
+        tokens = None
+        if isinstance(training, Generation):
+            tokens = generated_tokens(work, tuple(args), dict(named), training)
+        fp32 = _eager_outputs(work, args, named, device, training, tokens=tokens)
+        again = _eager_outputs(work, args, named, device, training, tokens=tokens)
+        if not np.all(np.isfinite(fp32)):
+            raise NonFiniteOutputError("eager outputs hold NaN or Inf")
+        spread = _rms(again - fp32) if again.shape == fp32.shape else 0.0
+        fp64, note = _fp64_outputs(work, args, named, device, training, tokens)
+    if fp64 is None:
         return Reference(fp32, None, note, spread, tokens)
     if fp64.shape != fp32.shape:
         return Reference(fp32, None, "fp64 outputs differ in shape; judged on fp32", spread, tokens)
     return Reference(fp32, fp64, fp32_spread=spread, tokens=tokens)
+
+
+def _fp64_outputs(
+    work: nn.Module,
+    args: Any,
+    named: Any,
+    device: torch.device,
+    training: Workload | None,
+    tokens: Any,
+) -> tuple[np.ndarray[Any, np.dtype[np.float64]] | None, str]:
+    """Eager's outputs in fp64, or None and why not."""
+    from perfguard.variants.lending import fp64_bytes_of_largest_piece, in_fp64
+
+    if isinstance(training, TrainStep):  # its own copy: converted whole
+        try:
+            out = _eager_outputs(
+                work.double(), _double(args), _double(named), device, training, tokens=tokens
+            )
+        except (RuntimeError, TypeError, NotImplementedError) as exc:
+            return None, f"the model does not run in fp64 ({first_line(exc)}); judged on fp32"
+        return out, ""
+    piece = fp64_bytes_of_largest_piece(work)
+    size = sum(t.numel() * t.element_size() for t in [*work.parameters(), *work.buffers()])
+    if piece > max(FP64_PIECE_FLOOR, FP64_PIECE_SHARE * size):
+        return None, (
+            f"its largest module holds {piece / 2**20:,.0f} MiB of weights in fp64, more than "
+            f"{FP64_PIECE_SHARE:.0%} of the model: judged on the model's own precision"
+        )
+    try:
+        with in_fp64(work):
+            out = _eager_outputs(
+                work, _double(args), _double(named), device, training, tokens=tokens
+            )
+    except (RuntimeError, TypeError, NotImplementedError) as exc:
+        return None, f"the model does not run in fp64 ({first_line(exc)}); judged on fp32"
+    return out, ""
 
 
 def precision_error(
@@ -172,19 +229,18 @@ def precision_error(
     the error that precision itself brings, which a reduced-precision variant is held to."""
     from perfguard.variants.registry import to_device
 
-    work = copy.deepcopy(model).to(device)
-    work.train(isinstance(training, TrainStep))
     args = to_device(tuple(inputs), device)
     named = to_device(dict(kwargs or {}), device)
-    out = _eager_outputs(
-        work,
-        args,
-        named,
-        device,
-        training,
-        lambda: torch.autocast(device.type, dtype=dtype),
-        reference.tokens,
-    )
+    with _workspace(model, device, training) as work:
+        out = _eager_outputs(
+            work,
+            args,
+            named,
+            device,
+            training,
+            lambda: torch.autocast(device.type, dtype=dtype),
+            reference.tokens,
+        )
     high = reference.fp64 if reference.fp64 is not None else reference.fp32
     return _rms(out - high) if out.shape == high.shape else math.inf
 
@@ -313,47 +369,3 @@ def tf32_allowed(module: nn.Module, device: torch.device) -> bool:
         return True
     convs = any(isinstance(m, nn.modules.conv._ConvNd) for m in module.modules())
     return convs and bool(torch.backends.cudnn.allow_tf32)
-
-
-_PLAIN = (int, float, str, bool, type(None))
-
-
-def _settings(module: nn.Module) -> str:
-    """A module's own plain settings (a scale, an activation's name, `training`), which
-    change its outputs as much as its weights do."""
-    plain = {
-        k: v
-        for k, v in vars(module).items()
-        if not k.startswith("_")
-        and (
-            isinstance(v, _PLAIN)
-            or (isinstance(v, tuple) and all(isinstance(x, _PLAIN) for x in v))
-        )
-    }
-    return f"{type(module).__module__}.{type(module).__qualname__}{sorted(plain.items())!r}"
-
-
-def fingerprint(
-    model: nn.Module, inputs: Sequence[Any], kwargs: Mapping[str, Any] | None = None
-) -> str:
-    """A hash of the model's classes, settings, weights and the inputs: when it matches,
-    so does eager."""
-    import hashlib
-
-    digest = hashlib.blake2b(digest_size=16)
-    for name, module in model.named_modules():
-        digest.update(f"{name}:{_settings(module)}".encode())
-    tensors = [
-        *model.state_dict().items(),
-        *((f"input{i}", x) for i, x in enumerate(pytree.tree_leaves(tuple(inputs)))),
-        *((f"kwarg {k}", x) for k, v in (kwargs or {}).items() for x in pytree.tree_leaves(v)),
-    ]
-    for name, value in tensors:
-        digest.update(name.encode())
-        if isinstance(value, torch.Tensor):
-            t = value.detach().to("cpu").contiguous()
-            digest.update(f"{t.dtype}{tuple(t.shape)}".encode())
-            digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
-        else:
-            digest.update(repr(value).encode())
-    return digest.hexdigest()

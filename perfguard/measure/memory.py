@@ -67,8 +67,30 @@ def _read_status(status: Path, key: str) -> int | None:
     return None
 
 
+def release_freed_memory() -> bool:
+    """Hand the heap's freed pages back to the system (glibc's `malloc_trim`), so that the
+    resident set is what is live: a copy perfguard made and freed (a reference, an earlier
+    variant) would otherwise stay resident, and the peak read from it would be perfguard's,
+    not the model's. False where there is no glibc."""
+    import ctypes
+    import ctypes.util
+
+    gc.collect()
+    name = ctypes.util.find_library("c")
+    if not sys.platform.startswith("linux") or name is None:
+        return False
+    try:
+        return bool(ctypes.CDLL(name).malloc_trim(0) or True)
+    except (OSError, AttributeError):
+        return False
+
+
 class ProcessRss:
     """Process peak RSS: on Linux reset through /proc/self/clear_refs and read from VmHWM.
+
+    Freed heap pages are handed back first (`release_freed_memory`), so the peak is what the
+    process holds (torch's runtime, the model's weights, the inputs) plus what the calls
+    allocate, not what perfguard's earlier work left resident.
 
     Elsewhere (or where /proc cannot be written) it falls back to getrusage's ru_maxrss,
     which cannot be reset: the reading is then the peak of the whole process so far,
@@ -81,6 +103,7 @@ class ProcessRss:
         self._start: int | None = None
 
     def start(self) -> None:
+        release_freed_memory()
         try:
             (self._proc / "clear_refs").write_text("5")
             self._resettable = _read_status(self._proc / "status", "VmHWM") is not None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +16,8 @@ from torch import nn
 
 from perfguard.measure import counters, drift
 from perfguard.measure.clock import Clock, CudaEventClock, HostClock
-from perfguard.measure.compiling import Compiled, compile_variant
+from perfguard.measure.compiling import compile_variant
+from perfguard.measure.figures import Taken, details_of, metrics_of
 from perfguard.measure.generating import with_generation
 from perfguard.measure.isolation import (
     cudagraph_skips,
@@ -25,20 +27,20 @@ from perfguard.measure.isolation import (
     reset_dynamo,
     torch_state,
 )
-from perfguard.measure.memory import MemoryReading, probe_for
+from perfguard.measure.memory import probe_for
 from perfguard.measure.sampling import (
+    FixedWork,
     Progress,
     Sampler,
-    SamplingOutcome,
     SamplingSettings,
+    fixed_work,
     for_device,
     sample,
 )
-from perfguard.records import Counters, Details, Metrics, VariantResult, trace_file_name
-from perfguard.stats.exact import GROWTH_ALLOWED
-from perfguard.stats.summary import summarize, tail_is_reliable
+from perfguard.records import Counters, VariantResult, trace_file_name
 from perfguard.variants.base import Built, VariantUnavailableError, first_line
 from perfguard.variants.generation import Generation, GenerationError, PhasedClock
+from perfguard.variants.lending import lent_or_copied
 from perfguard.variants.registry import batch_of, build_variant
 from perfguard.variants.spec import VariantSpec, parse_variant
 from perfguard.variants.training import TrainStep, TrainStepError, seeded, training_error
@@ -82,6 +84,7 @@ def _count(
     spec: VariantSpec,
     settings: MeasureSettings,
     dynamo: Mapping[str, Any],
+    work: FixedWork,
 ) -> tuple[Counters | None, dict[str, Any], str | None]:
     """The exact counters and the profile summary; counting never fails the measurement
     (the timings stand without it): a failure is the third value, for a note."""
@@ -96,6 +99,8 @@ def _count(
             device,
             trace=trace,
             compiled=dynamo if built.compiled else None,
+            calls=work.profile,
+            growth_calls=work.growth,
         )
     except Exception as exc:  # the profiler or a counter that cannot follow this variant
         return None, {}, f"exact counters not counted: {first_line(exc)}"
@@ -151,9 +156,12 @@ def measure_model(
         # a training step draws random numbers (dropout) in every timed step: each variant
         # starts from the same seed, and the caller's generator is left as it was
         rng = seeded(device) if training is not None else contextlib.nullcontext()
-        with torch_state(settings.threads), rng:
+        # a variant that leaves the weights alone measures the user's model itself
+        in_place = training is None and not spec.changes_weights
+        lending = lent_or_copied(model, device) if in_place else contextlib.nullcontext(model)
+        with torch_state(settings.threads), rng, lending as work:
             return _measure(
-                model,
+                work,
                 example_inputs,
                 spec,
                 settings,
@@ -184,22 +192,6 @@ def measure_model(
             torch.cuda.empty_cache()
 
 
-@dataclass
-class _Taken:
-    """What the timed phase of one variant gave: timings, memory, outputs, counts."""
-
-    outcome: SamplingOutcome
-    compiled: Compiled
-    clock: Clock
-    recompiles: int | None
-    memory: MemoryReading
-    out: Any  # the outputs, flattened
-    counted: Counters | None
-    profile: dict[str, Any] | None
-    counting_failed: str | None
-    cudagraph_skips: int | None
-
-
 def _measure(
     model: nn.Module,
     inputs: Sequence[Any],
@@ -221,7 +213,7 @@ def _measure(
     progress("building")
     generation = training if isinstance(training, Generation) else None
     step = training if isinstance(training, TrainStep) else None
-    built = build_variant(model, inputs, spec, device, kwargs, step, generation)
+    built = build_variant(model, inputs, spec, device, kwargs, step, generation, lent=True)
     if built.compiled:
         progress("preparing the compiler")
         prime_compiler(device)
@@ -260,12 +252,12 @@ def _measure(
         test=label,
         variant=spec.name,
         status="ok",
-        metrics=_metrics(built, taken, figures, batch),
+        metrics=metrics_of(built, taken, figures, batch),
         samples_ms=taken.outcome.samples_ms,
         repeats_ms=taken.outcome.repeat_medians_ms,
         block_sizes=tuple(len(b) for b in taken.outcome.blocks_ms),
         drift_check=check,
-        details=_details(built, taken, device, settings, reference),
+        details=details_of(built, taken, device, settings, reference),
         counters=taken.counted,
         workload="train" if built.training else "generate" if built.generation else "forward",
     )
@@ -284,7 +276,7 @@ def _take(
     settings: MeasureSettings,
     progress: Progress,
     sampler: Sampler,
-) -> _Taken:
+) -> Taken:
     """Compile, sample, then (untimed) peak memory, outputs for drift and exact counts."""
     cache = fresh_compile_cache() if built.compiled else contextlib.nullcontext()
     with cache:
@@ -297,9 +289,16 @@ def _take(
         release = getattr(clock, "release", None)
         if release is not None:
             release()  # the L2 flush's buffer is no part of the variant's memory
+        work = fixed_work(
+            statistics.median(outcome.samples_ms) if outcome.samples_ms else 0.0,
+            settings.sampling.budget_s,
+            max(settings.memory_calls, 1),
+            counters.CALLS,
+            counters.GROWTH_CALLS,
+        )
         probe = probe_for(device)
         probe.start()
-        for _ in range(max(settings.memory_calls, 1)):
+        for _ in range(work.memory):
             call()
         memory = probe.stop()
         progress("drift")
@@ -312,8 +311,8 @@ def _take(
             "break_reasons": compiled.break_reasons,
             "recompiles": recompiles,
         }
-        counted, profile, failed = _count(built, call, device, label, spec, settings, dynamo)
-    return _Taken(
+        counted, profile, failed = _count(built, call, device, label, spec, settings, dynamo, work)
+    return Taken(
         outcome=outcome,
         compiled=compiled,
         clock=clock,
@@ -326,71 +325,5 @@ def _take(
         # CUDA graphs (reduce-overhead) that inductor declined: dynamo's counters were
         # cleared before the compile that was timed, so what they hold now is this variant's
         cudagraph_skips=cudagraph_skips() if built.compiled and device.type == "cuda" else None,
-    )
-
-
-def _metrics(built: Built, taken: _Taken, figures: drift.DriftFigures, batch: int) -> Metrics:
-    memory, compiled = taken.memory, taken.compiled
-    seen = built.memory_unseen is None
-    latency = summarize(taken.outcome.samples_ms).metric_fields()
-    device_us = (taken.profile or {}).get("device_us")
-    p50 = latency.get("latency_p50_ms")
-    return Metrics(
-        **latency,
-        throughput_per_s=batch / (p50 / 1000) if p50 else None,
-        peak_memory_bytes=memory.peak_bytes if seen else None,
-        peak_memory_reserved_bytes=memory.reserved_bytes if seen else None,
-        peak_memory_increase_bytes=None
-        if memory.start_bytes is None or not seen
-        else max(memory.peak_bytes - memory.start_bytes, 0),
-        compile_time_s=compiled.cold_s,
-        compile_time_warm_s=compiled.warm_s,
-        graph_breaks=compiled.graph_breaks,
-        recompiles=taken.recompiles,
-        drift_max_abs=figures.max_abs,
-        drift_max_rel=figures.max_rel,
-        drift_cosine=figures.cosine,
-        model_size_bytes=built.model_size_bytes,
-        sparsity=built.sparsity,
-        # the kernels' device time of one call, where the profiled calls ran on CUDA
-        device_time_ms=float(device_us) / 1000 if device_us is not None else None,
-    )
-
-
-def _details(
-    built: Built,
-    taken: _Taken,
-    device: torch.device,
-    settings: MeasureSettings,
-    reference: drift.Reference,
-) -> Details:
-    outcome, clock = taken.outcome, taken.clock
-    notes = [*built.notes, *([taken.counting_failed] if taken.counting_failed else [])]
-    if reference.fp64_note:
-        notes.append(reference.fp64_note)
-    if settings.flush_l2 and not clock.name.endswith("l2_flush"):
-        notes.append(
-            "--perfguard-flush-l2 applies to CUDA-event timing only: this variant was timed "
-            "with a hot cache"
-        )
-    growth = None if taken.counted is None else taken.counted.memory_growth_bytes_per_call
-    if growth is not None and growth > GROWTH_ALLOWED:
-        notes.append(f"each warm call leaves {growth:,} bytes allocated: a leak")
-    if not outcome.warmup.stable:
-        notes.append(f"timings did not settle within {outcome.warmup.calls} warm-up calls")
-    n = len(outcome.samples_ms)
-    return Details(
-        device=str(device),
-        clock=clock.name,
-        memory_method=taken.memory.method if built.memory_unseen is None else built.memory_unseen,
-        cudagraph_skips=taken.cudagraph_skips,
-        warmup_calls=outcome.warmup.calls,
-        warmup_stable=outcome.warmup.stable,
-        repeats=len(outcome.blocks_ms),
-        tails_too_few=tuple(
-            name for name, q in (("p95", 0.95), ("p99", 0.99)) if not tail_is_reliable(n, q)
-        ),
-        notes=tuple(notes),
-        profile=taken.profile,
-        build=built.details,
+        fixed=work,
     )

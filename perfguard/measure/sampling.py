@@ -69,6 +69,56 @@ class SamplingSettings:
             raise ValueError("warmup_tolerance must be between 0 and 1")
 
 
+@dataclass(frozen=True)
+class FixedWork:
+    """The calls each untimed step after sampling makes: peak memory, the profile (operator
+    counts and self times) and the leak check. A model of ordinary speed gets the full counts;
+    one whose calls are long gets fewer, so that each step costs about the sampling budget at
+    most (a 0.5 s call: one call of each, two for the leak check, which needs a call before
+    the one it tallies)."""
+
+    memory: int
+    profile: int
+    growth: int
+    call_ms: float
+    full: tuple[int, int, int]  # the counts asked for, before the budget cut them
+
+    @property
+    def shortened(self) -> str | None:
+        """What was cut, for the result's notes; None when nothing was."""
+        parts = [
+            f"{what} over {n} call{'s' if n > 1 else ''} (not {want})"
+            for what, n, want in zip(
+                ("peak memory", "the profile", "the leak check"),
+                (self.memory, self.profile, self.growth),
+                self.full,
+                strict=True,
+            )
+            if n < want
+        ]
+        if not parts:
+            return None
+        return (
+            f"a call takes {self.call_ms:,.0f} ms: the untimed work was kept within the "
+            f"sampling budget: {', '.join(parts)}"
+        )
+
+
+def fixed_work(
+    call_ms: float, budget_s: float, memory: int, profile: int, growth: int
+) -> FixedWork:
+    """The counts of `FixedWork` for calls of `call_ms`: as many as fit in `budget_s`, at
+    least one (two for the leak check), at most those asked for."""
+    fit = int(budget_s * 1000.0 // call_ms) if call_ms > 0 else max(memory, profile, growth)
+    return FixedWork(
+        memory=min(max(fit, 1), memory),
+        profile=min(max(fit, 1), profile),
+        growth=min(max(fit, 2), growth),
+        call_ms=call_ms,
+        full=(memory, profile, growth),
+    )
+
+
 CUDA_WARMUP_FLOOR_MS = 250.0
 """Warm-up on a GPU lasts at least this long: its clocks rise only under load."""
 
@@ -110,7 +160,10 @@ def warm_up(
 ) -> WarmupOutcome:
     """Call until the median of the last window agrees with the one before it, and for at
     least `min_warmup_wall_ms` of wall time (a GPU raises its clocks only under load: a
-    short warm-up would sample it on its way up)."""
+    short warm-up would sample it on its way up). Past `min_warmup` calls it gives up after
+    `max_warmup_ms` of measured time or the sampling budget, whichever is less: a slow
+    model's warm-up costs about its sampling, not several times it."""
+    limit_ms = min(settings.max_warmup_ms, settings.budget_s * 1000.0)
     times: list[float] = []
     window = settings.warmup_window
     spent_after_min = 0.0
@@ -128,7 +181,7 @@ def warm_up(
             before = statistics.median(times[-2 * window : -window])
             if before > 0 and abs(last - before) / before <= settings.warmup_tolerance:
                 return WarmupOutcome(len(times), True, tuple(times))
-        if spent_after_min > settings.max_warmup_ms:
+        if spent_after_min > limit_ms:
             break
         if len(times) % 25 == 0:
             progress(f"warming up ({len(times)} calls, not yet stable)")

@@ -20,6 +20,7 @@ from perfguard.settings import MARKER_KEYS, THRESHOLD_KEYS
 
 if TYPE_CHECKING:
     from perfguard.measure.drift import Reference
+    from perfguard.measure.residency import Residency
     from perfguard.measure.runner import MeasureSettings
     from perfguard.variants.generation import Generation
     from perfguard.variants.training import TrainStep
@@ -148,6 +149,7 @@ class PerfguardFixture:
         progress = self._state.progress
         progress.start(self._nodeid)
         worker = self._state.worker
+        residency = None if worker is None else _residency(model, self.variant, settings, training)
         result = measure_model(
             model,
             example_inputs,
@@ -156,12 +158,14 @@ class PerfguardFixture:
             test=self.test,
             reference=self._reference(model, example_inputs, kwargs, settings, training),
             progress=progress,
-            sampler=sample if worker is None else worker.sampler(),
+            sampler=sample if worker is None else worker.sampler(residency),
             kwargs=kwargs,
             turn=None if worker is None else worker.wait_turn,
             training=training if isinstance(training, TrainStep) else None,
             generation=training if isinstance(training, Generation) else None,
         )
+        if residency is not None:
+            result = residency.annotate(result)
         if worker is not None:
             worker.send(Result(self._nodeid, result.to_json(), self._state.environment))
         self.result = result
@@ -237,7 +241,8 @@ class PerfguardFixture:
         (None when the model fails: measuring it gives that error its result). It is computed
         with the threads the variants are measured with: another thread count sums in another
         order, and eager would then fail its own "exact" drift check by the last bits."""
-        from perfguard.measure.drift import compute_reference, fingerprint
+        from perfguard.measure.drift import compute_reference
+        from perfguard.measure.fingerprint import fingerprint
         from perfguard.measure.isolation import torch_state
         from perfguard.measure.runner import resolve_device
 
@@ -283,6 +288,33 @@ class PerfguardFixture:
         except Exception as exc:  # the parent reads this line from pytest's summary
             pytest.fail(f"{self.variant}: {type(exc).__name__}: {exc}", pytrace=False)
         pytest.skip("instructions counted under callgrind")
+
+
+def _residency(
+    model: Any, variant: str, settings: MeasureSettings, workload: Any
+) -> Residency | None:
+    """Where an A/B side's weights wait between its blocks, on a GPU: the model measured in
+    place may wait in host memory; a copy (int8, pruning, a training step) or CUDA graphs
+    (which hold their weights' addresses) stay resident."""
+    from torch import nn
+
+    from perfguard.measure.residency import Residency
+    from perfguard.measure.runner import resolve_device
+    from perfguard.variants.compile import GRAPHED_ON_CUDA
+    from perfguard.variants.spec import parse_variant
+    from perfguard.variants.training import TrainStep
+
+    try:
+        device = resolve_device(settings.device)
+        spec = parse_variant(variant)
+    except Exception:  # the measurement says what is wrong with either
+        return None
+    if device.type != "cuda" or not isinstance(model, nn.Module):
+        return None
+    compile_part = spec.part("compile")
+    graphed = compile_part is not None and compile_part.name in GRAPHED_ON_CUDA
+    in_place = not isinstance(workload, TrainStep) and not spec.changes_weights
+    return Residency(model, device, movable=in_place and not graphed)
 
 
 def _end_item(variant: str, result: VariantResult) -> None:

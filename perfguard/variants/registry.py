@@ -81,10 +81,17 @@ def build_variant(
     kwargs: Mapping[str, Any] | None = None,
     training: TrainStep | None = None,
     generation: Generation | None = None,
+    *,
+    lent: bool = False,
 ) -> Built:
-    """Build `spec` from a copy of `model` (the caller's model is never modified); its call
-    is `model(*example_inputs, **kwargs)`, with `training` one training step of it, with
-    `generation` one greedy `model.generate`."""
+    """Build `spec` of `model`; its call is `model(*example_inputs, **kwargs)`, with
+    `training` one training step of it, with `generation` one greedy `model.generate`.
+
+    `lent`: the caller lent the model itself (`lending.lent`: on `device`, in eval mode, given
+    back afterwards), and a variant that leaves the weights alone runs it as it is. Otherwise,
+    and for a variant that rewrites the weights (int8, pruning) or a training step, the build
+    works on its own copy, which goes when the build does: the caller's model is never
+    modified."""
     reason = (
         (inference_only(spec) if training is not None else None)
         or (generation_only(spec) if generation is not None else None)
@@ -94,7 +101,8 @@ def build_variant(
         raise VariantUnavailableError(reason)
     if training is not None:
         return _training(model, example_inputs, kwargs, spec, device, training)
-    work = copy.deepcopy(model).to(device).eval()
+    in_place = lent and not spec.changes_weights
+    work = model if in_place else copy.deepcopy(model).to(device).eval()
     inputs = tuple(to_device(tuple(example_inputs), device))
     named: dict[str, Any] = to_device(dict(kwargs or {}), device)
     notes: list[str] = []

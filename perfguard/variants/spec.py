@@ -73,6 +73,12 @@ class VariantSpec:
         return None if part is None else part.name.removeprefix("compile-")
 
     @property
+    def changes_weights(self) -> bool:
+        """Whether building it rewrites the weights (int8, pruning): it works on a copy of
+        the model, the others on the model itself."""
+        return any(p.family in ("quantize", "prune") for p in self.parts)
+
+    @property
     def is_compiled(self) -> bool:
         return self.part("compile") is not None
 

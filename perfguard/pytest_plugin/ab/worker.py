@@ -9,13 +9,17 @@ the driver: before its first timed step (`wait_turn`) and between blocks
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import Any
 
 from perfguard.errors import PerfguardError
 from perfguard.measure.placement import on_one_cpu
+from perfguard.measure.residency import Residency
 from perfguard.measure.sampling import (
     Command,
     Sampler,
@@ -80,9 +84,11 @@ class WorkerLink:
     def _sampling_command(self) -> Command:
         return protocol.expect(self.recv(), protocol.Block, protocol.Finish).KIND
 
-    def sampler(self) -> Sampler:
+    def sampler(self, residency: Residency | None = None) -> Sampler:
         """Sampling that announces `ready` after warm-up and then samples on command, each
-        block timed from the CPU the other side's blocks are timed from too."""
+        block timed from the CPU the other side's blocks are timed from too. `residency`:
+        where this side's weights wait between its blocks (on one GPU, the host's memory
+        when both trees do not fit)."""
 
         def ready(warmup: WarmupOutcome, settings: SamplingSettings) -> None:
             self.send(protocol.Ready(repeats=settings.repeats, warmup_calls=warmup.calls))
@@ -90,13 +96,28 @@ class WorkerLink:
         def hand_over(block: tuple[float, ...]) -> None:
             self.send(protocol.Times(tuple(block)))
 
-        return functools.partial(
+        sampling = functools.partial(
             sample_on_demand,
             ready=ready,
             next_command=self._sampling_command,
             hand_over=hand_over,
             around_block=on_one_cpu,
         )
+        if residency is None:
+            return sampling
+
+        @contextlib.contextmanager
+        def around_block() -> Iterator[None]:
+            with residency.turn(), on_one_cpu():
+                yield
+
+        def sampler(*args: Any) -> Any:
+            try:
+                return sampling(*args, around_block=around_block)
+            finally:
+                residency.give_back()
+
+        return sampler
 
     def close(self) -> None:
         self.conn.close()
