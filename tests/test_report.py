@@ -202,6 +202,28 @@ def test_a_600_by_8_suite_fits_a_comment_and_leads_with_its_worst() -> None:
 
 
 @pytest.mark.slow
+def test_a_suite_where_every_test_regressed_still_names_its_worst_regressions() -> None:
+    """4,800 results, every test's eager slower: the ten-second table once listed every one of
+    the 1,200 regressions whatever the trimming, outgrew the comment alone, and the report
+    was cut to a count ("Left out: 1200 of 1200 regressions") naming no test."""
+    big = big_run(tests=600, variants=8, regressed=600)
+    text = render_markdown(big)
+    assert len(text) <= COMMENT_LIMIT
+    regressions = sorted(
+        (c for c in big.comparisons if c.verdict == "regression"),
+        key=lambda c: -(c.change_pct or 0),
+    )
+    assert len(regressions) >= 1200
+    section = text.split("### Regressions", 1)[1].split("###", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| tests/")]
+    assert len(rows) >= 100
+    assert f"{regressions[0].change_pct:+.1f}%" in rows[0]  # the worst, first
+    left_out = text.split("Left out: ", 1)[1].split(" regressions (the mildest)", 1)[0]
+    cut, whole = (int(n) for n in left_out.split(" of "))
+    assert whole >= 1200 and cut <= whole - 100  # a hundred and more named
+
+
+@pytest.mark.slow
 def test_trimming_degrades_step_by_step() -> None:
     big = big_run(tests=60, variants=4, regressed=10)
     full = render_markdown(big, limit=None)

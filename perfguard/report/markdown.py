@@ -109,6 +109,7 @@ class Detail:
     regressions: int | None = None
     improvements: int | None = None
     failures: int | None = None
+    exact: int | None = None  # rows of the exact signals (their regressions first)
     results: bool = True
     unchanged: bool = True
     environment: bool = True
@@ -125,9 +126,9 @@ def _degrade() -> Iterator[Detail]:
     yield d
     d = replace(d, charts=1, environment=False)
     yield d
-    d = replace(d, charts=0, improvements=20, failures=20)
+    d = replace(d, charts=0, improvements=20, failures=20, exact=50)
     yield d
-    d = replace(d, improvements=0, failures=5)
+    d = replace(d, improvements=0, failures=5, exact=20)
     yield d
 
 
@@ -171,10 +172,14 @@ def _left_out(detail: Detail, context: dict[str, Any]) -> list[str]:
             f"{len(regressions) - detail.regressions} of {len(regressions)} regressions "
             "(the mildest)"
         )
-    for name, limit in (("improvements", detail.improvements), ("failures", detail.failures)):
+    for name, limit in (
+        ("improvements", detail.improvements),
+        ("failures", detail.failures),
+        ("exact", detail.exact),
+    ):
         items = context[f"all_{name}"]
         if limit is not None and limit < len(items):
-            label = "errors and skips" if name == "failures" else name
+            label = {"failures": "errors and skips", "exact": "exact-signal rows"}.get(name, name)
             out.append(f"{len(items) - limit} of {len(items)} {label}")
     if not detail.results and context["ok_results"]:
         out.append(f"the table of all {len(context['ok_results']):,} results")
@@ -214,10 +219,15 @@ def render_markdown(
     template = _environment().get_template("report.md.j2")
 
     def render(detail: Detail) -> str:
+        shown = regressions[: detail.regressions]
         return template.render(
             **context,
             detail=detail,
-            regressions=regressions[: detail.regressions],
+            regressions=shown,
+            # the ten-second table holds the regressions shown, never more: with thousands of
+            # them it alone outgrew a comment, and every regression was left out
+            grouped=_by_test(shown),
+            exact=context["all_exact"][: detail.exact],
             improvements=improvements[: detail.improvements],
             failures=context["all_failures"][: detail.failures],
             charts=[trend_chart(c, run.commit) for c in context["charted"][: detail.charts]],
@@ -285,10 +295,9 @@ def _context(run: Run, th: Thresholds, full_report: str | None) -> dict[str, Any
         "run": run,
         "headline": headline(run),
         "counts_line": f"Comparisons: {counts_line}." if counts_line else "No comparisons.",
-        "exact": exact,
+        "all_exact": exact,
         "traces": _trace_files(run),
         "all_regressions": regressions,
-        "grouped": _by_test(regressions),
         "all_improvements": improvements,
         "accepted": accepted,
         "all_failures": [r for r in run.results if r.status != "ok"],
