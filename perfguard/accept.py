@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from perfguard.git import file_at, last_author
+from perfguard.git import GitError, file_at, last_author
 from perfguard.records import Run
 from perfguard.stats import accepts
 
@@ -26,11 +26,10 @@ def with_accepts(run: Run, root: Path, messages: list[str]) -> Run:
             return run
         head = accepts.parse(text)
         before = file_at(root, run.baseline.commit, path)
-        try:
-            base = accepts.parse(before) if before else []
-        except accepts.AcceptError:
-            base = []  # the base's broken file accepted nothing: every entry here is new
-    except accepts.AcceptError as exc:
+        # a base whose file does not read as a whole still had the entries that do: a change
+        # that mends the file makes only what it adds new, not every entry again
+        base = accepts.parse_each(before) if before else []
+    except (accepts.AcceptError, GitError) as exc:
         messages.append(f"nothing accepted: {exc}")
         return replace(run, accept_error=str(exc))
     new = accepts.introduced(head, base)

@@ -280,11 +280,20 @@ def file_at(path: Path, commit: str, file: Path) -> str | None:
     repo = _repo(path)
     name = file.resolve().relative_to(Path(repo.working_tree_dir).resolve()).as_posix()
     try:
-        return str(repo.git.show(f"{commit}:{name}", strip_newline_in_stdout=False))
+        raw = repo.git.show(
+            f"{commit}:{name}", strip_newline_in_stdout=False, stdout_as_string=False
+        )
     except Exception:
         if not _has_commit(repo, commit):
             raise GitError(f"{commit[:10]} is not in this clone") from None
         return None
+    try:
+        return bytes(raw).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise GitError(
+            f"{name} at {commit[:10]} is not UTF-8 text (byte {exc.start}: "
+            f"{bytes(raw)[exc.start : exc.start + 1]!r}): save it as UTF-8"
+        ) from None
 
 
 def last_author(path: Path, base: str, head: str, file: Path) -> str:

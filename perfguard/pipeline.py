@@ -29,9 +29,15 @@ from perfguard.git import (
     git_state_or_refusal,
 )
 from perfguard.health import Health
-from perfguard.records import BaselineRef, Run, RunCost, VariantResult, reason
+from perfguard.records import BaselineRef, Gap, RecordError, Run, RunCost, VariantResult, reason
 from perfguard.report.outputs import keep_regressed_traces, write_reports
-from perfguard.stats.verdicts import Thresholds, compare_runs, withhold_speed_verdicts
+from perfguard.stats.bars import RUN, guard
+from perfguard.stats.verdicts import (
+    Thresholds,
+    compare_runs,
+    missing_row,
+    withhold_speed_verdicts,
+)
 from perfguard.stats.why import with_why
 from perfguard.store.atomic import write_json_atomic
 from perfguard.store.baselines import BaselineError, BaselineStore, Saved
@@ -84,6 +90,8 @@ class BaseMeasuredBeside:
     reason: str
     results: tuple[VariantResult, ...]
     environment: Mapping[str, Any]
+    deleted: tuple[tuple[str, str], ...] = ()  # (test, variant) the base has, this tree not
+    thresholds: Thresholds | None = None  # the base tree's own (its markers), when known
 
 
 @dataclass(frozen=True)
@@ -151,8 +159,10 @@ def finish_run(
     remeasure: Remeasure | None = None,
     started: float | None = None,
     cost: RunCost | None = None,
+    incomplete: Sequence[Gap] = (),
 ) -> PipelineOutcome:
     """Compare, write and save. Results are always written, even when comparing fails.
+    `incomplete`: what the session was asked to measure and did not (the run fails on it).
 
     `same_job`: compare with the base measured in this job (paired), not a stored baseline.
     `remeasure`: how to measure flagged items again, `settings.confirm` times, before their
@@ -166,29 +176,18 @@ def finish_run(
     state, refused = git_state_or_refusal(settings.root)  # a refusal is said below
     store = open_store(settings.baseline_dir)
     error: str | None = None
-    created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    run = Run(
-        commit=state.head if state else None,
-        machine=settings.machine,
-        environment=environment,
-        results=tuple(results),
-        created=created,
-        settings={
-            "thresholds": settings.thresholds.to_json(),
-            **(extra_settings or {}),
-            # how many re-measures a flagged latency verdict had to survive (0: none)
-            "confirm": settings.confirm if remeasure else 0,
-        },
-        health={} if health is None else health.to_json(),
+    run = _new_run(
+        state, results, environment, settings, extra_settings, health, remeasure, incomplete
     )
     messages = [f"runner health: {warning}" for warning in run.health_warnings]
     try:
         if refused is not None:
             raise refused
         if same_job is not None:
+            settings, run = _guard_bars(settings, run, same_job.thresholds, messages)
             run = _compare_beside(run, same_job, settings, store, messages, remeasure)
         else:
-            run = _compare_stored(run, settings, state, store, messages, remeasure)
+            settings, run = _compare_stored(run, settings, state, store, messages, remeasure)
         if settings.unhealthy == "inconclusive" and run.health_warnings:
             unhealthy = reason("runner_health", warnings="; ".join(run.health_warnings))
             withheld = withhold_speed_verdicts(run.comparisons, unhealthy)
@@ -209,7 +208,7 @@ def finish_run(
     json_path = _write(settings.json, lambda p: write_json_atomic(p, run.to_json()), failures)
 
     def report(path: Path) -> None:
-        written = write_reports(run, path, settings.thresholds)
+        written = write_reports(run, path, Thresholds.from_json(run.settings.get("thresholds")))
         if written.full is not None:
             messages.append(
                 f"the report was trimmed to fit a GitHub comment; full report: {written.full}"
@@ -221,6 +220,34 @@ def finish_run(
         saved = _save(run, settings, state, store, messages, failures, error is not None)
     error = "; ".join(failures) or None
     return PipelineOutcome(run, report_path, json_path, saved, tuple(messages), error)
+
+
+def _new_run(
+    state: GitState | None,
+    results: Sequence[VariantResult],
+    environment: Mapping[str, Any],
+    settings: FinishSettings,
+    extra_settings: Mapping[str, Any] | None,
+    health: Health | None,
+    remeasure: Remeasure | None,
+    incomplete: Sequence[Gap],
+) -> Run:
+    """The run as measured, before any comparison."""
+    return Run(
+        commit=state.head if state else None,
+        machine=settings.machine,
+        environment=environment,
+        results=tuple(results),
+        created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        settings={
+            "thresholds": settings.thresholds.to_json(),
+            **(extra_settings or {}),
+            # how many re-measures a flagged latency verdict had to survive (0: none)
+            "confirm": settings.confirm if remeasure else 0,
+        },
+        health={} if health is None else health.to_json(),
+        incomplete=tuple(incomplete),
+    )
 
 
 def _compare_beside(
@@ -313,6 +340,28 @@ def _unwritable(path: Path | str | None, exc: OSError) -> str:
     return f"could not write {where}: {exc.strerror or exc}"
 
 
+def _guard_bars(
+    settings: FinishSettings, run: Run, base: Thresholds | None, messages: list[str]
+) -> tuple[FinishSettings, Run]:
+    """The thresholds this run is judged by: its own, but none looser than the base
+    commit's (`perfguard.stats.bars`); what was put back is recorded and said."""
+    guarded, loosened = guard(settings.thresholds, base)
+    if not loosened:
+        return settings, run
+    for item in loosened:
+        where = "the run" if item.test == RUN else item.test
+        messages.append(
+            f"{where}: {item.rule} {item.head} is looser than the base commit's {item.base}: "
+            "judged by the base's (a slower change is accepted in perfguard-accept.toml)"
+        )
+    recorded = {
+        **run.settings,
+        "thresholds": guarded.to_json(),
+        "loosened": [item.to_json() for item in loosened],
+    }
+    return replace(settings, thresholds=guarded), replace(run, settings=recorded)
+
+
 def _compare_stored(
     run: Run,
     settings: FinishSettings,
@@ -320,10 +369,17 @@ def _compare_stored(
     store: BaselineStore | ObjectStore,
     messages: list[str],
     remeasure: Remeasure | None = None,
-) -> Run:
-    """Find the stored baseline, learn the noise floor from history, compare, confirm."""
+) -> tuple[FinishSettings, Run]:
+    """Find the stored baseline, learn the noise floor from history, compare, confirm (by
+    thresholds none looser than the baseline's)."""
     choice = choose_baseline(settings, state, store)
     base = store.load(settings.machine, choice.commit) if choice.commit else None
+    if base is not None and base.settings.get("thresholds") is not None:
+        try:
+            theirs = Thresholds.from_json(base.settings["thresholds"])
+        except RecordError as exc:
+            raise PipelineError(f"the baseline of {choice.commit}: {exc}") from None
+        settings, run = _guard_bars(settings, run, theirs, messages)
     run = replace(
         run,
         baseline=BaselineRef(
@@ -368,7 +424,7 @@ def _compare_stored(
         if base is not None:
             comparisons = with_why(comparisons, base.results, run.results)
         run = replace(run, comparisons=comparisons)
-    return run
+    return settings, run
 
 
 def _with_stored_context(
@@ -420,6 +476,15 @@ def _compare_same_job(run: Run, base: BaseMeasuredBeside, settings: FinishSettin
     )
     comparisons = compare_runs(base_run, run, settings.thresholds, paired=True)
     comparisons = with_why(comparisons, base.results, run.results)
+    here = {r.key for r in run.results}
+    comparisons = (
+        *comparisons,
+        *(
+            missing_row(test, variant)
+            for test, variant in base.deleted
+            if (test, variant) not in here
+        ),
+    )
     return replace(
         run,
         baseline=BaselineRef(

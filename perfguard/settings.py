@@ -204,6 +204,23 @@ SETTINGS: tuple[Setting, ...] = (
         recorded=True,
     ),
     Setting(
+        name="timeout",
+        flag="--perfguard-timeout",
+        help="the most one perf item may take, all its phases together (build, compile, "
+        "warm-up, sampling, counters); past it the item is an error naming the limit and "
+        "the session goes on",
+        default="1200",
+        metavar="SECONDS",
+        marker="timeout_s",
+        marker_types=(int, float),
+        marker_what="seconds for the whole item",
+        read="float",
+        low=1.0,
+        attribute="timeout_s",
+        child="all",
+        recorded=True,
+    ),
+    Setting(
         name="device",
         flag="--perfguard-device",
         help="'auto' (CUDA when present), 'cpu' or 'cuda[:N]'",

@@ -76,6 +76,12 @@ P50_P95 = 'metric = ["latency_p50_ms", "latency_p95_ms"]'
         ("[[accept]]", "[[accept]", "not TOML"),
         ("[[accept]]", "[[accepts]]", "unknown table 'accepts'"),
         ("reason =", 'reviewer = "me"\nreason =', "unknown key 'reviewer'"),
+        ('"tests/test_models.py::test_mlp*"', '"**"', "test = '**' would accept every test"),
+        ('"tests/test_models.py::test_mlp*"', '"*::*"', "test = '*::*' would accept every"),
+        ('"+150%"', '"+' + "9" * 400 + '%"', "is no bound: at most +1000%"),
+        ('"+150%"', '"+2000%"', "is no bound: at most +1000%"),
+        (P50_P95, "metric = []", "metric = [] names no metric"),
+        ("[[accept]]", "x = " + "[" * 2000 + "]" * 2000 + "\n[[accept]]", "nested too deeply"),
     ],
 )
 def test_a_malformed_file_is_one_error_naming_the_entry(old: str, new: str, said: str) -> None:
@@ -235,6 +241,47 @@ def test_an_entry_the_base_already_holds_accepts_nothing(repo: tuple[Path, Path]
     )
     p50 = _p50(_pr(root, store_dir, None))
     assert p50.verdict == "regression"
+
+
+def test_rewording_an_old_entry_does_not_give_it_its_bound_again(
+    repo: tuple[Path, Path],
+) -> None:
+    root, store_dir = repo
+    (root / accepts.ACCEPT_FILE).write_text(WIDE)
+    git(root, "add", accepts.ACCEPT_FILE)
+    merged = commit(root, "an earlier pull request, merged with its accept")
+    BaselineStore(store_dir).save(
+        run([result(T, "eager", 1.0, seed=3)], commit=merged, machine=MACHINE)
+    )
+    reworded = WIDE.replace("twice as wide", "two times as wide")
+    assert _p50(_pr(root, store_dir, reworded)).verdict == "regression"
+
+
+def test_mending_a_broken_file_on_main_makes_only_the_mended_entry_new(
+    repo: tuple[Path, Path],
+) -> None:
+    root, store_dir = repo
+    broken = WIDE + '\n[[accept]]\ntest = "tests/test_models.py::test_cnn"\nmetric = "bogus"\n'
+    (root / accepts.ACCEPT_FILE).write_text(broken)
+    git(root, "add", accepts.ACCEPT_FILE)
+    merged = commit(root, "main's accept file is broken")
+    BaselineStore(store_dir).save(
+        run([result(T, "eager", 1.0, seed=3)], commit=merged, machine=MACHINE)
+    )
+    outcome = _pr(root, store_dir, WIDE)  # mends it by dropping the broken entry
+    assert _p50(outcome).verdict == "regression"  # the old entry does not apply again
+
+
+def test_a_reason_that_is_not_utf8_is_one_line_and_the_report_is_written(
+    repo: tuple[Path, Path],
+) -> None:
+    root, store_dir = repo
+    (root / accepts.ACCEPT_FILE).write_bytes(WIDE.replace("twice", "tw\xffice").encode("latin-1"))
+    git(root, "add", accepts.ACCEPT_FILE)
+    outcome = _pr(root, store_dir, None)
+    assert outcome.run.accept_error is not None and "not UTF-8" in outcome.run.accept_error
+    assert _p50(outcome).verdict == "regression"
+    assert "not UTF-8" in (root / "report.md").read_text()
 
 
 def test_a_malformed_accept_file_fails_the_run_and_the_report_says_why(

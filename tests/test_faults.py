@@ -649,7 +649,7 @@ def _doc_with(path: Path, change: str) -> None:
     ("change", "said"),
     [
         ("string threshold", "thresholds.min_change_pct must be a number"),
-        ("NaN threshold", "thresholds.min_change_pct must be 0 or more, got nan"),
+        ("NaN threshold", "thresholds.min_change_pct must be between 0 and 1000, got nan"),
         ("thresholds a list", "thresholds must be an object"),
         ("per-test override", "per_test['t.py::a'].alpha must be between 0 and 1"),
         ("warnings a number", "health.warnings must be a list of strings"),

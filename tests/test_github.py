@@ -5,6 +5,7 @@ listings. Each test holds one point where the client once disagreed with the doc
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import dataclass, field
 
 import pytest
@@ -252,3 +253,19 @@ def test_an_alert_whose_answer_was_lost_opens_one_issue() -> None:
         fake.failures = [Answer(500, {}, "Server Error", then_apply=True, method="POST")]
         alert(fake, clock, step())
     assert len(fake.issues) == 1
+
+
+def test_the_bisect_hint_quotes_test_ids_and_keeps_a_newline_inside_its_block() -> None:
+    from perfguard.history.alert import bisect_hint
+
+    hostile = "tests/t.py::test_x[a\n```\n@everyone ![x](http://e.test/i.png)]"
+    shell = "tests/t.py::test_y[$(rm -rf ~); `id`]"
+    lines = bisect_hint(PREVIOUS, AFTER, [hostile, shell])
+    fence, command, closing = lines[0], lines[1], lines[2]
+    # a fence longer than any run of ~ in the command, which therefore cannot close it
+    assert fence == closing + "sh" and closing.startswith("~~~~") and closing not in command
+    assert "\n" not in command and command.endswith(shlex.quote(shell))
+    assert "@everyone" not in command
+    left = " ".join(lines[3:])
+    assert "control characters" in left and "\n" not in left and "![" not in left
+    assert shlex.split(command)[-1] == shell  # the shell sees the id, not a command

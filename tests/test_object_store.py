@@ -319,3 +319,46 @@ def test_a_session_that_does_not_measure_never_opens_the_store(pytester: Any) ->
 def test_a_folder_is_still_a_folder(tmp_path: Path) -> None:
     assert location(f"file://{tmp_path}") == tmp_path
     assert isinstance(open_store(location(str(tmp_path))), BaselineStore)
+
+
+def test_a_store_that_does_not_answer_is_given_up_on_within_its_budget(
+    s3_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store that accepts connections and never answers: each request waits its read
+    timeout, is tried the budget's times, and the call ends with one line."""
+    import socket
+    import threading
+    import time
+
+    from perfguard.store import objects
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def hold() -> None:
+        silent.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(silent.accept()[0])
+            except OSError:
+                continue
+
+    threading.Thread(target=hold, daemon=True).start()
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", f"http://127.0.0.1:{silent.getsockname()[1]}")
+    monkeypatch.setattr(objects, "READ_TIMEOUT_S", 0.5)
+    started = time.monotonic()
+    try:
+        with pytest.raises(ObjectStoreError) as err:
+            ObjectStore(s3_url).has(MACHINE, SHA)
+    finally:
+        stop.set()
+        for conn in held:
+            conn.close()
+        silent.close()
+    spent = time.monotonic() - started
+    assert spent < 20, spent  # 3 tries of 0.5 s and backoff, not 25 tries
+    assert s3_url in str(err.value) and "\n" not in str(err.value)
+    assert "timeout" in str(err.value).lower()

@@ -183,6 +183,10 @@ class FakeSide:
         self.alive = True  # started: the driver need not start it
         self.log = [] if log is None else log
         self.fails_to_build: SideOutcome | None = None
+        self.time_limit: float | None = None
+
+    def limit(self, seconds: float | None) -> None:
+        self.time_limit = seconds
 
     def begin(self, nodeid: str, remaining: Any) -> None:
         self.log.append(f"{self.name} begin")

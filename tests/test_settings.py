@@ -63,6 +63,7 @@ def test_the_session_options_are_the_rows_of_the_table() -> None:
 CHILD_VALUES = {
     "variants": ("eager", "compile-default"),
     "budget_s": 0.25,
+    "timeout_s": 300.0,
     "device": "cuda:1",
     "threads": 3,
     "flush_l2": True,

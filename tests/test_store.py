@@ -107,3 +107,21 @@ def test_read_run_file_reads_current_schema(tmp_path: Path) -> None:
     path.write_text(json.dumps(run([result("t.py::a", "eager", 1.0)]).to_json()))
     assert read_run_file(path).results[0].test == "t.py::a"
     assert json.loads(path.read_text())["schema_version"] == SCHEMA_VERSION
+
+
+def test_a_record_that_unpacks_past_any_real_one_is_refused_not_unpacked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gzip
+
+    from perfguard.store import baselines
+
+    monkeypatch.setattr(baselines, "MAX_UNPACKED", 2**20)  # a 1 MiB cap stands for 512 MiB
+    bomb = tmp_path / "cuda-test-gpu" / f"{SHA}.json.gz"
+    bomb.parent.mkdir()
+    bomb.write_bytes(gzip.compress(b" " * (3 * 2**20)))  # 3 KB that unpack to 3 MiB
+    with pytest.raises(BaselineError, match="unpacks to more than 1 MiB"):
+        read_run_file(bomb)
+    good = tmp_path / "good.json.gz"
+    good.write_bytes(baselines.baseline_bytes(run([result("t.py::a", "eager", 1.0)], commit=SHA)))
+    assert read_run_file(good).commit == SHA  # a real record still reads

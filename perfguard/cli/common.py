@@ -70,3 +70,14 @@ def output_options(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="with -o, also append the report to $GITHUB_STEP_SUMMARY when it is set",
     )
+
+
+def incomplete_exit(run: Run) -> int | None:
+    """For a run that did not measure all it was asked to: its line on stderr, and exit 1
+    (a required check never passes it); None for a complete run."""
+    if run.complete:
+        return None
+    from perfguard.records.gaps import summary
+
+    print(f"perfguard: incomplete run: {summary(run.incomplete)}", file=sys.stderr)
+    return EXIT_REGRESSION

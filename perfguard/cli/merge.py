@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from perfguard.cli.common import EXIT_OK, EXIT_REGRESSION
+from perfguard.cli.common import EXIT_OK, EXIT_REGRESSION, incomplete_exit
 from perfguard.errors import InputError
 from perfguard.records import Run
 from perfguard.records.merge import merge_runs
@@ -30,7 +30,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
             f"merged {len(runs)} file(s), {len(merged.results)} results: {args.output}",
             file=sys.stderr,
         )
-        return EXIT_OK
+        return incomplete_exit(merged) or EXIT_OK
     return _finish_merged(args, merged, runs)
 
 
@@ -79,8 +79,7 @@ def _finish_merged(args: argparse.Namespace, merged: Run, runs: Sequence[tuple[P
     from perfguard.confirm import replay
     from perfguard.git import GitError, git_state
     from perfguard.health import Health
-    from perfguard.pipeline import FinishSettings, finish_run
-    from perfguard.stats.verdicts import Thresholds
+    from perfguard.pipeline import finish_run
 
     state = git_state(Path.cwd())
     if state is None or state.head is None:
@@ -94,22 +93,7 @@ def _finish_merged(args: argparse.Namespace, merged: Run, runs: Sequence[tuple[P
         same_job = _paired_base(runs, merged, args.compare, state.root)
     except GitError as exc:
         raise InputError(f"--compare: {exc}") from None
-    settings = FinishSettings(
-        root=state.root,
-        baseline_dir=args.baseline_dir,
-        machine=merged.machine,
-        compare=args.compare,
-        main_branch=args.main_branch,
-        save=args.save,
-        save_replace=args.save_replace,
-        allow_dirty=True,  # the shards were measured at this commit; merge adds no code
-        report=args.report,
-        json=args.output,
-        thresholds=Thresholds.from_json(merged.settings.get("thresholds")),
-        unhealthy=str(merged.settings.get("unhealthy", "warn")),
-        confirm=len(merged.confirm_results),
-        option_prefix="--",  # this command's --compare and --save
-    )
+    settings = _merged_settings(args, merged, state.root)
     outcome = finish_run(
         merged.results,
         merged.environment,
@@ -127,13 +111,39 @@ def _finish_merged(args: argparse.Namespace, merged: Run, runs: Sequence[tuple[P
             else None
         ),
         cost=merged.cost,  # the runners' time; joining them here costs no GPU time
+        incomplete=merged.incomplete,
     )
     for message in outcome.messages:
         print(message, file=sys.stderr)
     print(f"merged {len(merged.results)} results: {args.output}", file=sys.stderr)
     if outcome.error:
         raise InputError(outcome.error)
-    return EXIT_REGRESSION if outcome.run.has_regression else EXIT_OK
+    return incomplete_exit(outcome.run) or (
+        EXIT_REGRESSION if outcome.run.has_regression else EXIT_OK
+    )
+
+
+def _merged_settings(args: argparse.Namespace, merged: Run, root: Path) -> Any:
+    """The pipeline's settings for the merged run: the shards' own thresholds and health."""
+    from perfguard.pipeline import FinishSettings
+    from perfguard.stats.verdicts import Thresholds
+
+    return FinishSettings(
+        root=root,
+        baseline_dir=args.baseline_dir,
+        machine=merged.machine,
+        compare=args.compare,
+        main_branch=args.main_branch,
+        save=args.save,
+        save_replace=args.save_replace,
+        allow_dirty=True,  # the shards were measured at this commit; merge adds no code
+        report=args.report,
+        json=args.output,
+        thresholds=Thresholds.from_json(merged.settings.get("thresholds")),
+        unhealthy=str(merged.settings.get("unhealthy", "warn")),
+        confirm=len(merged.confirm_results),
+        option_prefix="--",  # this command's --compare and --save
+    )
 
 
 def register(sub: Any) -> None:

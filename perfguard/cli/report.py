@@ -6,14 +6,22 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from perfguard.cli.common import EXIT_OK, EXIT_REGRESSION, output_options, render
+from perfguard.cli.common import (
+    EXIT_OK,
+    EXIT_REGRESSION,
+    incomplete_exit,
+    output_options,
+    render,
+)
 from perfguard.store.baselines import read_run_file
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     run = read_run_file(args.results)
     render(args, run)
-    return EXIT_REGRESSION if args.exit_code and run.has_regression else EXIT_OK
+    if not args.exit_code:
+        return EXIT_OK
+    return incomplete_exit(run) or (EXIT_REGRESSION if run.has_regression else EXIT_OK)
 
 
 def register(sub: Any) -> None:
@@ -21,7 +29,10 @@ def register(sub: Any) -> None:
     p.add_argument("results", type=Path)
     p.add_argument("-o", "--output", type=Path, help="write here instead of standard output")
     p.add_argument(
-        "--exit-code", action="store_true", help="exit 1 when the results hold a regression"
+        "--exit-code",
+        action="store_true",
+        help="exit 1 when the results hold a regression or the run is incomplete (it did not "
+        "measure all it was asked to)",
     )
     output_options(p)
     p.set_defaults(func=cmd_report)

@@ -11,6 +11,7 @@ somebody closed stays closed: the regression was dealt with, or accepted.
 from __future__ import annotations
 
 import re
+import shlex
 import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -78,6 +79,22 @@ def title(machine: str, steps: Sequence[ChangePoint]) -> str:
     return whole[: TITLE_LIMIT - 1] + "…"
 
 
+def bisect_hint(good: str, bad: str, tests: Sequence[str]) -> list[str]:
+    """The command that finds the culprit, as lines of the issue: each test id quoted for
+    the shell, in a fenced block no id can leave. An id with a control character (a newline
+    would end the block, and what follows render as the bot's own words) is left out of the
+    command and named escaped."""
+    plain = [t for t in tests if t.isprintable()]
+    command = " ".join(["perfguard", "bisect", good, bad, "--", *map(shlex.quote, plain)])
+    fence = "~~~~" + "~" * max((len(m) for m in re.findall(r"~+", command)), default=0)
+    lines = [f"{fence}sh", command, fence, ""]
+    odd = [t for t in tests if not t.isprintable()]
+    if odd:
+        names = ", ".join(cell(repr(t)) for t in odd)
+        lines += [f"Left out of the command, their ids hold control characters: {names}", ""]
+    return lines
+
+
 def body(
     machine: str,
     steps: Sequence[ChangePoint],
@@ -100,13 +117,8 @@ def body(
         named = f"[`{culprit[:10]}`]({link})" if link else f"`{culprit}`"
         lines += [f"**Culprit: {named}**", ""]
     elif between is not None and between > 1:
-        tests = " ".join(sorted({c.test for c in steps}))
-        lines += [
-            f"{between} commits are in the range. To find the one:",
-            "",
-            f"    perfguard bisect {first.previous} {first.commit} -- {tests}",
-            "",
-        ]
+        lines += [f"{between} commits are in the range. To find the one:", ""]
+        lines += bisect_hint(first.previous, first.commit, sorted({c.test for c in steps}))
     lines += [
         "| test | variant | metric | before | after | change | p | commits since |",
         "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |",

@@ -148,5 +148,10 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, A
     if outcome.excinfo is not None:  # an interrupt: pytest says so itself
         return
     state = collector.config.stash.get(state_key, None)
-    if state is not None and outcome.get_result().failed:
+    report = outcome.get_result()
+    if state is not None and report.failed:
+        from perfguard.pytest_plugin.gaps import first_line
+
         state.collection_errors += 1
+        where = collector.nodeid or str(getattr(collector, "path", "") or "")
+        state.tally.collection.append((where, first_line(report)))

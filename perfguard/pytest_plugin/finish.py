@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from perfguard.pytest_plugin.options import trace_dir
+from perfguard.pytest_plugin.signals import STOPPED_BY
 from perfguard.pytest_plugin.state import SessionState
 from perfguard.records import VariantResult
 
@@ -38,10 +39,13 @@ def finish_session(session: pytest.Session, state: SessionState, exitstatus: int
         same_job=same,
         remeasure=_remeasure(config, state, exitstatus),
         started=state.started,
+        incomplete=state.tally.gaps(state.nodeids.values(), interrupted, stopped_by()),
     )
     config.stash[outcome_key] = outcome
     if outcome.error is not None:
         session.exitstatus = pytest.ExitCode.INTERRUPTED
+    elif not outcome.run.complete and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED  # it did not measure it all
     elif (
         o.fail_on == "regression"
         and outcome.run.has_regression
@@ -50,12 +54,18 @@ def finish_session(session: pytest.Session, state: SessionState, exitstatus: int
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+def stopped_by() -> str | None:
+    """The signal that interrupted the session, if one did."""
+    return STOPPED_BY[-1] if STOPPED_BY else None
+
+
 def _close_ab(
     config: pytest.Config, state: SessionState, *, interrupted: bool, counting: bool
 ) -> Any:
     """Same-job A/B: stop the workers, remove the base's worktree (after counting its
     instructions there), and hand over the base's side. None when not driving A/B."""
     from perfguard.pipeline import BaseMeasuredBeside
+    from perfguard.pytest_plugin.ab import session as ab_session
 
     ab = state.ab
     if ab is None:
@@ -66,10 +76,32 @@ def _close_ab(
             config, state, ab.worktree.rootdir, ab.base_results, " (base side)"
         )
 
+    base_side = ab.driver.a
+    deleted = base_side.others
+    if base_side.collection_errors:
+        state.tally.base_failure = (
+            f"the base tree ({ab.commit[:10]}) did not collect {len(base_side.collection_errors)} "
+            f"module(s), so its side of those items is missing ({base_side.collection_errors[0]})"
+        )
+    elif state.tally.base_crashes and len(state.tally.base_crashes) >= len(ab.items):
+        state.tally.base_failure = (
+            f"the base tree's ({ab.commit[:10]}) worker failed on every item "
+            f"({state.tally.base_crashes[0]})"
+        )
     # before the monitor stops: the workers' CPU time is then ours
     ab.close(interrupted=interrupted, before_removal=count_base if counting else None)
     base = tuple(ab.base_results)
-    return BaseMeasuredBeside(ab.commit, ab.reason, base, ab.base_environment or {})
+    # a test the base has beside ones this tree runs is this tree's deletion; one the driver
+    # ran on the base side and this tree lacks is not (it has its own result)
+    deleted = tuple(d for d in deleted if d not in {r.key for r in base})
+    return BaseMeasuredBeside(
+        ab.commit,
+        ab.reason,
+        base,
+        ab.base_environment or {},
+        deleted=deleted,
+        thresholds=ab_session.base_thresholds(ab),
+    )
 
 
 def _settings(
@@ -169,6 +201,12 @@ def terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
         tr.write_line(f"report: {outcome.report_path}")
     if outcome.json_path:
         tr.write_line(f"results: {outcome.json_path}")
+    if not outcome.run.complete:
+        from perfguard.records.gaps import summary
+
+        tr.write_line(
+            f"perfguard: incomplete run: {summary(outcome.run.incomplete)}", red=True, bold=True
+        )
     if outcome.error:
         tr.write_line(f"perfguard error: {outcome.error}", red=True, bold=True)
     elif outcome.run.has_regression:

@@ -26,7 +26,8 @@ if TYPE_CHECKING:
     from perfguard.variants.training import TrainStep
 
 # the marker keys that `perfguard.run(...)` takes too: how to measure, not how to judge
-RUN_OPTIONS = tuple(k for k in MARKER_KEYS if k != "variants" and k not in THRESHOLD_KEYS)
+ITEM_KEYS = ("variants", "timeout_s")  # marker keys of the item as a whole, not of run()
+RUN_OPTIONS = tuple(k for k in MARKER_KEYS if k not in ITEM_KEYS and k not in THRESHOLD_KEYS)
 REFERENCE_CACHE = 8
 
 

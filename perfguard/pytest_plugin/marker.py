@@ -52,7 +52,15 @@ def read_marker(test: str, marker: pytest.Mark | None) -> MarkerSettings:
             raise _fail(test, f"{key} must be a finite number, got {value!r}")
         if key.endswith("_pct") and number is not None and number < 0:
             raise _fail(test, f"{key} must be 0 or more, got {value!r}")
-        positive = ("budget_s", "repeats", "threads", "compile_ratio")
+        if key in THRESHOLD_KEYS:
+            from perfguard.records import RecordError
+            from perfguard.stats.thresholds import check_rule
+
+            try:
+                check_rule(key, value)
+            except RecordError as exc:
+                raise _fail(test, str(exc).removeprefix("thresholds.")) from None
+        positive = ("budget_s", "repeats", "threads", "compile_ratio", "timeout_s")
         if key in positive and number is not None and number <= 0:
             raise _fail(test, f"{key} must be positive, got {value!r}")
         if key == "device" and not DEVICE.fullmatch(str(value)):

@@ -75,6 +75,7 @@ class Options:
     fail_on: str
     budget_s: float
     repeats: int
+    timeout_s: float  # the most one perf item may take, all its phases together
     device: str
     threads: int | None
     flush_l2: bool  # CUDA: evict L2 before each timed call
@@ -182,6 +183,15 @@ def _number(value: Any, source: str, opt: Setting, root: Path) -> Any:
     if number < opt.low:
         shown = int(opt.low) if kind is int else opt.low
         raise pytest.UsageError(f"{source}: must be at least {shown}, got {value!r}")
+    if opt.threshold and opt.marker:  # a verdict rule: its bounds are the gate's own
+        from perfguard.records import RecordError
+        from perfguard.stats.thresholds import check_rule
+
+        try:
+            check_rule(opt.marker, number)
+        except RecordError as exc:
+            message = str(exc).removeprefix(f"thresholds.{opt.marker} ")
+            raise pytest.UsageError(f"{source}: {message}") from None
     return number
 
 

@@ -27,7 +27,11 @@ from perfguard.pytest_plugin.benchmark_bridge import result_from_benchmark
 from perfguard.pytest_plugin.collection import SKIP_REASON, shard_items, test_id, variant_of
 from perfguard.pytest_plugin.finish import finish_session, terminal_summary
 from perfguard.pytest_plugin.fixture import PerfguardFixture
+from perfguard.pytest_plugin.gaps import first_line
 from perfguard.pytest_plugin.state import SessionState
+from perfguard.pytest_plugin.timeout import limit_of, time_limit
+from perfguard.pytest_plugin.timeout import message as timeout_message
+from perfguard.records import VariantResult
 
 if TYPE_CHECKING:
     from perfguard.pytest_plugin.ab.session import AbSession
@@ -80,8 +84,19 @@ class Measuring:
     ) -> None:
         _keep_shard(self.state, config, items)
 
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item) -> Generator[None, Any, None]:
+        """A perf item within its time limit (`--perfguard-timeout`); one past it is an
+        error result naming the limit, and the session goes on."""
+        yield from _within_limit(self.state, item, record=True)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        _tally_end(self.state, report)
+
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        """Start the runner health monitor once there is something to measure."""
+        """Note the perf items to measure (after -k, -m and sharding have chosen); start the
+        runner health monitor once there is something to measure."""
+        self.state.tally.expected = [i.nodeid for i in session.items if variant_of(i) is not None]
         if session.items:
             self.start(session)
 
@@ -120,6 +135,7 @@ class Measuring:
         fixture = getattr(item, "funcargs", {}).get("perfguard")
         unused = isinstance(fixture, PerfguardFixture) and fixture.result is None
         if unused and outcome.excinfo is None:
+            self.state.tally.unused.add(item.nodeid)  # a gap of the run, as well as a warning
             warnings.warn(
                 PerfguardWarning(
                     f"{item.nodeid} uses the perfguard fixture but never called "
@@ -197,10 +213,14 @@ class AbDriving(Measuring):
         variant = variant_of(pyfuncitem)
         if self.state.ab is None or variant is None:
             return None
-        self.run_item(self.state.ab, pyfuncitem.nodeid, test_id(pyfuncitem, variant), variant)
+        limit = limit_of(pyfuncitem, self.state.options.timeout_s)
+        test = test_id(pyfuncitem, variant)
+        self.run_item(self.state.ab, pyfuncitem.nodeid, test, variant, limit)
         return True
 
-    def run_item(self, ab: AbSession, nodeid: str, test: str, variant: str) -> None:
+    def run_item(
+        self, ab: AbSession, nodeid: str, test: str, variant: str, limit: float | None = None
+    ) -> None:
         """Measure one perf item in both trees; this item passes or fails as the head's does."""
         from perfguard.pytest_plugin.ab.driver import Design
         from perfguard.stats.latency import ab_bar
@@ -209,7 +229,7 @@ class AbDriving(Measuring):
         state = self.state
         state.progress.start(nodeid)
         position = ab.items.index(nodeid) if nodeid in ab.items else 0
-        th = state.thresholds().for_test(test)
+        th = ab_session.guarded(state.thresholds(), ab).for_test(test)
         # the run's correction shares each p-value with every latency comparison of the run
         tests = max(len(ab.items), 1) * len(LATENCY_METRICS)
         # the stop waits for the median alone (`perfguard.stats.sequential.METRICS`)
@@ -219,7 +239,15 @@ class AbDriving(Measuring):
             tests=tests,
             margin_pct=th.min_change_pct,
         )
-        base, head, pairing = ab.driver.measure(nodeid, ab.items[position:], state.progress, design)
+        base, head, pairing = ab.driver.measure(
+            nodeid, ab.items[position:], state.progress, design, limit_s=limit
+        )
+        if (
+            limit is not None
+            and head.outcome in ("failed", "crashed")
+            and "time limit" in (head.message)
+        ):
+            state.tally.timed_out[nodeid] = limit
         base_result = ab_session.base_result(base, test, variant)
         if base_result is not None:
             ab.base_results = [r for r in ab.base_results if r.key != base_result.key]
@@ -243,6 +271,13 @@ class AbDriving(Measuring):
             return
         yield from super().pytest_runtest_call(item)
 
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item) -> Generator[None, Any, None]:
+        if self.state.ab is not None:
+            yield  # the workers keep the limit; the driver stops waiting past it
+            return
+        yield from super().pytest_runtest_protocol(item)
+
 
 class AbWorker:
     """A worker of an A/B driver: only the driver's items, in its order, each when asked;
@@ -250,6 +285,7 @@ class AbWorker:
 
     def __init__(self, state: SessionState) -> None:
         assert state.worker is not None
+        self.state = state
         self.link = state.worker
 
     def pytest_collection_modifyitems(
@@ -267,7 +303,10 @@ class AbWorker:
         if dropped:
             config.hook.pytest_deselected(items=dropped)
         items[:] = kept
-        self.link.send(Collected(tuple(i.nodeid for i in kept), cuda))
+        others = tuple((test_id(i, v), v) for i in dropped if (v := variant_of(i)) is not None)
+        errors = tuple(f"{where}: {line}" for where, line in self.state.tally.collection)
+        rules = self.state.thresholds().to_json()  # its tree's markers: the base's bar
+        self.link.send(Collected(tuple(i.nodeid for i in kept), cuda, errors, others, rules))
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
@@ -282,6 +321,10 @@ class AbWorker:
             pytest.exit(str(exc), returncode=0)
         if not go:
             pytest.skip("not run in this A/B session")
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item) -> Generator[None, Any, None]:
+        yield from _within_limit(self.state, item, record=False)
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item) -> Generator[None, Any, None]:
@@ -305,6 +348,38 @@ class AbWorker:
 
     def pytest_sessionfinish(self) -> None:
         self.link.close()
+
+
+def _within_limit(
+    state: SessionState, item: pytest.Item, *, record: bool
+) -> Generator[None, Any, None]:
+    """Run a perf item's protocol within its time limit. `record`: an item that ran out of
+    time without a result gets an error result naming the limit (a worker's driver records
+    the item itself)."""
+    variant = variant_of(item)
+    if variant is None:
+        yield
+        return
+    limit = limit_of(item, state.options.timeout_s)
+
+    def expired() -> None:
+        state.tally.timed_out[item.nodeid] = limit
+
+    with time_limit(limit, expired):
+        yield
+    if record and item.nodeid in state.tally.timed_out:
+        key = (test_id(item, variant), variant)
+        if state.nodeids.get(key) != item.nodeid:  # ended before it had a result
+            error = VariantResult(
+                test=key[0], variant=variant, status="error", error=timeout_message(limit)
+            )
+            state.record(error, item.nodeid)
+
+
+def _tally_end(state: SessionState, report: pytest.TestReport) -> None:
+    """How a perf item ended: its call, or the first phase that did not pass."""
+    if report.when == "call" or report.outcome != "passed":
+        state.tally.ended_as(report.nodeid, report.outcome, first_line(report))
 
 
 def _keep_shard(state: SessionState, config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -57,7 +57,11 @@ def held(signums: tuple[signal.Signals, ...] = HELD) -> Iterator[None]:
             signal.raise_signal(came[0])
 
 
+STOPPED_BY: list[str] = []  # the signal that interrupted this process, for its results
+
+
 def _interrupt(signum: int, frame: Any) -> None:
+    STOPPED_BY.append(signal.Signals(signum).name)
     raise KeyboardInterrupt(f"{signal.Signals(signum).name} received")
 
 

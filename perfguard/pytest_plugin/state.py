@@ -7,6 +7,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from perfguard.pytest_plugin.gaps import Tally
 from perfguard.pytest_plugin.options import Options
 from perfguard.pytest_plugin.progress import ProgressWriter
 from perfguard.records import VariantResult
@@ -39,6 +40,7 @@ class SessionState:
     measured_at: dict[str, float] = field(default_factory=dict)  # item -> time.monotonic()
     started: float = field(default_factory=time.monotonic)  # the run's cost counts from here
     collection_errors: int = 0  # a session with any must not be saved as a baseline
+    tally: Tally = field(default_factory=Tally)  # what it was asked to measure, and how it fared
     exclusive_gpu: bool = False  # EXCLUSIVE_PROCESS compute mode: no second process on the GPU
     # this process runs under callgrind to count these regions (--perfguard-instructions)
     counting: tuple[tuple[str, ...], Regions] | None = None

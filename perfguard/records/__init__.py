@@ -19,6 +19,7 @@ from perfguard.records.base import (
 )
 from perfguard.records.comparisons import BESIDE, FRESH, Accepted, Comparison, Confirmation
 from perfguard.records.counters import Counters
+from perfguard.records.gaps import Gap
 from perfguard.records.reasons import Reason, reason
 from perfguard.records.results import (
     Details,
@@ -44,6 +45,7 @@ __all__ = [
     "Counters",
     "Details",
     "DriftCheck",
+    "Gap",
     "Metric",
     "Metrics",
     "Reason",

@@ -55,6 +55,7 @@ def merge_runs(runs: Sequence[tuple[Path, Run]]) -> Run:
     confirm = [list(rs) for rs in first.confirm_results]  # round k of every shard together
     confirm_base = [list(rs) for rs in first.confirm_base_results]  # their A/B base sides
     warnings = list(first.health_warnings)
+    gaps = list(first.incomplete)  # what any shard did not measure, the merged run did not
     for path, run in rest:
         if run.commit != first.commit:
             raise InputError(
@@ -79,6 +80,7 @@ def merge_runs(runs: Sequence[tuple[Path, Run]]) -> Run:
         _extend_rounds(confirm, run.confirm_results)
         _extend_rounds(confirm_base, run.confirm_base_results)
         warnings += [w for w in run.health_warnings if w not in warnings]
+        gaps += [g for g in run.incomplete if g not in gaps]
     health = {**first.health, "warnings": warnings} if warnings else dict(first.health)
     return replace(
         first,
@@ -89,6 +91,7 @@ def merge_runs(runs: Sequence[tuple[Path, Run]]) -> Run:
         confirm_results=tuple(map(tuple, confirm)),
         confirm_base_results=tuple(map(tuple, confirm_base)),
         cost=_summed([r.cost for _, r in runs]),
+        incomplete=tuple(gaps),
     )
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from perfguard.records.base import SCHEMA_VERSION, SHA, RecordError, bounded, text
 from perfguard.records.comparisons import Comparison
+from perfguard.records.gaps import Gap
 from perfguard.records.results import VariantResult
 
 
@@ -125,6 +126,13 @@ def _check_settings(settings: Mapping[str, Any]) -> None:
             raise RecordError(f"settings.{name} must be a string, got {settings[name]!r}")
 
 
+def _listed(data: Mapping[str, Any], key: str) -> Sequence[Any]:
+    value = data.get(key) or ()
+    if not isinstance(value, list | tuple):
+        raise RecordError(f"{key} must be a list, got {value!r}")
+    return value
+
+
 def _check_health(health: Mapping[str, Any]) -> None:
     warnings, facts = health.get("warnings"), health.get("facts")
     if warnings is not None and not (
@@ -157,6 +165,7 @@ class Run:
     confirm_base_results: tuple[tuple[VariantResult, ...], ...] = ()
     accept_error: str | None = None  # why the accept file could not be read: none applied
     cost: RunCost | None = None  # what the run cost on its runner(s)
+    incomplete: tuple[Gap, ...] = ()  # what it was asked to measure and did not
 
     def __post_init__(self) -> None:
         _check_commit("commit", self.commit)
@@ -180,6 +189,9 @@ class Run:
             self, "confirm_base_results", tuple(map(tuple, self.confirm_base_results))
         )
         object.__setattr__(self, "comparisons", tuple(self.comparisons))
+        object.__setattr__(self, "incomplete", tuple(self.incomplete))
+        if not all(isinstance(g, Gap) for g in self.incomplete):
+            raise RecordError("incomplete must hold gaps")
         object.__setattr__(self, "environment", dict(self.environment))
         object.__setattr__(self, "settings", dict(self.settings))
         seen: set[tuple[str, str]] = set()
@@ -205,6 +217,11 @@ class Run:
     def has_regression(self) -> bool:
         return any(c.verdict == "regression" and c.gating for c in self.comparisons)
 
+    @property
+    def complete(self) -> bool:
+        """Whether the run measured everything it was asked to (no gap)."""
+        return not self.incomplete
+
     def compact(self) -> Run:
         """The run as a baseline stores it: results without raw samples, and none of the
         other runs a comparison brought in (base side, confirmation rounds)."""
@@ -228,6 +245,7 @@ class Run:
             "baseline": self.baseline.to_json(),
             "results": [r.to_json() for r in self.results],
             "comparisons": [c.to_json() for c in self.comparisons],
+            "incomplete": [g.to_json() for g in self.incomplete],
             **({"accept_error": self.accept_error} if self.accept_error else {}),
             **({"cost": self.cost.to_json()} if self.cost is not None else {}),
             **(
@@ -276,6 +294,7 @@ class Run:
                 comparisons=tuple(Comparison.from_json(c) for c in data.get("comparisons") or ()),
                 created=data.get("created"),
                 accept_error=data.get("accept_error"),
+                incomplete=tuple(Gap.from_json(g) for g in _listed(data, "incomplete")),
                 cost=None if data.get("cost") is None else RunCost.from_json(data["cost"]),
                 settings=data.get("settings") or {},
                 health=data.get("health") or {},

@@ -22,6 +22,7 @@ from perfguard.records import Comparison, Run, VariantResult
 from perfguard.report import format as fmt
 from perfguard.report.charts import trend_chart
 from perfguard.report.sweeps import find_sweeps, sweep_chart
+from perfguard.stats.bars import loosened_of
 from perfguard.stats.exact import EXACT_METRICS
 from perfguard.stats.verdicts import Thresholds, summarize_verdicts
 from perfguard.stats.why import ALL_KERNELS
@@ -78,7 +79,12 @@ def verdict_counts(comparisons: Sequence[Comparison]) -> str:
 
 def headline(run: Run) -> str:
     text = _headline(run)
-    return f"the accept file could not be read; {text}" if run.accept_error else text
+    if run.accept_error:
+        text = f"the accept file could not be read; {text}"
+    if run.incomplete:  # first: a run that did not measure what it was asked to never passes
+        kinds = ", ".join(dict.fromkeys(g.kind.replace("_", " ") for g in run.incomplete))
+        text = f"incomplete run ({kinds}); {text}"
+    return text
 
 
 def _headline(run: Run) -> str:
@@ -317,6 +323,7 @@ def _context(run: Run, th: Thresholds, full_report: str | None) -> dict[str, Any
         if run.baseline.environment
         else [],
         "full_report": full_report or default_full_report_hint(),
+        "loosened": loosened_of(run.settings),
         "marker": MARKER,
     }
 

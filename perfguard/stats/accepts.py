@@ -82,12 +82,20 @@ def _match(pattern: str, text: str) -> bool:
     return fnmatch.fnmatchcase(text, pattern.replace("[", "[[]").replace("?", "[?]"))
 
 
+MAX_PERCENT = 1000.0  # an accepted rise past +1000% is no bound (the gate's own bars stop there)
+MAX_BYTES = 2**40  # nor one past a TiB of memory
+_EVERYTHING = ("a/b.py::c", "q9z/x8y.py::w7v[eager]", "zz.py::Kk::t_0[1-2]")
+"""Test ids unlike any suite's: a pattern that matches one of them matches every test."""
+
+
 def parse(text: str, source: str = ACCEPT_FILE) -> list[Accept]:
     """The entries of an accept file; AcceptError naming the entry and what is wrong."""
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise AcceptError(f"{source}: not TOML ({exc})") from None
+    except RecursionError:
+        raise AcceptError(f"{source}: nested too deeply to be an accept file") from None
     unknown = set(doc) - {"accept"}
     if unknown:
         raise AcceptError(f"{source}: unknown table {sorted(unknown)[0]!r} (only [[accept]])")
@@ -110,9 +118,11 @@ def _entry(raw: object, where: str) -> Accept:
     for key, value in (("test", test), ("variant", variant), ("reason", reason)):
         if not isinstance(value, str) or not value.strip():
             raise AcceptError(f"{where}: {key} must be a non-empty string, got {value!r}")
-    if test.strip() == "*":
-        raise AcceptError(f"{where}: test = '*' would accept every test: name the tests")
+    if any(_match(test.strip(), probe) for probe in _EVERYTHING):
+        raise AcceptError(f"{where}: test = {test!r} would accept every test: name the tests")
     metrics = raw["metric"] if isinstance(raw["metric"], list) else [raw["metric"]]
+    if not metrics:
+        raise AcceptError(f"{where}: metric = [] names no metric: name the ones accepted")
     for metric in metrics:
         if metric not in METRICS:
             raise AcceptError(f"{where}: metric {metric!r} is not one of {', '.join(METRICS)}")
@@ -122,6 +132,9 @@ def _entry(raw: object, where: str) -> Accept:
         raise AcceptError(f"{where}: up_to must be a rise like '+15%' or '+200 MiB', got {bound!r}")
     size = found.group(2) != "%"
     limit = float(found.group(1)) * (_UNITS[found.group(2)] if size else 1)
+    if not limit <= (MAX_BYTES if size else MAX_PERCENT):
+        most = "+1 TiB" if size else f"+{MAX_PERCENT:g}%"
+        raise AcceptError(f"{where}: up_to {bound.strip()[:40]!r} is no bound: at most {most}")
     if size and any(m not in SIZE_METRICS for m in metrics):
         raise AcceptError(f"{where}: a size ({bound}) bounds only {', '.join(SIZE_METRICS)}")
     return Accept(
@@ -135,14 +148,32 @@ def _entry(raw: object, where: str) -> Accept:
     )
 
 
+def parse_each(text: str, source: str = ACCEPT_FILE) -> list[Accept]:
+    """The entries of a file that may not read as a whole (a base's broken file): each
+    `[[accept]]` table that reads on its own."""
+    try:
+        return parse(text, source)
+    except AcceptError:
+        pass
+    found = []
+    for chunk in text.split("[[accept]]")[1:]:
+        try:
+            found.extend(parse("[[accept]]" + chunk, source))
+        except AcceptError:
+            continue
+    return found
+
+
 def introduced(head: Sequence[Accept], base: Sequence[Accept]) -> list[Accept]:
-    """The entries of HEAD's file that its base's file does not hold (by what they say)."""
+    """The entries of HEAD's file that its base's file does not hold: by what they accept
+    (tests, variant, metrics, bound), not by their words: rewording an old entry's reason
+    does not give it its bound again."""
     known = {_said(a) for a in base}
     return [a for a in head if _said(a) not in known]
 
 
 def _said(a: Accept) -> tuple[object, ...]:
-    return (a.test, a.variant, a.metrics, a.bound, a.reason)
+    return (a.test, a.variant, a.metrics, a.bound)
 
 
 def apply(comparisons: Sequence[Comparison], accepts: Sequence[Accept]) -> list[Comparison]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -108,18 +107,25 @@ class Thresholds:
 
 
 _RULES: dict[str, tuple[type, float, float]] = {  # name: (type, lowest, highest)
+    # the highest: a bar past them is no bar (a +1000% change would pass under 100000%)
     "alpha": (float, 0.0, 1.0),
-    "min_change_pct": (float, 0.0, math.inf),
-    "ab_min_change_pct": (float, 0.0, math.inf),
-    "min_repeats": (int, 1, math.inf),
+    "min_change_pct": (float, 0.0, 1000.0),
+    "ab_min_change_pct": (float, 0.0, 1000.0),
+    "min_repeats": (int, 1, 1000),
     "gate_p99": (bool, 0, 1),
     "gate_ops": (bool, 0, 1),
-    "instructions_pct": (float, 0.0, math.inf),
-    "memory_tolerance_pct": (float, 0.0, math.inf),
-    "compile_ratio": (float, 0.0, math.inf),
-    "drift_growth": (float, 0.0, math.inf),
-    "drift_floor_rel": (float, 0.0, math.inf),
+    "instructions_pct": (float, 0.0, 1000.0),
+    "memory_tolerance_pct": (float, 0.0, 1000.0),
+    "compile_ratio": (float, 0.0, 100.0),
+    "drift_growth": (float, 0.0, 1000.0),
+    "drift_floor_rel": (float, 0.0, 1.0),
 }
+
+
+def check_rule(name: str, value: object) -> None:
+    """A rule's value within its bounds, or RecordError saying which."""
+    if name in _RULES:
+        _check_rule(name, value, *_RULES[name])
 
 
 def _check_rule(name: str, value: object, kind: type, low: float, high: float) -> None:

@@ -82,6 +82,24 @@ def compare_runs(
     return withhold_speed_verdicts(out, forbid) if forbid else out
 
 
+def missing_row(test: str, variant: str) -> Comparison:
+    """An item the base has and this run does not (a deleted test, seen in the base's tree
+    beside it, not measured there): `missing`, as against a stored baseline."""
+    return Comparison(
+        test=test,
+        variant=variant,
+        metric="latency_p50_ms",
+        baseline=None,
+        current=None,
+        change_pct=None,
+        p_value=None,
+        cohens_d=None,
+        verdict="missing",
+        reasons=(reason("in_base_only"),),
+        scope="item",
+    )
+
+
 def _state_row(
     r: VariantResult,
     verdict: Verdict,

@@ -86,6 +86,30 @@ class Entry:
     etag: str
 
 
+CONNECT_TIMEOUT_S = 10.0
+READ_TIMEOUT_S = 30.0
+REQUEST_ATTEMPTS = 3
+"""An S3 request waits at most 10 s to connect and 30 s for each answer, and is tried at
+most 3 times (botocore's standard retries, with backoff; s3fs's own retries off, which
+multiplied botocore's: a store answering in 20 s once made each request take 25 tries and
+7 minutes). So one call gives up within about 2 minutes, with one line, and a compare job's
+handful of calls fits its 20 minutes."""
+
+
+def _client_options(protocol: str) -> dict[str, Any]:
+    """The S3 client's time limits and retry budget (`CONNECT_TIMEOUT_S` ...); none for the
+    other stores fsspec opens (a folder, memory)."""
+    if protocol not in ("s3", "s3a"):
+        return {}
+    return {
+        "config_kwargs": {
+            "connect_timeout": CONNECT_TIMEOUT_S,
+            "read_timeout": READ_TIMEOUT_S,
+            "retries": {"total_max_attempts": REQUEST_ATTEMPTS, "mode": "standard"},
+        },
+    }
+
+
 class ObjectStore:
     """The baselines under one URL. Same methods as `BaselineStore` where a command uses
     them; paths are the URL's."""
@@ -98,7 +122,11 @@ class ObjectStore:
             import fsspec
 
             # a client of its own: credentials and endpoint are read from the environment now
-            self.fs, self.prefix = fsspec.core.url_to_fs(self.url, skip_instance_cache=True)
+            self.fs, self.prefix = fsspec.core.url_to_fs(
+                self.url, skip_instance_cache=True, **_client_options(self.protocol)
+            )
+            if hasattr(self.fs, "retries"):  # s3fs's own tries, around botocore's: one
+                self.fs.retries = 1
         except ImportError as exc:
             package = _package(self.protocol, exc)
             install = "'perfguard[s3]'" if self.protocol in WRITABLE else package

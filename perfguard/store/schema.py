@@ -69,6 +69,14 @@ History:
   reason, the operator list of an `aten_ops` row and the break list of a `graph_breaks`
   row (each may hold "; ") their `op_changes` and `new_graph_breaks`, the confirmation's
   words its `confirmation`, and any other part a `text` reason with the words as they were.
+- 10: incomplete runs. A run has `incomplete`, what it was asked to measure and did not
+  (each gap a `kind`: collection_error, interrupted, timeout, not_measured or base_failed;
+  a `detail` line; the `items` it hit), empty for a run that measured everything; `merge`
+  and `report --exit-code` fail on a run with any. Migration from 9: a run reads as
+  complete (version 9 recorded no gaps: a version-9 run that missed items cannot be told).
+  `settings` may hold `loosened`: the verdict rules the run's change loosened against its
+  base commit's, each `test` ("*": the whole run), `rule`, `head` and `base` values (the run
+  was judged by the base's).
 
 A newer version than this perfguard knows is refused (upgrade perfguard). An older one is
 migrated in memory by the steps below, one version at a time; the file on disk is left as it
@@ -159,6 +167,11 @@ def _typed(c: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _9_to_10(doc: dict[str, Any]) -> dict[str, Any]:
+    """Version 9 recorded no gaps: the run reads as complete."""
+    return {**doc, "schema_version": 10, "incomplete": doc.get("incomplete") or []}
+
+
 MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
     1: _1_to_2,
     2: _2_to_3,
@@ -168,6 +181,7 @@ MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
     6: _6_to_7,
     7: _7_to_8,
     8: _8_to_9,
+    9: _9_to_10,
 }
 """version N -> a function turning a version-N document into a version-(N+1) one."""
 

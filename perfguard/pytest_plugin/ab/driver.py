@@ -87,14 +87,33 @@ class Driver:
         remaining: Sequence[str],
         progress: Progress,
         design: Design | None = None,
+        limit_s: float | None = None,
     ) -> tuple[SideOutcome, SideOutcome, Pairing]:
         """Both sides of one item. `remaining`: this item and those after it, in order.
+        `limit_s`: the item's time limit; a worker that has not finished it by then (and a
+        grace, for the worker's own alarm to end it first) is killed, and its side crashed.
 
         With both sides running, pairs are taken until the sequential design
         (`perfguard.stats.sequential`) decides, at most its last look; one side alone takes
         the blocks its settings ask for."""
         outcomes: dict[str, SideOutcome] = {}
         self.connect(remaining, progress)
+        for side in (self.a, self.b):
+            side.limit(limit_s)
+        try:
+            return self._measure(nodeid, remaining, progress, design, outcomes)
+        finally:
+            for side in (self.a, self.b):
+                side.limit(None)
+
+    def _measure(
+        self,
+        nodeid: str,
+        remaining: Sequence[str],
+        progress: Progress,
+        design: Design | None,
+        outcomes: dict[str, SideOutcome],
+    ) -> tuple[SideOutcome, SideOutcome, Pairing]:
         going = [
             side
             for side in (self.a, self.b)

@@ -92,11 +92,16 @@ class Finish(_Message):
 
 @dataclass(frozen=True)
 class Collected(_Message):
-    """What the worker collected of the driver's items, and whether CUDA is there."""
+    """What the worker collected of the driver's items, and whether CUDA is there; the
+    modules of its tree that did not collect (`where: first line`), and the perf items of
+    its tree the driver did not ask for (`[test, variant]`: a test the other tree deleted)."""
 
     KIND = "collected"
     items: tuple[str, ...]
     cuda: bool | None
+    errors: tuple[str, ...] = ()
+    others: tuple[tuple[str, str], ...] = ()
+    thresholds: dict[str, Any] | None = None  # its tree's rules (`Thresholds.to_json`)
 
 
 @dataclass(frozen=True)

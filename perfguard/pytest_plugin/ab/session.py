@@ -14,11 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from perfguard.records import VariantResult
+from perfguard.records import RecordError, VariantResult
 
 if TYPE_CHECKING:
     from perfguard.pytest_plugin.ab.driver import Driver, SideOutcome
     from perfguard.pytest_plugin.options import Options
+    from perfguard.stats.thresholds import Thresholds
     from perfguard.worktree import Worktree
 
 
@@ -116,6 +117,24 @@ def start(
     )
     driver.launch_both(items, paths)  # they get ready while this session does
     return AbSession(driver, worktree, commit, reason, list(items or ()))
+
+
+def base_thresholds(ab: AbSession) -> Thresholds | None:
+    """The base tree's rules, as its worker read them (its markers), when it said them."""
+    from perfguard.stats.thresholds import Thresholds
+
+    said = ab.driver.a.thresholds
+    try:
+        return None if said is None else Thresholds.from_json(said)
+    except RecordError:
+        return None
+
+
+def guarded(mine: Thresholds, ab: AbSession) -> Thresholds:
+    """This tree's rules, none looser than the base tree's (`perfguard.stats.bars`)."""
+    from perfguard.stats.bars import guard
+
+    return guard(mine, base_thresholds(ab))[0]
 
 
 def base_result(outcome: SideOutcome, test: str, variant: str) -> VariantResult | None:

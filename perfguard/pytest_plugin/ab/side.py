@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from multiprocessing import AuthenticationError
@@ -26,6 +27,7 @@ from perfguard.pytest_plugin.ab import protocol
 from perfguard.pytest_plugin.ab.channel import ENV_ITEMS, ENV_SIDE, ENV_TRACES, open_listener
 from perfguard.records import VariantResult
 
+LIMIT_GRACE_S = 60.0  # past an item's limit, the worker's own alarm's time to end it
 CONNECT_TIMEOUT_S = 300.0  # importing torch and collecting on a cold runner can be slow
 POLL_S = 1.0
 LOG_TAIL = 1500
@@ -107,6 +109,11 @@ class Side:
     repeats: int = 0  # blocks the worker's settings ask for, learnt from its `ready`
     cuda: bool | None = None  # whether CUDA is available there (None: not known)
     traces: Path | None = None  # where the worker writes its Chrome traces
+    collection_errors: tuple[str, ...] = ()  # modules of its tree that did not collect
+    others: tuple[tuple[str, str], ...] = ()  # (test, variant) of its tree the driver lacks
+    thresholds: dict[str, Any] | None = None  # its tree's rules, as its worker read them
+    _limit: float | None = field(default=None, repr=False)  # the item's time limit (s)
+    _deadline: float | None = field(default=None, repr=False)  # time.monotonic() to kill at
 
     @property
     def alive(self) -> bool:
@@ -184,6 +191,14 @@ class Side:
         hello = protocol.expect(self.recv(), protocol.Collected)
         self.collected = set(hello.items)
         self.cuda = hello.cuda
+        # a worker restarted for the items after its last one collects again: what every
+        # start found is kept
+        errors = (*self.collection_errors, *hello.errors)
+        self.collection_errors = tuple(dict.fromkeys(errors))
+        others = (*self.others, *((str(t), str(v)) for t, v in hello.others))
+        self.others = tuple(dict.fromkeys(others))
+        if hello.thresholds is not None:
+            self.thresholds = dict(hello.thresholds)
 
     def _why(self, what: str) -> str:
         code = None
@@ -207,14 +222,28 @@ class Side:
         except OSError:
             raise WorkerExitedError(self._why("hung up")) from None
 
+    def limit(self, seconds: float | None) -> None:
+        """From now on, the item's time limit (None: none): past it and `LIMIT_GRACE_S`, the
+        worker is killed (its own alarm should have ended the item first)."""
+        self._limit = seconds
+        self._deadline = None if seconds is None else time.monotonic() + seconds + LIMIT_GRACE_S
+
     def recv(self) -> protocol.Report:
-        """The next report; waits as long as the worker lives (compiling can take minutes)."""
+        """The next report; waits as long as the worker lives (compiling can take minutes),
+        and no longer than the item's time limit (`limit`)."""
         if self.conn is None:
             raise WorkerExitedError(self._why("is not running"))
         try:
             while not self.conn.poll(POLL_S):
                 if self.proc is not None and self.proc.poll() is not None:
                     raise WorkerExitedError(self._why("exited"))
+                if self._deadline is not None and time.monotonic() > self._deadline:
+                    self.stop(at_once=True)
+                    raise WorkerExitedError(
+                        f"the {self.label} worker went past the item's time limit of "
+                        f"{self._limit or 0:g} s (--perfguard-timeout) and did not end it: "
+                        "killed"
+                    )
             data = self.conn.recv()
         except (EOFError, OSError):
             raise WorkerExitedError(self._why("hung up")) from None

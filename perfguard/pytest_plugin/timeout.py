@@ -1,0 +1,60 @@
+"""`--perfguard-timeout`: the most one perf item may take, all its phases together.
+
+A model that hangs (in its build, a compile, warm-up or sampling) would otherwise hold the
+runner until the job's own limit, and a cancelled job measured nothing after it. Past its
+limit the item is ended: it fails with a line naming the limit, its result is an error,
+the run records it as a gap, and the session goes on with the next item. The alarm is
+SIGALRM in the measuring process's main thread, which ends Python code and any call that
+returns to Python; an A/B driver also stops waiting for a worker past the limit (and a
+grace), and kills it (`ab/side.py`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+
+class ItemTimeout(BaseException):
+    """An item past its time limit. A BaseException: no `except Exception` on the way (a
+    model's failure made into its error result, a reference given up) may take it for the
+    model's own error and carry on past the limit."""
+
+
+def message(seconds: float) -> str:
+    return f"ended at its time limit of {seconds:g} s (--perfguard-timeout, marker key timeout_s)"
+
+
+def limit_of(item: pytest.Item, default: float) -> float:
+    """The item's limit: its marker's `timeout_s`, else the session's."""
+    marker = item.get_closest_marker("perfguard")
+    value = None if marker is None else marker.kwargs.get("timeout_s")
+    return float(value) if isinstance(value, int | float) and value > 0 else default
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float, expired: Callable[[], None]) -> Iterator[None]:
+    """Raise ItemTimeout in this thread once `seconds` have passed (`expired` is called
+    first). Outside the main thread, or where there is no SIGALRM, the block runs as it is."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(
+        signal, "setitimer"
+    ):
+        yield
+        return
+
+    def expire(_signum: int, _frame: Any) -> None:
+        expired()
+        raise ItemTimeout(message(seconds))
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
