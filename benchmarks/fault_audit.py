@@ -18,7 +18,9 @@ options), `markup` (test ids that would mention, link or inject HTML in a commen
 GitHub's own Markdown library), then from `benchmarks.fault_cases`: `git` (refusals, shallow and
 empty repositories, missing refs), `branch` (a baselines branch with hostile and broken files,
 pushes that would lose results), `api` (a loopback GitHub that redirects, loops, refuses and
-fails) and `signals` (kill -9, SIGTERM and SIGINT at the moments that matter).
+fails) and `signals` (kill -9, SIGTERM and SIGINT at the moments that matter); from
+`benchmarks.fault_gate`: `gate` (runs that did not measure all they claim, a change that loosens
+its own bar, committed input that once crashed the run).
 
 It prints a line per case that was not clean and the counts per family, and writes every
 case's outcome to `--out` (default benchmarks/data/fault-audit.json). About 8 minutes on a
@@ -613,9 +615,9 @@ FAMILIES: dict[str, Callable[[Seed], list[Case]]] = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from benchmarks import fault_cases
+    from benchmarks import fault_cases, fault_gate
 
-    families = {**FAMILIES, **fault_cases.FAMILIES}
+    families = {**FAMILIES, **fault_cases.FAMILIES, **fault_gate.FAMILIES}
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", default=",".join(families), help="families, comma-separated")
     parser.add_argument("--match", default="", help="only cases whose name holds this")

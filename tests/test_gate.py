@@ -312,3 +312,38 @@ def test_x(perfguard):
     result = pytester.runpytest_subprocess("--perfguard", *args)
     assert result.ret != 0
     assert "must be between 0 and 1000, got 100000" in result.stdout.str() + result.stderr.str()
+
+
+MISUSES = """
+import pytest, torch
+
+class NoTokens(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(2, 2)
+    def generate(self, ids, **kwargs):
+        return None
+
+@pytest.mark.perfguard(variants=["eager"])
+def test_a_lambda(perfguard):
+    perfguard.run(lambda x: x * 2, (torch.randn(2, 2),))
+
+@pytest.mark.perfguard(variants=["eager"])
+def test_no_tokens(perfguard):
+    perfguard.generate(NoTokens(), torch.zeros(1, 3, dtype=torch.long), max_new_tokens=2)
+
+@pytest.mark.perfguard(variants=["eager"])
+def test_negative_tolerance(perfguard):
+    perfguard.run(torch.nn.Linear(2, 2), (torch.randn(2, 2),), drift_tolerance=-1)
+"""
+
+
+@pytest.mark.slow
+def test_a_misused_fixture_says_what_to_do_in_one_line(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_misuse=MISUSES)
+    result = pytester.runpytest_subprocess(*FAST, "--perfguard", "--perfguard-compare=none")
+    out = result.stdout.str()
+    assert "perfguard.run() measures a torch.nn.Module, got function" in out
+    assert "NoTokens.generate() returned NoneType, not the token ids" in out
+    assert "drift_tolerance must be from 0 to 1" in out
+    assert "AttributeError" not in out

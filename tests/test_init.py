@@ -147,3 +147,19 @@ def test_the_jobs_that_hold_a_write_token_install_pinned_packages(
                 assert not unpinned, f"job {name} installs {unpinned} unpinned"
                 checked += 1
     assert checked >= 2
+
+
+def test_the_workflow_runs_main_s_jobs_on_the_branch_it_was_given_and_fails_closed(
+    tmp_path: Path,
+) -> None:
+    """--main-branch dev: the push trigger and the history's commands are dev's (they were
+    main's, so no baseline was ever stored); a fork's pull request gets a failing check (a
+    skipped job passes a required one); the compare job never uploads a report the pull
+    request committed, and the comment posts only the one it wrote."""
+    text = render_workflow(InitOptions(main_branch="dev"), tmp_path)
+    assert "branches: [dev]" in text and "branches: [main]" not in text
+    for command in ("history", "alert", "site"):
+        assert f"perfguard {command} --main-branch dev " in text
+    assert "fork-gate:" in text and "exit 1" in text.split("fork-gate:", 1)[1].split("\n\n")[0]
+    assert "rm -f reports/perfguard*.md reports/perfguard.json" in text
+    assert "if: hashFiles('reports/perfguard.md') != ''" in text

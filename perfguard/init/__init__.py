@@ -109,6 +109,7 @@ def render_workflow(options: InitOptions, root: Path) -> str:
         shards=options.shards,
         ab=options.ab,
         store=(options.store or "").rstrip("/"),
+        main_branch=options.main_branch,
         version=__version__,
         project_install=_project_install(root),
     )

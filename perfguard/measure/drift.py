@@ -65,6 +65,29 @@ DriftTolerance = float | Mapping[str, float] | None
 """A user override: one relative tolerance for every class, or one per class name."""
 
 
+def check_tolerance(value: object) -> str | None:
+    """Why `value` is no drift tolerance (one line), or None: a number from 0 to 1, relative
+    to the output's size, or {class: number} with the classes of `TOLERANCES`."""
+    allowed = ", ".join(TOLERANCES)
+    if value is None:
+        return None
+    if isinstance(value, Mapping):
+        for name, tol in value.items():
+            if name not in TOLERANCES:
+                return f"drift_tolerance: {name!r} is not a tolerance class ({allowed})"
+            why = check_tolerance(tol)
+            if why:
+                return f"{why} (for {name})"
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return f"drift_tolerance must be a number or {{class: number}}, got {value!r}"
+    if not (math.isfinite(value) and 0 <= value <= 1):
+        return (
+            f"drift_tolerance must be from 0 to 1 (relative to the output's size), got {value!r}"
+        )
+    return None
+
+
 class NonFiniteOutputError(PerfguardError, ValueError):
     """The outputs hold NaN or Inf."""
 

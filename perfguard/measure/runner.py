@@ -147,8 +147,16 @@ def measure_model(
         "variant": spec.name,
         "workload": "train" if training else "generate" if generation else "forward",
     }
+    if not isinstance(model, nn.Module):
+        raise TypeError(
+            f"measure_model measures a torch.nn.Module, got {type(model).__name__}: wrap a "
+            "function in a Module whose forward calls it"
+        )
     if not isinstance(example_inputs, tuple | list):
         raise TypeError("example_inputs must be a tuple of positional arguments, e.g. (x,)")
+    why = drift.check_tolerance(settings.drift_tolerance)
+    if why:
+        raise ValueError(why)
     if kwargs is not None and not isinstance(kwargs, Mapping):
         raise TypeError("kwargs must be a dict of keyword inputs, e.g. {'attention_mask': m}")
     try:

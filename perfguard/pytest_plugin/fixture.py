@@ -140,6 +140,13 @@ class PerfguardFixture:
         from perfguard.variants.training import TrainStep
 
         self._check_call(name, example_inputs, kwargs, batch, options)
+        from torch import nn
+
+        if not isinstance(model, nn.Module):
+            raise TypeError(
+                f"perfguard.{name}() measures a torch.nn.Module, got {type(model).__name__}: "
+                "wrap a function in a Module whose forward calls it"
+            )
         settings = self._settings(options, batch)
         if self._state.counting is not None:
             if training is not None:
@@ -201,6 +208,11 @@ class PerfguardFixture:
             raise TypeError("example_inputs must be a tuple of positional arguments, e.g. (x,)")
         if kwargs is not None and not isinstance(kwargs, Mapping):
             raise TypeError("kwargs must be a dict of keyword inputs, e.g. {'attention_mask': m}")
+        from perfguard.measure.drift import check_tolerance
+
+        why = check_tolerance(options.get("drift_tolerance"))
+        if why:
+            raise TypeError(f"perfguard.{name}(): {why}")
 
     def _settings(self, options: Mapping[str, Any], batch: int | None) -> MeasureSettings:
         """The session's settings, then the marker's, then this call's."""

@@ -63,6 +63,12 @@ def read_marker(test: str, marker: pytest.Mark | None) -> MarkerSettings:
         positive = ("budget_s", "repeats", "threads", "compile_ratio", "timeout_s")
         if key in positive and number is not None and number <= 0:
             raise _fail(test, f"{key} must be positive, got {value!r}")
+        if key == "drift_tolerance":
+            from perfguard.measure.drift import check_tolerance
+
+            why = check_tolerance(value)
+            if why:
+                raise _fail(test, why)
         if key == "device" and not DEVICE.fullmatch(str(value)):
             raise _fail(test, f"device must be 'auto', 'cpu' or 'cuda[:N]', got {value!r}")
         if key == "alpha" and number is not None and not 0 < number < 1:

@@ -263,7 +263,14 @@ def generated_tokens(
     check_generates(model)
     with torch.inference_mode():
         out = generate_of(model)(*args, **named, **_settings(model, generation))
-    return out if isinstance(out, torch.Tensor) else out.sequences
+    tokens = out if isinstance(out, torch.Tensor) else getattr(out, "sequences", None)
+    if not isinstance(tokens, torch.Tensor):
+        raise GenerationError(
+            f"{type(model).__name__}.generate() returned {type(out).__name__}, not the token "
+            "ids: perfguard.generate() measures a generate() that returns them (a tensor, or "
+            "an output with .sequences), as transformers' does"
+        )
+    return tokens
 
 
 def token_agreement(tokens: torch.Tensor, reference: torch.Tensor, prompt: int) -> float:
