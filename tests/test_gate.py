@@ -347,3 +347,25 @@ def test_a_misused_fixture_says_what_to_do_in_one_line(pytester: pytest.Pytester
     assert "NoTokens.generate() returned NoneType, not the token ids" in out
     assert "drift_tolerance must be from 0 to 1" in out
     assert "AttributeError" not in out
+
+
+@pytest.mark.slow
+def test_in_a_b_a_perf_module_the_change_breaks_makes_the_run_incomplete(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(mymodels=MODEL, test_a=GOOD, test_b=GOOD.replace("test_good", "test_b"))
+    git(pytester.path, "init", "-q", "-b", "main")
+    git(pytester.path, "add", "-A")
+    git(pytester.path, "commit", "-q", "-m", "base")
+    pytester.makepyfile(test_b=BROKEN)
+    git(pytester.path, "commit", "-q", "-am", "head: test_b no longer imports")
+    result = pytester.runpytest_subprocess(
+        *FAST,
+        "--perfguard",
+        "--perfguard-ab=HEAD~1",
+        "--perfguard-json=out.json",
+        "--continue-on-collection-errors",
+    )
+    assert result.ret != 0, result.stdout.str()
+    assert set(gaps(pytester.path / "out.json")) == {"collection_error"}
+    assert "perfguard: incomplete run: 1 test module(s) did not collect" in result.stdout.str()
