@@ -459,6 +459,15 @@ SETTINGS: tuple[Setting, ...] = (
         threshold=True,
     ),
     Setting(
+        name="shapes",
+        help="compile-dynamic: the shapes of the first input to measure it at, compiled once "
+        "(e.g. [[1, 128], [8, 128]]); its recompiles across them are counted",
+        option=False,
+        marker="shapes",
+        marker_types=(list, tuple),
+        marker_what="a list of shapes, e.g. [[1, 128], [8, 128]]",
+    ),
+    Setting(
         name="drift_tolerance",
         help="the drift tolerance: a relative tolerance, or {class: tolerance}",
         option=False,

@@ -214,6 +214,14 @@ def test_in_a_b_a_deleted_test_is_missing_and_a_base_that_does_not_collect_is_a_
     assert found["timeout"].items == ("test_hangs.py::test_hangs[eager]",)
     assert "test_a.py::test_good" in {r["test"] for r in doc["results"]}  # went on
 
+    # a test deselected here (-k) is not a deleted one
+    chosen = pytester.runpytest_subprocess(
+        *FAST, "--perfguard", "--perfguard-ab=HEAD~1", "--perfguard-json=k.json", "-k", "good"
+    )
+    assert chosen.ret == 1, chosen.stdout.str()  # the base's module still does not collect
+    rows = json.loads((pytester.path / "k.json").read_text())["comparisons"]
+    assert {c["test"] for c in rows if c["verdict"] == "missing"} == {"test_a.py::test_gone"}
+
 
 def test_a_b_driver_kills_a_worker_that_outlives_the_items_time_limit(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path

@@ -82,9 +82,7 @@ def check_tolerance(value: object) -> str | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return f"drift_tolerance must be a number or {{class: number}}, got {value!r}"
     if not (math.isfinite(value) and 0 <= value <= 1):
-        return (
-            f"drift_tolerance must be from 0 to 1 (relative to the output's size), got {value!r}"
-        )
+        return f"drift_tolerance must be from 0 to 1 (relative to the output's size), got {value!r}"
     return None
 
 

@@ -12,6 +12,7 @@ from perfguard.measure.clock import Clock
 from perfguard.measure.compiling import Compiled
 from perfguard.measure.memory import MemoryReading
 from perfguard.measure.sampling import FixedWork, SamplingOutcome
+from perfguard.measure.shapes import Sweep
 from perfguard.records import Counters, Details, Metrics
 from perfguard.stats.exact import GROWTH_ALLOWED
 from perfguard.stats.summary import summarize, tail_is_reliable
@@ -36,6 +37,7 @@ class Taken:
     counting_failed: str | None
     cudagraph_skips: int | None
     fixed: FixedWork | None = None  # the untimed work's calls
+    swept: Sweep | None = None  # compile-dynamic at every declared shape
 
 
 def metrics_of(built: Built, taken: Taken, figures: drift.DriftFigures, batch: int) -> Metrics:
@@ -52,7 +54,10 @@ def metrics_of(built: Built, taken: Taken, figures: drift.DriftFigures, batch: i
         peak_memory_increase_bytes=None
         if memory.start_bytes is None or not seen
         else max(memory.peak_bytes - memory.start_bytes, 0),
-        compile_time_s=compiled.cold_s,
+        # an AOTInductor package's build is its compile (cold, in a fresh cache)
+        compile_time_s=compiled.cold_s
+        if compiled.cold_s is not None
+        else built.details.get("package_build_time_s"),
         compile_time_warm_s=compiled.warm_s,
         graph_breaks=compiled.graph_breaks,
         recompiles=taken.recompiles,
@@ -103,5 +108,7 @@ def details_of(
         ),
         notes=tuple(notes),
         profile=taken.profile,
-        build=built.details,
+        build=built.details
+        if taken.swept is None
+        else {**built.details, "shapes_p50_ms": taken.swept.p50_ms},
     )

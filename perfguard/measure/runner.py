@@ -37,8 +37,11 @@ from perfguard.measure.sampling import (
     for_device,
     sample,
 )
+from perfguard.measure.shapes import Sweep, recompile_reasons, sweep
 from perfguard.records import Counters, VariantResult, trace_file_name
 from perfguard.variants.base import Built, VariantUnavailableError, first_line
+from perfguard.variants.compile import DYNAMIC
+from perfguard.variants.exporting import ExportError
 from perfguard.variants.generation import Generation, GenerationError, PhasedClock
 from perfguard.variants.lending import lent_or_copied
 from perfguard.variants.registry import batch_of, build_variant
@@ -60,6 +63,7 @@ class MeasureSettings:
     trace_dir: Path | None = None  # write each variant's profiled calls as a Chrome trace
     trace_side: str = "head"  # in the trace's name: "head", or "base" for the base commit
     batch: int | None = None  # items per call for throughput_per_s; None: the inputs say
+    shapes: tuple[tuple[int, ...], ...] = ()  # compile-dynamic: the first input's shapes
 
 
 def resolve_device(name: str) -> torch.device:
@@ -187,7 +191,7 @@ def measure_model(
         return VariantResult(**item, status="skipped", error=str(exc))
     except torch.cuda.OutOfMemoryError as exc:
         return VariantResult(**item, status="error", error=f"out of memory: {_first_line(exc)}")
-    except (TrainStepError, GenerationError) as exc:  # says itself what to change
+    except (TrainStepError, GenerationError, ExportError) as exc:  # says what to change
         return VariantResult(**item, status="error", error=str(exc))
     except Exception as exc:  # a model's own failure becomes this variant's error result
         error = _first_line(exc) if training is None else training_error(_first_line(exc))
@@ -275,6 +279,24 @@ def _measure(
     return with_generation(result, taken.clock, taken.outcome, reference, n, batch, drift_note)
 
 
+def _sweep(
+    call: Callable[[], Any],
+    spec: VariantSpec,
+    settings: MeasureSettings,
+    clock: Clock,
+    progress: Progress,
+) -> Sweep | None:
+    """compile-dynamic at every shape the test declares, or None (another variant, or no
+    shapes: a fixed-shape variant is never run at another shape)."""
+    part = spec.part("compile")
+    at = getattr(call, "at", None)
+    if part is None or part.name != DYNAMIC or not settings.shapes or at is None:
+        return None
+    progress(f"at each of {len(settings.shapes)} shapes")
+    budget_ms = settings.sampling.budget_s * 1000.0
+    return sweep(at, getattr(call, "inputs", ()), settings.shapes, clock, budget_ms)
+
+
 def _take(
     built: Built,
     clock: Clock,
@@ -290,6 +312,7 @@ def _take(
     with cache:
         call, compiled = compile_variant(built, device, settings.warm_compile, progress)
         outcome = sampler(call, clock, for_device(settings.sampling, device.type), progress)
+        swept = _sweep(call, spec, settings, clock, progress)
         recompiles = (
             dynamo_counts()[2] - compiled.frames_before_sampling if built.compiled else None
         )
@@ -318,6 +341,7 @@ def _take(
             "graph_breaks": compiled.graph_breaks,
             "break_reasons": compiled.break_reasons,
             "recompiles": recompiles,
+            "recompile_reasons": recompile_reasons() if built.compiled else (),
         }
         counted, profile, failed = _count(built, call, device, label, spec, settings, dynamo, work)
     return Taken(
@@ -334,4 +358,5 @@ def _take(
         # cleared before the compile that was timed, so what they hold now is this variant's
         cudagraph_skips=cudagraph_skips() if built.compiled and device.type == "cuda" else None,
         fixed=work,
+        swept=swept,
     )

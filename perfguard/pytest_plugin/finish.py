@@ -30,17 +30,30 @@ def finish_session(session: pytest.Session, state: SessionState, exitstatus: int
         state.results = count_instructions(config, state, Path(config.rootpath), state.results)
     o = state.options
     environment = state.environment or _fallback_environment(o.device)
-    outcome = finish_run(
-        state.results,
-        environment,
-        _settings(config, state, exitstatus, environment),
-        extra_settings=o.recorded(),
-        health=None if state.monitor is None else state.monitor.stop(),
-        same_job=same,
-        remeasure=_remeasure(config, state, exitstatus),
-        started=state.started,
-        incomplete=state.tally.gaps(state.nodeids.values(), interrupted, stopped_by()),
-    )
+    health = None if state.monitor is None else state.monitor.stop()
+
+    def finish(status: int, remeasure: Any) -> Any:
+        return finish_run(
+            state.results,
+            environment,
+            _settings(config, state, status, environment),
+            extra_settings=o.recorded(),
+            health=health,
+            same_job=same,
+            remeasure=remeasure,
+            started=state.started,
+            incomplete=state.tally.gaps(
+                state.nodeids.values(), status == pytest.ExitCode.INTERRUPTED, stopped_by()
+            ),
+        )
+
+    try:
+        outcome = finish(exitstatus, _remeasure(config, state, exitstatus))
+    except KeyboardInterrupt:
+        # stopped while comparing or confirming (a cancelled job): what was measured is
+        # still written, unconfirmed and unsaved, and the run says it was stopped
+        exitstatus = session.exitstatus = pytest.ExitCode.INTERRUPTED
+        outcome = finish(exitstatus, None)
     config.stash[outcome_key] = outcome
     if outcome.error is not None:
         session.exitstatus = pytest.ExitCode.INTERRUPTED
@@ -93,7 +106,8 @@ def _close_ab(
     base = tuple(ab.base_results)
     # a test the base has beside ones this tree runs is this tree's deletion; one the driver
     # ran on the base side and this tree lacks is not (it has its own result)
-    deleted = tuple(d for d in deleted if d not in {r.key for r in base})
+    kept = {r.key for r in base} | state.tally.collected  # measured there, or here at all
+    deleted = tuple(d for d in deleted if d not in kept)
     return BaseMeasuredBeside(
         ab.commit,
         ab.reason,

@@ -211,6 +211,10 @@ class PerfguardFixture:
         from perfguard.measure.drift import check_tolerance
 
         why = check_tolerance(options.get("drift_tolerance"))
+        if why is None and "shapes" in options:
+            from perfguard.measure.shapes import check_shapes
+
+            why = check_shapes(options["shapes"])
         if why:
             raise TypeError(f"perfguard.{name}(): {why}")
 
@@ -226,6 +230,7 @@ class PerfguardFixture:
             "device": o.device,
             "threads": o.threads,
             "drift_tolerance": None,
+            "shapes": (),
         }
         merged.update({k: v for k, v in self._marker.options.items() if k in RUN_OPTIONS})
         merged.update(options)
@@ -236,6 +241,7 @@ class PerfguardFixture:
             device=str(merged["device"]),
             threads=merged["threads"],
             drift_tolerance=merged["drift_tolerance"],
+            shapes=tuple(tuple(shape) for shape in merged["shapes"]),
             flush_l2=o.flush_l2,
             trace_dir=trace_dir(o),
             trace_side="base" if os.environ.get(ENV_SIDE) == "A" else "head",

@@ -27,6 +27,7 @@ class Tally:
     timed_out: dict[str, float] = field(default_factory=dict)  # item -> its limit (s)
     base_failure: str | None = None  # same-job A/B: why the base tree failed as a whole
     base_crashes: list[str] = field(default_factory=list)  # A/B: the base worker's crashes
+    collected: set[tuple[str, str]] = field(default_factory=set)  # (test, variant), before -k
 
     def ended_as(self, nodeid: str, outcome: str, line: str) -> None:
         """An item's end (the first phase that did not pass, or its call)."""

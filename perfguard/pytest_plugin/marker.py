@@ -63,6 +63,12 @@ def read_marker(test: str, marker: pytest.Mark | None) -> MarkerSettings:
         positive = ("budget_s", "repeats", "threads", "compile_ratio", "timeout_s")
         if key in positive and number is not None and number <= 0:
             raise _fail(test, f"{key} must be positive, got {value!r}")
+        if key == "shapes":
+            from perfguard.measure.shapes import check_shapes
+
+            why = check_shapes(value)
+            if why:
+                raise _fail(test, why)
         if key == "drift_tolerance":
             from perfguard.measure.drift import check_tolerance
 

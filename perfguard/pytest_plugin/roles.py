@@ -93,6 +93,13 @@ class Measuring:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         _tally_end(self.state, report)
 
+    def pytest_itemcollected(self, item: pytest.Item) -> None:
+        """Every perf item of this tree, before -k, -m or sharding chose: in A/B, a base test
+        this tree lacks is one it deleted, not one deselected here."""
+        variant = variant_of(item)
+        if variant is not None:
+            self.state.tally.collected.add((test_id(item, variant), variant))
+
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """Note the perf items to measure (after -k, -m and sharding have chosen); start the
         runner health monitor once there is something to measure."""

@@ -272,6 +272,9 @@ def _reasons(data: Mapping[str, Any]) -> tuple[Reason, ...]:
     """The comparison's reasons; one written before they were typed has its note read back
     (`perfguard.store.schema` does that once for a whole file)."""
     raw = data.get("reasons")
+    note = data.get("note")
+    if note is not None and not isinstance(note, str):  # written for people: text, or absent
+        raise RecordError(f"a comparison's note is text, got {note!r}")
     if raw is None:
         return note_reasons(data)
     if not isinstance(raw, list):

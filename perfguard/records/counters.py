@@ -21,7 +21,8 @@ class Counters:
     backward_graphs: int | None = None  # a training step: backward graphs AOTAutograd compiled
     graph_breaks: int | None = None
     break_reasons: tuple[tuple[str, int], ...] = ()  # (dynamo's reason, how often)
-    recompiles: int | None = None  # frames compiled again while sampling
+    recompiles: int | None = None  # frames compiled again while sampling (and at its shapes)
+    recompile_reasons: tuple[tuple[str, int], ...] = ()  # (dynamo's guard failure, how often)
     ops: tuple[tuple[str, int], ...] = ()  # ATen operators one call dispatches, by name
     flops: int | None = None  # of one call, torch.utils.flop_counter
     param_bytes: int | None = None
@@ -39,7 +40,7 @@ class Counters:
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name in ("break_reasons", "ops"):
+            if f.name in ("break_reasons", "recompile_reasons", "ops"):
                 pairs = tuple((str(k), int(n)) for k, n in value)
                 if any(n < 0 for _, n in pairs):
                     raise RecordError(f"counters.{f.name} must count from 0")
@@ -56,6 +57,7 @@ class Counters:
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
         out["break_reasons"] = dict(self.break_reasons)
+        out["recompile_reasons"] = dict(self.recompile_reasons)
         out["ops"] = dict(self.ops)
         return out
 
@@ -65,7 +67,7 @@ class Counters:
             raise RecordError(f"counters must be an object, got {data!r}")
         known = {f.name for f in fields(cls)}
         values = {k: v for k, v in data.items() if k in known}
-        for name in ("break_reasons", "ops"):
+        for name in ("break_reasons", "recompile_reasons", "ops"):
             found = values.get(name) or {}
             if not isinstance(found, Mapping):
                 raise RecordError(f"counters.{name} must be an object of counts")

@@ -13,6 +13,7 @@ it does not.
 
 from __future__ import annotations
 
+import math
 import re
 import string
 from collections.abc import Callable, Mapping, Sequence
@@ -90,6 +91,7 @@ KINDS: dict[str, Kind] = {
     # exact signals (perfguard.stats.exact)
     "exact_count": _kind("exact count"),
     "new_graph_breaks": _kind("new graph break: {breaks}", breaks=str),
+    "new_recompiles": _kind("recompiled: {reasons}", reasons=str),
     "op_changes": _kind("{changes}", changes=str),
     "same_operators": _kind("same operators"),
     "flops": _kind("FLOPs of one call"),
@@ -133,6 +135,8 @@ class Reason:
                 value = float(value)
             if not isinstance(value, want) or isinstance(value, bool):
                 raise RecordError(f"a {self.kind} reason's {name} is a {want.__name__}: {value!r}")
+            if isinstance(value, float) and not math.isfinite(value):  # printed as a figure
+                raise RecordError(f"a {self.kind} reason's {name} is a finite number: {value!r}")
             checked.append((name, value))
         object.__setattr__(self, "figures", tuple(checked))
 

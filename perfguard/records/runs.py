@@ -106,6 +106,7 @@ def _check_commit(name: str, value: object) -> None:
 
 _SETTINGS: dict[str, tuple[type, float]] = {  # the run's own settings: (type, lowest)
     "budget_s": (float, 0.0),
+    "timeout_s": (float, 0.0),
     "repeats": (int, 1),
     "seed": (int, -math.inf),
     "confirm": (int, 0),

@@ -77,6 +77,17 @@ def _breaks_reason(base: Counters, head: Counters) -> Reason:
     )
 
 
+def _recompiles_reason(base: Counters, head: Counters) -> Reason:
+    """What dynamo said of the recompiles the head has and the base had not (its guard
+    failures: a size made static again, a guard on a shape)."""
+    before = dict(base.recompile_reasons)
+    new = [(r, n - before.get(r, 0)) for r, n in head.recompile_reasons if n > before.get(r, 0)]
+    if not new:
+        return reason("exact_count")
+    named = "; ".join(why + (f" (x{n})" if n > 1 else "") for why, n in new[:NAMED])
+    return reason("new_recompiles", reasons=named)
+
+
 def op_changes(base: Counters, head: Counters) -> list[tuple[str, int]]:
     """(operator, change in calls) of every operator whose count changed, most changed first."""
     before, after = dict(base.ops), dict(head.ops)
@@ -140,7 +151,13 @@ def exact_comparisons(
     for metric in GRAPH_COUNTERS:
         b, h = getattr(base, metric), getattr(head, metric)
         if b is not None and h is not None:
-            why = _breaks_reason(base, head) if metric == "graph_breaks" else reason("exact_count")
+            why = (
+                _breaks_reason(base, head)
+                if metric == "graph_breaks"
+                else _recompiles_reason(base, head)
+                if metric == "recompiles"
+                else reason("exact_count")
+            )
             yield _comparison(test, variant, metric, b, h, True, why)
     if base.op_total is not None and head.op_total is not None:
         changes = op_changes(base, head)

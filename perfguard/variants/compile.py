@@ -11,6 +11,9 @@ from torch import nn
 from perfguard.variants.base import Requirements
 from perfguard.variants.spec import VariantPart
 
+DYNAMIC = "compile-dynamic"
+"""torch.compile with every dimension dynamic: compiled once and measured at every shape the
+test declares (its marker's `shapes`), its recompiles across them counted."""
 CUDA_GRAPH_MODES = {"compile-reduce-overhead"}
 GRAPHED_ON_CUDA = {"compile-reduce-overhead", "compile-max-autotune"}
 """The modes that record CUDA graphs on a GPU (max-autotune does too, unless told not to)."""
@@ -38,5 +41,7 @@ class Compile:
         return self.requirements_for(part).unmet(part.name, device)
 
     def compiler(self, part: VariantPart) -> Callable[[nn.Module], Callable[..., Any]]:
+        if part.name == DYNAMIC:  # every dimension dynamic from the first compile
+            return lambda model: torch.compile(model, dynamic=True)
         mode = part.name.removeprefix("compile-")
         return lambda model: torch.compile(model, mode=mode)

@@ -12,6 +12,7 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 from perfguard.variants.amp import Amp
+from perfguard.variants.aoti import AotInductor
 from perfguard.variants.base import (
     Built,
     ModuleTransform,
@@ -32,6 +33,7 @@ TRANSFORMS: dict[str, ModuleTransform] = {"prune": Prune(), "quantize": Quantize
 AMP = Amp()
 COMPILE = Compile()
 ORT = OnnxRuntime()
+AOTI = AotInductor()
 
 TOLERANCE_ORDER = ("exact", "compiled-fp32", "reduced-precision", "int8", "pruned")
 """Tolerance classes from strictest to loosest; a combined variant takes its loosest part's."""
@@ -43,6 +45,7 @@ _CLASS_OF_FAMILY = {
     "quantize": Quantize.tolerance_class,
     "prune": Prune.tolerance_class,
     "onnxruntime": ORT.tolerance_class,
+    "aoti": AOTI.tolerance_class,
 }
 
 
@@ -62,6 +65,8 @@ def unavailable_reason(spec: VariantSpec, device: torch.device) -> str | None:
             reason = COMPILE.unavailable_reason(part, device)
         elif part.family == "onnxruntime":
             reason = ORT.unavailable_reason(part, device)
+        elif part.family == "aoti":
+            reason = AOTI.unavailable_reason(part, device)
         else:
             reason = None
         if reason:
@@ -114,6 +119,8 @@ def build_variant(
     sparsity = weight_sparsity(work) if pruned else None
     if spec.part("onnxruntime") is not None:
         return _onnxruntime(work, inputs, named, spec, device, notes, size, sparsity)
+    if spec.part("aoti") is not None:
+        return _aoti(work, inputs, named, spec, notes, size, sparsity)
     built = _torch(work, inputs, named, spec, device, notes, size, sparsity)
     if generation is None:
         return built
@@ -143,7 +150,7 @@ def _autocast_dtype(spec: VariantSpec) -> Any:
 
 def generation_only(spec: VariantSpec) -> str | None:
     """Why `spec` cannot measure a generation, or None."""
-    if spec.part("onnxruntime") is not None:
+    if spec.part("onnxruntime") is not None or spec.part("aoti") is not None:
         return (
             f"{spec.name} runs an exported forward graph, not model.generate: a generation "
             "is measured under eager, compile-*, amp-*, int8-* and pruning"
@@ -207,6 +214,32 @@ def _onnxruntime(
     )
 
 
+def _aoti(
+    work: nn.Module,
+    inputs: tuple[Any, ...],
+    named: dict[str, Any],
+    spec: VariantSpec,
+    notes: list[str],
+    size: int,
+    sparsity: float | None,
+) -> Built:
+    """The (transformed) module exported and built as an AOTInductor package, loaded and run
+    as a serving stack runs it; its build is its compile time."""
+    details: dict[str, Any] = {}
+    make_call = AOTI.build(work, inputs, named, details)
+    return Built(
+        make_call=make_call,
+        timing="device",
+        tolerance_class=tolerance_class(spec),
+        model_size_bytes=size,
+        sparsity=sparsity,
+        notes=notes,
+        details=details,
+        module=work,
+        eager_call=lambda: work(*inputs, **named),
+    )
+
+
 def _torch(
     work: nn.Module,
     inputs: tuple[Any, ...],
@@ -230,10 +263,18 @@ def _torch(
     def make_call(compiled: bool = True) -> Callable[[], Any]:
         fn = compiled_or_eager(work, compiler, compiled)
 
-        def call() -> Any:
-            with torch.inference_mode(), autocast():
-                return fn(*inputs, **named)
+        def at(args: Sequence[Any]) -> Callable[[], Any]:
+            """This call's compiled function with other positional inputs (a shape sweep)."""
 
+            def call() -> Any:
+                with torch.inference_mode(), autocast():
+                    return fn(*args, **named)
+
+            return call
+
+        call = at(inputs)
+        call.at = at  # type: ignore[attr-defined]
+        call.inputs = inputs  # type: ignore[attr-defined]
         return call
 
     return Built(

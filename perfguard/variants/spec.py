@@ -22,10 +22,12 @@ FAMILIES: dict[str, tuple[tuple[str, ...], int]] = {
             "compile-reduce-overhead",
             "compile-max-autotune",
             "compile-max-autotune-no-cudagraphs",
+            "compile-dynamic",
         ),
         3,
     ),
     "onnxruntime": (("onnxruntime",), 3),
+    "aoti": (("aot-inductor",), 3),
     "eager": (("eager",), 3),
 }
 
@@ -133,6 +135,11 @@ def parse_variant(text: str) -> VariantSpec:
     if "onnxruntime" in families and set(families) - {"onnxruntime", "prune"}:
         raise UnknownVariantError(
             f"variant {whole!r}: onnxruntime combines only with a pruning variant before it"
+        )
+    if "aoti" in families and set(families) - {"aoti", "prune", "quantize"}:
+        raise UnknownVariantError(
+            f"variant {whole!r}: aot-inductor combines only with pruning or int8 before it "
+            "(it is compiled ahead of time, not by torch.compile or under autocast)"
         )
     stages = [FAMILIES[f][1] for f in families]
     if stages != sorted(stages):
