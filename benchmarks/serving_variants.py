@@ -113,8 +113,10 @@ def figures() -> list[dict[str, Any]]:
     )
     gpt2 = GPT2LMHeadModel(config).eval()  # type: ignore[no-untyped-call]
     ids = torch.randint(0, 100, (2, 16))
+    x = example_inputs(mlp)
+    width = int(x[0].shape[-1])
     cases = [
-        ("mlp", mlp, example_inputs(mlp), {}, ((1, 64), (8, 64), (32, 64))),
+        ("mlp", mlp, x, {}, ((1, width), (8, width), (32, width))),
         ("gpt2", gpt2, (ids,), {"use_cache": False}, ((1, 8), (2, 16), (4, 32))),
     ]
     rows = []

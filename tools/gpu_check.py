@@ -48,6 +48,8 @@ VARIANTS = (
     "onnxruntime",
     "compile-default",
     "compile-reduce-overhead",
+    "compile-dynamic",
+    "aot-inductor",
 )
 """The other variants, quickest first, so a stage cut short has measured the most."""
 STUDY_PLAN = ("0:8", "5:8", "20:4")

@@ -78,13 +78,26 @@ def sweep(
     found = Sweep()
     for shape in shapes:
         call = at((input_of(first, tuple(shape)), *rest))
-        call()  # compiles where a guard fails: not timed
+        try:
+            call()  # compiles where a guard fails: not timed
+        except Exception as exc:  # a shape the model cannot take: say which, and why
+            raise ValueError(
+                f"compile-dynamic at shape {label(tuple(shape))}: {_root(exc)}"
+            ) from exc
         block = sample_block(
             call, clock, min_samples=3, max_samples=1000, budget_ms=budget_ms / len(shapes)
         )
         found.p50_ms[label(tuple(shape))] = sorted(block)[len(block) // 2]
     found.reasons = recompile_reasons()
     return found
+
+
+def _root(exc: BaseException) -> str:
+    """The first line of the innermost cause (dynamo wraps the model's own error)."""
+    while (inner := exc.__cause__ or exc.__context__) is not None:
+        exc = inner
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
 
 
 _WHERE = re.compile(r"\s+#.*$")

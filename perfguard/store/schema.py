@@ -74,9 +74,13 @@ History:
   a `detail` line; the `items` it hit), empty for a run that measured everything; `merge`
   and `report --exit-code` fail on a run with any. Migration from 9: a run reads as
   complete (version 9 recorded no gaps: a version-9 run that missed items cannot be told).
-  `settings` may hold `loosened`: the verdict rules the run's change loosened against its
-  base commit's, each `test` ("*": the whole run), `rule`, `head` and `base` values (the run
-  was judged by the base's).
+  Counters have `recompile_reasons` (dynamo's guard failures behind `recompiles`, and how
+  often: compile-dynamic at its declared shapes); a result's `details.build` may hold
+  `shapes_p50_ms` (compile-dynamic) or an AOTInductor package's `export_time_s`,
+  `package_build_time_s`, `load_time_s` and `package_bytes`. `settings` may hold
+  `loosened`: the verdict rules the run's change loosened against its base commit's, each
+  `test` ("*": the whole run), `rule`, `head` and `base` values (the run was judged by the
+  base's).
 
 A newer version than this perfguard knows is refused (upgrade perfguard). An older one is
 migrated in memory by the steps below, one version at a time; the file on disk is left as it
