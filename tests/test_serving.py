@@ -149,3 +149,20 @@ def test_the_serving_variants_run_on_cuda(variant: str) -> None:
     assert result.metrics.compile_time_s is not None and result.metrics.compile_time_s > 0
     if variant == "compile-dynamic":
         assert len(result.details.build["shapes_p50_ms"]) == 3
+
+
+def test_the_report_shows_compile_dynamic_at_each_shape_beside_the_base() -> None:
+    from dataclasses import replace
+
+    from perfguard.report.markdown import render_markdown
+    from tests.factories import result, run
+
+    def at(ms: dict[str, float]) -> VariantResult:
+        r = result("t.py::test_x", "compile-dynamic", 1.0)
+        return replace(r, details=replace(r.details, build={"shapes_p50_ms": ms}))
+
+    head = replace(run([at({"1x16": 0.5, "8x16": 0.9})]), baseline_results=(at({"1x16": 0.4}),))
+    text = render_markdown(head)
+    section = text.split("### compile-dynamic at each shape", 1)[1].split("###", 1)[0]
+    assert "| t.py::test&#95;x | compile-dynamic | 1x16 | 500.0\u00a0µs | 400.0\u00a0µs |" in section
+    assert "| t.py::test&#95;x | compile-dynamic | 8x16 | 900.0\u00a0µs | – |" in section

@@ -198,6 +198,20 @@ def _left_out(detail: Detail, context: dict[str, Any]) -> list[str]:
     return out
 
 
+def _shape_sweeps(run: Run) -> list[tuple[VariantResult, dict[str, float] | None]]:
+    """The results timed at each declared shape (compile-dynamic), each with the base's
+    figures at those shapes where it has them (A/B)."""
+    base = {r.key: r for r in run.baseline_results}
+
+    def shapes(r: VariantResult | None) -> dict[str, float] | None:
+        found = None if r is None else r.details.build.get("shapes_p50_ms")
+        if not isinstance(found, dict):
+            return None
+        return {str(k): float(v) for k, v in found.items() if isinstance(v, int | float)}
+
+    return [(r, shapes(base.get(r.key))) for r in run.results if shapes(r)]
+
+
 def _trace_files(run: Run) -> dict[tuple[str, str], list[str]]:
     """(test, variant) -> the Chrome traces written for it, head side first, relative to the
     report (they sit in `traces/` beside it)."""
@@ -315,6 +329,7 @@ def _context(run: Run, th: Thresholds, full_report: str | None) -> dict[str, Any
         # after the variant's name, where a result is not a forward call
         "kinds": {r.key: KINDS[r.workload] for r in run.results if r.workload in KINDS},
         "sweeps": sweeps,
+        "shape_sweeps": _shape_sweeps(run),
         "sweep_charts": [sweep_chart(s) for s in sweeps],
         "thresholds": th,
         "verdicts": fmt.row_verdicts(run.results, comparisons),
