@@ -8,7 +8,16 @@ from pathlib import Path
 import pytest
 
 from perfguard.cli import main
-from perfguard.history.bisect import SAME, SLOWER, UNCLEAR, ItemChange, Step, classify, search
+from perfguard.history.bisect import (
+    FASTER,
+    SAME,
+    SLOWER,
+    UNCLEAR,
+    ItemChange,
+    Step,
+    classify,
+    search,
+)
 from tests.gitrepo import git
 from tests.test_same_job import FAST, MODELS
 from tests.timing import SCRIPTED_CLOCK
@@ -16,8 +25,11 @@ from tests.timing import SCRIPTED_CLOCK
 COMMITS = [f"{i:040x}" for i in range(17)]  # good, then 16 commits of main
 
 
-def fake_measure(culprit: int, unclear: dict[tuple[int, int], int] | None = None) -> object:
-    """Slower exactly when the culprit lies in (base, head]; some pairs unclear at first."""
+def fake_measure(
+    culprit: int, unclear: dict[tuple[int, int], int] | None = None, change: str = SLOWER
+) -> object:
+    """`change` (slower or faster) exactly when the culprit lies in (base, head]; some pairs
+    unclear at first."""
     pending = dict(unclear or {})
     calls: list[tuple[int, int]] = []
 
@@ -27,15 +39,16 @@ def fake_measure(culprit: int, unclear: dict[tuple[int, int], int] | None = None
         if pending.get(pair, 0) > 0:
             pending[pair] -= 1
             return Step(base, head, UNCLEAR, ())
-        slower = pair[0] < culprit <= pair[1]
+        changed = pair[0] < culprit <= pair[1]
+        verdict = "regression" if change == SLOWER else "improvement"
         item = ItemChange(
             "t.py::test_m",
             "eager",
-            "regression" if slower else "unchanged",
-            20.0 if slower else 0.3,
+            verdict if changed else "unchanged",
+            (20.0 if change == SLOWER else -70.0) if changed else 0.3,
             0.001,
         )
-        return Step(base, head, SLOWER if slower else SAME, (item,))
+        return Step(base, head, change if changed else SAME, (item,))
 
     measure.calls = calls  # type: ignore[attr-defined]
     return measure
@@ -71,7 +84,20 @@ def test_a_step_that_stays_unclear_names_the_range_and_no_culprit() -> None:
 def test_no_slowdown_between_good_and_bad_is_nothing_to_bisect() -> None:
     found = search(COMMITS, fake_measure(99), log=lambda _: None)  # type: ignore[arg-type]
     assert found.culprit is None and len(found.steps) == 1
-    assert "not measurably slower" in found.reason
+    assert found.reason.startswith("nothing to bisect: BAD beside GOOD shows no measurable")
+
+
+@pytest.mark.parametrize("culprit", [1, 5, 16])
+def test_an_improvement_s_commit_is_found_when_asked_or_as_the_range_shows(culprit: int) -> None:
+    for direction in ("auto", FASTER):
+        measure = fake_measure(culprit, change=FASTER)
+        found = search(COMMITS, measure, log=lambda _: None, direction=direction)  # type: ignore[arg-type]
+        assert found.culprit == COMMITS[culprit] and found.direction == FASTER
+        assert "is the first commit faster than its parent" in found.reason
+    faster = fake_measure(culprit, change=FASTER)
+    only_slower = search(COMMITS, faster, log=lambda _: None, direction=SLOWER)  # type: ignore[arg-type]
+    assert only_slower.culprit is None
+    assert only_slower.reason == "nothing to bisect: BAD beside GOOD shows faster, not slower"
 
 
 def test_steps_are_classified_from_the_paired_p50_verdicts() -> None:
@@ -81,8 +107,9 @@ def test_steps_are_classified_from_the_paired_p50_verdicts() -> None:
     assert classify([c("unchanged"), c("regression")])[0] == SLOWER
     assert (
         classify([c("unchanged"), c("improvement"), c("regression", "peak_memory_bytes")])[0]
-        == SAME
+        == FASTER
     )
+    assert classify([c("unchanged"), c("unchanged")])[0] == SAME
     assert classify([c("unchanged"), c("inconclusive")])[0] == UNCLEAR
     assert classify([c("error")])[0] == UNCLEAR
     assert classify([])[0] == UNCLEAR

@@ -24,6 +24,7 @@ SAMPLE: dict[str, dict[str, Any]] = {
     "hardware_change": {"changes": "device A -> B, cpu_count 2 -> 4"},
     "runner_health": {"warnings": "GPU throttled during the run"},
     "stored_context": {"commit": "0123456789", "change": -3.2, "verdict": "unchanged"},
+    "new_recompiles": {"reasons": "x.size()[0] != 4"},
     "beyond_accepted": {"bound": "+200 MiB"},
     "no_baseline": {},
     "baseline_status": {"status": "error"},

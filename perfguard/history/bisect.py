@@ -1,4 +1,5 @@
-"""`perfguard bisect GOOD BAD`: the first commit on GOOD..BAD where the perf tests got slower.
+"""`perfguard bisect GOOD BAD`: the first commit on GOOD..BAD where the perf tests got slower
+(or faster: `--direction`, by default the direction GOOD..BAD shows).
 
 Every step measures two commits side by side in one job, exactly as `--perfguard-ab` does on
 a pull request: the later commit checked out in a temporary worktree runs
@@ -6,7 +7,8 @@ a pull request: the later commit checked out in a temporary worktree runs
 of its own and interleaves their blocks in pairs), and the paired verdicts say whether it is
 slower. The search runs along GOOD..BAD's first-parent commits (the merges of main):
 
-1. GOOD against BAD first: if BAD is not measurably slower, there is nothing to find;
+1. GOOD against BAD first: if BAD is not measurably changed (in the direction asked), there is
+   nothing to find, and that is the outcome (exit 0), not an error;
 2. halving: the middle commit against the last known good one. A step whose verdicts are
    unclear (inconclusive, or an item that failed to run) is measured again, up to `rounds`
    times, and then against the first known bad one, as Pinpoint does;
@@ -30,7 +32,8 @@ from typing import Any
 
 from perfguard.errors import PerfguardError
 
-SLOWER, SAME, UNCLEAR = "slower", "same", "unclear"
+SLOWER, FASTER, SAME, UNCLEAR = "slower", "faster", "same", "unclear"
+DIRECTIONS = ("auto", SLOWER, FASTER)  # auto: the direction GOOD..BAD shows
 
 
 class BisectError(PerfguardError):
@@ -96,7 +99,7 @@ def classify(comparisons: Sequence[dict[str, Any]]) -> tuple[str, tuple[ItemChan
         return SLOWER, items
     if not items or verdicts - {"unchanged", "improvement"}:
         return UNCLEAR, items
-    return SAME, items
+    return (FASTER if "improvement" in verdicts else SAME), items
 
 
 Measure = Callable[[str, str], Step]
@@ -110,6 +113,7 @@ class Bisection:
     steps: list[Step] = field(default_factory=list)
     culprit: str | None = None
     reason: str = ""
+    direction: str = SLOWER  # the change looked for: slower or faster
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -117,6 +121,7 @@ class Bisection:
             "bad": self.bad,
             "culprit": self.culprit,
             "reason": self.reason,
+            "direction": self.direction,
             "commits": self.commits,
             "measurements": len(self.steps),
             "steps": [s.to_json() for s in self.steps],
@@ -142,31 +147,51 @@ def _decide(
 
 
 def search(
-    commits: Sequence[str], measure: Measure, *, rounds: int = 2, log: Callable[[str], None] = print
+    commits: Sequence[str],
+    measure: Measure,
+    *,
+    rounds: int = 2,
+    log: Callable[[str], None] = print,
+    direction: str = "auto",
 ) -> Bisection:
-    """Bisect `commits` (good first, bad last) with `measure(base, head)`."""
+    """Bisect `commits` (good first, bad last) with `measure(base, head)` for the first
+    commit that made them slower, or faster (`direction`; auto: as GOOD..BAD shows). No
+    change between GOOD and BAD is an outcome (no culprit, and the reason), not an error."""
+    if direction not in DIRECTIONS:
+        raise BisectError(f"--direction must be one of {', '.join(DIRECTIONS)}, got {direction!r}")
     b = Bisection(commits[0], commits[-1], list(commits))
-    if _decide(measure, commits[0], commits[-1], rounds, b, log) != SLOWER:
-        b.reason = "BAD is not measurably slower than GOOD: nothing to bisect"
+    whole = _decide(measure, commits[0], commits[-1], rounds, b, log)
+    target = whole if direction == "auto" and whole in (SLOWER, FASTER) else direction
+    b.direction = target if target in (SLOWER, FASTER) else SLOWER
+    if whole != b.direction:
+        shown = {SAME: "no measurable change", UNCLEAR: "no clear change"}.get(whole, whole)
+        looked = "a change" if direction == "auto" else f"{b.direction}"
+        b.reason = f"nothing to bisect: BAD beside GOOD shows {shown}, not {looked}"
         return b
+    opposite = {SAME: SAME, SLOWER: FASTER, FASTER: SLOWER}
     lo, hi = 0, len(commits) - 1
     while hi - lo > 1:
         mid = (lo + hi) // 2
         outcome = _decide(measure, commits[lo], commits[mid], rounds, b, log)
-        if outcome == UNCLEAR:  # the other side may tell: is bad still slower than mid?
+        if outcome == UNCLEAR:  # the other side may tell: is bad still changed beside mid?
             against_bad = _decide(measure, commits[mid], commits[hi], rounds, b, log)
-            outcome = {SLOWER: SAME, SAME: SLOWER}.get(against_bad, UNCLEAR)
+            if against_bad == b.direction:
+                outcome = SAME
+            elif against_bad in (SAME, opposite[b.direction]):
+                outcome = b.direction
         if outcome == UNCLEAR:
             b.reason = (
                 f"{commits[mid][:10]} could not be told apart from either side; the culprit is "
                 f"in {commits[lo][:10]}..{commits[hi][:10]}"
             )
             return b
-        lo, hi = (lo, mid) if outcome == SLOWER else (mid, hi)
+        lo, hi = (lo, mid) if outcome == b.direction else (mid, hi)
     if not any(s.base == commits[lo] and s.head == commits[hi] for s in b.steps):
         _decide(measure, commits[lo], commits[hi], rounds, b, log)  # the culprit's own evidence
     b.culprit = commits[hi]
-    b.reason = f"{commits[hi][:10]} is the first commit slower than its parent {commits[lo][:10]}"
+    b.reason = (
+        f"{commits[hi][:10]} is the first commit {b.direction} than its parent {commits[lo][:10]}"
+    )
     return b
 
 

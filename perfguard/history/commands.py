@@ -178,13 +178,15 @@ def cmd_bisect(args: argparse.Namespace) -> int:
 
     commits = commits_between(root, args.good, args.bad)
     log(f"{len(commits) - 1} commit(s) after {commits[0][:10]} up to {commits[-1][:10]}")
-    found = search(commits, PluginMeasure(root, args.pytest_args, log), rounds=args.rounds, log=log)
+    measure = PluginMeasure(root, args.pytest_args, log)
+    found = search(commits, measure, rounds=args.rounds, log=log, direction=args.direction)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(dumps(found.to_json()), encoding="utf-8")
     log(f"{len(found.steps)} paired measurement(s)")
     if found.culprit is None:
-        raise InputError(found.reason)
+        print(found.reason)  # an outcome: nothing changed that way, or no clear answer
+        return 0
     print(f"culprit: {found.culprit}")
     print(found.reason)
     evidence = [
@@ -261,9 +263,16 @@ def register(sub: Any) -> None:
         description="Measures commits side by side (same-job A/B) to find the first slower one. "
         "Arguments after -- go to pytest (select the perf tests at stake, e.g. -k test_mlp).",
     )
-    p.add_argument("good", help="a commit that is not slow")
-    p.add_argument("bad", help="a later commit that is slow")
+    p.add_argument("good", help="a commit from before the change")
+    p.add_argument("bad", help="a later commit that has it")
     p.add_argument("--json", type=Path, help="write the culprit and every step here")
+    p.add_argument(
+        "--direction",
+        choices=("auto", "slower", "faster"),
+        default="auto",
+        help="the change to find: slower, faster, or auto (the direction BAD beside GOOD "
+        "shows; the default)",
+    )
     p.add_argument(
         "--rounds",
         type=int,

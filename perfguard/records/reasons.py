@@ -59,7 +59,8 @@ KINDS: dict[str, Kind] = {
     "runner_health": _kind("runner health: {warnings}", warnings=str),
     # the stored baseline beside a paired verdict, as context (perfguard.pipeline)
     "stored_context": _kind(
-        "stored baseline {commit}: {change:+.1f}% ({verdict}; context)",
+        "context only: the stored baseline of {commit} reads {change:+.1f}% ({verdict} there, "
+        "measured in another process; the verdict is the paired one)",
         commit=str,
         change=float,
         verdict=str,
