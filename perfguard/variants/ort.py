@@ -16,9 +16,6 @@ reported (the result says why); on the CPU the process peak RSS includes it.
 
 from __future__ import annotations
 
-import contextlib
-import io
-import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -28,6 +25,7 @@ import torch
 from torch import nn
 
 from perfguard.variants.base import Requirements, VariantUnavailableError, first_line
+from perfguard.variants.exporting import quiet_export
 from perfguard.variants.spec import VariantPart
 
 
@@ -161,18 +159,9 @@ def _feeds_in_order(
 
 
 def _export(model: nn.Module, inputs: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
-    # The exporter prints progress lines and logs warnings about torchvision ops: keep them quiet.
-    quiet = io.StringIO()
-    loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch.export", "onnxscript")]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.ERROR)
-    try:
-        with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
-            return torch.onnx.export(model, inputs, kwargs=dict(kwargs), dynamo=True, verbose=False)
-    finally:
-        for lg, level in zip(loggers, levels, strict=True):
-            lg.setLevel(level)
+    # the exporter prints progress lines and logs warnings about torchvision ops: kept quiet
+    with quiet_export():
+        return torch.onnx.export(model, inputs, kwargs=dict(kwargs), dynamo=True, verbose=False)
 
 
 def _cuda_call(
