@@ -114,9 +114,9 @@ def test_a_record_that_unpacks_past_any_real_one_is_refused_not_unpacked(
 ) -> None:
     import gzip
 
-    from perfguard.store import baselines
+    from perfguard.store import baselines, unpack
 
-    monkeypatch.setattr(baselines, "MAX_UNPACKED", 2**20)  # a 1 MiB cap stands for 512 MiB
+    monkeypatch.setattr(unpack, "MAX_UNPACKED", 2**20)  # a 1 MiB cap stands for 512 MiB
     bomb = tmp_path / "cuda-test-gpu" / f"{SHA}.json.gz"
     bomb.parent.mkdir()
     bomb.write_bytes(gzip.compress(b" " * (3 * 2**20)))  # 3 KB that unpack to 3 MiB

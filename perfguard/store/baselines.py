@@ -33,6 +33,7 @@ from perfguard.store.summary import (
     rows_of,
     write_part,
 )
+from perfguard.store.unpack import gunzip
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -69,40 +70,12 @@ def read_run_file(path: Path) -> Run:
     return parse_run(content, str(path))
 
 
-MAX_UNPACKED = 512 * 2**20
-"""The most a compressed record may unpack to. A record keeps a few KB a result (a suite of
-10,000 results is tens of MB); a file that unpacks past this is not one (a 3 MB file that
-unpacks to 3 GiB once took `baselines list` to 6.3 GB of memory and down)."""
-
-
-def _gunzip(content: bytes, where: str) -> bytes:
-    """The unpacked bytes, read in pieces and refused past `MAX_UNPACKED`."""
-    unpack = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-    out = bytearray()
-    rest = content
-    while rest:
-        out += unpack.decompress(rest, MAX_UNPACKED + 1 - len(out))
-        if len(out) > MAX_UNPACKED:
-            raise BaselineError(
-                f"{where}: unpacks to more than {MAX_UNPACKED // 2**20} MiB, which no perfguard "
-                "record does: move it aside or delete it"
-            )
-        rest = unpack.unconsumed_tail
-        if unpack.eof:
-            rest = unpack.unused_data  # a second gzip member follows, as gzip allows
-            if rest:
-                unpack = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-    if not unpack.eof:
-        raise EOFError("compressed file ended before the end-of-stream marker was reached")
-    return bytes(out)
-
-
 def parse_run(content: bytes, where: str) -> Run:
     """The run in a file's bytes (JSON, or JSON compressed with gzip); `BaselineError`
     naming `where` when they are not one."""
     if content.startswith(_GZIP_MAGIC):
         try:
-            content = _gunzip(content, where)
+            content = gunzip(content, where, BaselineError)
         except (OSError, EOFError, zlib.error) as exc:
             raise BaselineError(
                 f"{where}: a damaged or truncated gzip file ({exc}); move it aside and "
