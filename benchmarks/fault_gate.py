@@ -108,11 +108,12 @@ def deleted_in_ab(where: Path) -> tuple[Ran, list[str]]:
     repo = _repo(where, {"test_a.py": MODEL, "test_gone.py": MODEL.replace("mlp", "gone")})
     git(repo, "rm", "-q", "test_gone.py")
     git(repo, "commit", "-q", "-m", "deleted")
-    ran = _session(repo, "--perfguard-ab=HEAD~1")
+    ran, problems = _gate(repo, _session(repo, "--perfguard-ab=HEAD~1"), "deleted")
     doc = json.loads((repo / "out.json").read_text()) if (repo / "out.json").exists() else {}
     rows = {(c.get("test"), c.get("verdict")) for c in doc.get("comparisons") or ()}
-    ok = ("test_gone.py::test_gone", "missing") in rows
-    return ran, [] if ok else [f"the deleted test is not missing: {sorted(map(str, rows))}"]
+    if ("test_gone.py::test_gone", "missing") not in rows:
+        problems.append(f"the deleted test is not missing: {sorted(map(str, rows))}")
+    return ran, problems
 
 
 SCRIPTED = """
@@ -179,7 +180,7 @@ def gate_cases(seed: Seed) -> list[Case]:
             base_does_not_collect,
             codes=(1,),
         ),
-        Case("gate", "a test the change deletes, in A/B", "ok", deleted_in_ab),
+        Case("gate", "a test the change deletes, in A/B", "ok", deleted_in_ab, codes=(1,)),
         Case(
             "gate", "a change that loosens its own bar by +1650%", "ok", loosens_its_bar, codes=(1,)
         ),

@@ -30,6 +30,7 @@ from perfguard.git import (
 )
 from perfguard.health import Health
 from perfguard.records import BaselineRef, Gap, RecordError, Run, RunCost, VariantResult, reason
+from perfguard.records.gaps import deleted_gap
 from perfguard.report.outputs import keep_regressed_traces, write_reports
 from perfguard.stats.bars import RUN, guard
 from perfguard.stats.verdicts import (
@@ -160,9 +161,12 @@ def finish_run(
     started: float | None = None,
     cost: RunCost | None = None,
     incomplete: Sequence[Gap] = (),
+    collected: frozenset[tuple[str, str]] | None = None,
 ) -> PipelineOutcome:
     """Compare, write and save. Results are always written, even when comparing fails.
     `incomplete`: what the session was asked to measure and did not (the run fails on it).
+    `collected`: every (test, variant) of this tree, before any selection: a stored baseline's
+    test outside it was deleted or renamed, a gap of the run (one deselected is not).
 
     `same_job`: compare with the base measured in this job (paired), not a stored baseline.
     `remeasure`: how to measure flagged items again, `settings.confirm` times, before their
@@ -188,6 +192,8 @@ def finish_run(
             run = _compare_beside(run, same_job, settings, store, messages, remeasure)
         else:
             settings, run = _compare_stored(run, settings, state, store, messages, remeasure)
+        if collected is not None:
+            run = _with_deleted(run, collected)
         if settings.unhealthy == "inconclusive" and run.health_warnings:
             unhealthy = reason("runner_health", warnings="; ".join(run.health_warnings))
             withheld = withhold_speed_verdicts(run.comparisons, unhealthy)
@@ -220,6 +226,16 @@ def finish_run(
         saved = _save(run, settings, state, store, messages, failures, error is not None)
     error = "; ".join(failures) or None
     return PipelineOutcome(run, report_path, json_path, saved, tuple(messages), error)
+
+
+def _with_deleted(run: Run, collected: frozenset[tuple[str, str]]) -> Run:
+    """The run with a gap for the baseline's perf tests this tree no longer has at all."""
+    gone = [
+        (c.test, c.variant)
+        for c in run.comparisons
+        if c.verdict == "missing" and (c.test, c.variant) not in collected
+    ]
+    return replace(run, incomplete=(*run.incomplete, deleted_gap(gone))) if gone else run
 
 
 def _new_run(

@@ -208,7 +208,8 @@ def test_in_a_b_a_deleted_test_is_missing_and_a_base_that_does_not_collect_is_a_
     verdicts = {(c["test"], c["verdict"]) for c in doc["comparisons"]}
     assert ("test_a.py::test_gone", "missing") in verdicts
     found = gaps(pytester.path / "out.json")
-    assert set(found) == {"base_failed", "timeout"}
+    assert set(found) == {"base_failed", "timeout", "deleted"}
+    assert found["deleted"].items == ("test_a.py::test_gone [eager]",)
     assert "did not collect 1 module(s)" in found["base_failed"].detail
     assert "no_such_module_here" in found["base_failed"].detail
     assert found["timeout"].items == ("test_hangs.py::test_hangs[eager]",)
@@ -221,6 +222,7 @@ def test_in_a_b_a_deleted_test_is_missing_and_a_base_that_does_not_collect_is_a_
     assert chosen.ret == 1, chosen.stdout.str()  # the base's module still does not collect
     rows = json.loads((pytester.path / "k.json").read_text())["comparisons"]
     assert {c["test"] for c in rows if c["verdict"] == "missing"} == {"test_a.py::test_gone"}
+    assert gaps(pytester.path / "k.json")["deleted"].items == ("test_a.py::test_gone [eager]",)
 
 
 def test_a_b_driver_kills_a_worker_that_outlives_the_items_time_limit(
@@ -377,3 +379,26 @@ def test_in_a_b_a_perf_module_the_change_breaks_makes_the_run_incomplete(
     assert result.ret != 0, result.stdout.str()
     assert set(gaps(pytester.path / "out.json")) == {"collection_error"}
     assert "perfguard: incomplete run: 1 test module(s) did not collect" in result.stdout.str()
+
+
+@pytest.mark.slow
+def test_in_stored_mode_a_deleted_test_is_a_gap_and_a_deselected_one_is_not(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(mymodels=MODEL, test_a=BASE_A)
+    git(pytester.path, "init", "-q", "-b", "main")
+    git(pytester.path, "add", "-A")
+    git(pytester.path, "commit", "-q", "-m", "base")
+    saved = pytester.runpytest_subprocess(*FAST, "--perfguard", "--perfguard-save")
+    assert saved.ret == 0, saved.stdout.str()
+    pytester.makepyfile(test_a=GOOD)  # test_gone deleted
+    git(pytester.path, "commit", "-q", "-am", "head: test_gone deleted")
+    args = (*FAST, "--perfguard", "--perfguard-confirm=0")
+    result = pytester.runpytest_subprocess(*args, "--perfguard-json=out.json")
+    assert result.ret == 1, result.stdout.str()
+    assert gaps(pytester.path / "out.json")["deleted"].items == ("test_a.py::test_gone [eager]",)
+    assert "perf test(s) of the base commit are gone from this tree" in result.stdout.str()
+    pytester.makepyfile(test_a=BASE_A)  # back, and deselected instead
+    git(pytester.path, "commit", "-q", "-am", "head: test_gone back")
+    chosen = pytester.runpytest_subprocess(*args, "--perfguard-json=k.json", "-k", "good")
+    assert "deleted" not in gaps(pytester.path / "k.json"), chosen.stdout.str()

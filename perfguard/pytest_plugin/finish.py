@@ -45,6 +45,10 @@ def finish_session(session: pytest.Session, state: SessionState, exitstatus: int
             incomplete=state.tally.gaps(
                 state.nodeids.values(), status == pytest.ExitCode.INTERRUPTED, stopped_by()
             ),
+            # (where a module did not collect, its tests are not known gone: that gap says it)
+            collected=None
+            if same is not None or state.tally.collection
+            else frozenset(state.tally.collected),
         )
 
     try:
@@ -108,6 +112,8 @@ def _close_ab(
     # ran on the base side and this tree lacks is not (it has its own result)
     kept = {r.key for r in base} | state.tally.collected  # measured there, or here at all
     deleted = tuple(d for d in deleted if d not in kept)
+    # where a module of this tree did not collect, its tests are not known gone: that gap says it
+    state.tally.deleted = () if state.tally.collection else deleted
     return BaseMeasuredBeside(
         ab.commit,
         ab.reason,

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from perfguard.records.gaps import Gap
+from perfguard.records.gaps import Gap, deleted_gap
 
 NEVER_CALLED = "it never called perfguard.run, train_step or generate"
 
@@ -28,6 +28,7 @@ class Tally:
     base_failure: str | None = None  # same-job A/B: why the base tree failed as a whole
     base_crashes: list[str] = field(default_factory=list)  # A/B: the base worker's crashes
     collected: set[tuple[str, str]] = field(default_factory=set)  # (test, variant), before -k
+    deleted: tuple[tuple[str, str], ...] = ()  # A/B: the base's perf tests this tree lacks
 
     def ended_as(self, nodeid: str, outcome: str, line: str) -> None:
         """An item's end (the first phase that did not pass, or its call)."""
@@ -52,6 +53,8 @@ class Tally:
             )
         if self.base_failure:
             found.append(Gap(kind="base_failed", detail=self.base_failure))
+        if self.deleted:
+            found.append(deleted_gap(self.deleted))
         if self.timed_out:
             limits = sorted(set(self.timed_out.values()))
             found.append(

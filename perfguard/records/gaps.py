@@ -9,20 +9,29 @@ tree's own failure in A/B), the report's first line says so, and `merge` and
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from perfguard.records.base import RecordError, text
 
-GAP_KINDS = ("collection_error", "interrupted", "timeout", "not_measured", "base_failed")
+GAP_KINDS = (
+    "collection_error",
+    "interrupted",
+    "timeout",
+    "not_measured",
+    "base_failed",
+    "deleted",
+)
 """- collection_error: a test module did not import or collect (its items never ran);
 - interrupted: the session was stopped (Ctrl-C, SIGINT or SIGTERM, as a cancelled job);
 - timeout: an item ran past `--perfguard-timeout` and was ended;
 - not_measured: a perf item ended without a result (it failed before measuring, never
   called perfguard.run, or was not reached);
 - base_failed: in same-job A/B, the base tree's side failed as a whole (its worktree, its
-  collection, its worker)."""
+  collection, its worker);
+- deleted: perf tests the base has and this tree does not (deleted or renamed): no longer
+  measured, so no longer judged, which a reviewer must see and a maintainer pass on purpose."""
 
 SHOWN_ITEMS = 10  # items a gap's line names before "and N more"
 
@@ -67,3 +76,14 @@ class Gap:
 def summary(gaps: Sequence[Gap]) -> str:
     """The run's gaps in one line, for the report's first line and a command's exit."""
     return "; ".join(g.line() for g in gaps)
+
+
+def deleted_gap(gone: Iterable[tuple[str, str]]) -> Gap:
+    """The base's perf tests this tree does not have (deleted or renamed)."""
+    items = tuple(sorted({f"{test} [{variant}]" for test, variant in gone}))
+    return Gap(
+        kind="deleted",
+        detail=f"{len(items)} perf test(s) of the base commit are gone from this tree (deleted "
+        "or renamed): no longer measured, so no longer judged",
+        items=items,
+    )

@@ -70,7 +70,8 @@ History:
   row (each may hold "; ") their `op_changes` and `new_graph_breaks`, the confirmation's
   words its `confirmation`, and any other part a `text` reason with the words as they were.
 - 10: incomplete runs. A run has `incomplete`, what it was asked to measure and did not
-  (each gap a `kind`: collection_error, interrupted, timeout, not_measured or base_failed;
+  (each gap a `kind`: collection_error, interrupted, timeout, not_measured, base_failed or
+  deleted;
   a `detail` line; the `items` it hit), empty for a run that measured everything; `merge`
   and `report --exit-code` fail on a run with any. Migration from 9: a run reads as
   complete (version 9 recorded no gaps: a version-9 run that missed items cannot be told).
