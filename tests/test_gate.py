@@ -402,3 +402,17 @@ def test_in_stored_mode_a_deleted_test_is_a_gap_and_a_deselected_one_is_not(
     git(pytester.path, "commit", "-q", "-am", "head: test_gone back")
     chosen = pytester.runpytest_subprocess(*args, "--perfguard-json=k.json", "-k", "good")
     assert "deleted" not in gaps(pytester.path / "k.json"), chosen.stdout.str()
+
+
+def test_an_a_b_worker_waiting_for_its_driver_does_not_spend_its_items_time() -> None:
+    """The alarm is held still while the worker waits (the driver busy with the other side),
+    and goes on counting afterwards."""
+    from perfguard.pytest_plugin.timeout import ItemTimeout, paused, time_limit
+
+    fired: list[bool] = []
+    with pytest.raises(ItemTimeout), time_limit(0.3, lambda: fired.append(True)):
+        with paused():
+            time.sleep(0.6)  # twice the limit, waiting: no alarm
+        assert not fired
+        time.sleep(5)  # the item's own time runs out
+    assert fired

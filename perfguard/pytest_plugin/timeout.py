@@ -5,8 +5,9 @@ runner until the job's own limit, and a cancelled job measured nothing after it.
 limit the item is ended: it fails with a line naming the limit, its result is an error,
 the run records it as a gap, and the session goes on with the next item. The alarm is
 SIGALRM in the measuring process's main thread, which ends Python code and any call that
-returns to Python; an A/B driver also stops waiting for a worker past the limit (and a
-grace), and kills it (`ab/side.py`).
+returns to Python; an A/B worker holds it still while it waits for its driver (`paused`), so
+its limit counts its own work; the driver also stops waiting for a worker past the limit
+(and a grace), and kills it (`ab/side.py`).
 """
 
 from __future__ import annotations
@@ -58,3 +59,21 @@ def time_limit(seconds: float, expired: Callable[[], None]) -> Iterator[None]:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+@contextlib.contextmanager
+def paused() -> Iterator[None]:
+    """An item's alarm held still while the block runs: an A/B worker waiting for its
+    driver's word (its turn, the next block) is not the item's own time, and an alarm in the
+    middle of reading the driver's message would break their connection."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(
+        signal, "setitimer"
+    ):
+        yield
+        return
+    left, _ = signal.setitimer(signal.ITIMER_REAL, 0)
+    try:
+        yield
+    finally:
+        if left > 0:
+            signal.setitimer(signal.ITIMER_REAL, left)

@@ -29,6 +29,7 @@ from perfguard.measure.sampling import (
 )
 from perfguard.pytest_plugin.ab import protocol
 from perfguard.pytest_plugin.ab.channel import ENV_ITEMS, ENV_SIDE, connect_from_env
+from perfguard.pytest_plugin.timeout import paused
 
 
 class DriverGoneError(PerfguardError, RuntimeError):
@@ -65,7 +66,8 @@ class WorkerLink:
 
     def recv(self) -> protocol.Message:
         try:
-            data = self.conn.recv()
+            with paused():  # waiting for the driver is not the item's own time
+                data = self.conn.recv()
         except (EOFError, OSError):
             raise DriverGoneError("the A/B driver closed the connection") from None
         return protocol.command(data)
