@@ -209,28 +209,26 @@ def _fp64_outputs(
     training: Workload | None,
     tokens: Any,
 ) -> tuple[np.ndarray[Any, np.dtype[np.float64]] | None, str]:
-    """Eager's outputs in fp64, or None and why not."""
+    """Eager's outputs in fp64, or None and why not: a training step's own copy converted
+    whole, the model itself one module at a time (`lending.in_fp64`)."""
+    from perfguard.variants.base import model_size_bytes
     from perfguard.variants.lending import fp64_bytes_of_largest_piece, in_fp64
 
+    running: contextlib.AbstractContextManager[nn.Module]
     if isinstance(training, TrainStep):  # its own copy: converted whole
-        try:
-            out = _eager_outputs(
-                work.double(), _double(args), _double(named), device, training, tokens=tokens
+        running = contextlib.nullcontext(work.double())
+    else:
+        piece = fp64_bytes_of_largest_piece(work)
+        if piece > max(FP64_PIECE_FLOOR, FP64_PIECE_SHARE * model_size_bytes(work)):
+            return None, (
+                f"its largest module holds {piece / 2**20:,.0f} MiB of weights in fp64, more "
+                f"than {FP64_PIECE_SHARE:.0%} of the model: judged on the model's own precision"
             )
-        except (RuntimeError, TypeError, NotImplementedError) as exc:
-            return None, f"the model does not run in fp64 ({first_line(exc)}); judged on fp32"
-        return out, ""
-    piece = fp64_bytes_of_largest_piece(work)
-    size = sum(t.numel() * t.element_size() for t in [*work.parameters(), *work.buffers()])
-    if piece > max(FP64_PIECE_FLOOR, FP64_PIECE_SHARE * size):
-        return None, (
-            f"its largest module holds {piece / 2**20:,.0f} MiB of weights in fp64, more than "
-            f"{FP64_PIECE_SHARE:.0%} of the model: judged on the model's own precision"
-        )
+        running = in_fp64(work)
     try:
-        with in_fp64(work):
+        with running as fp64:
             out = _eager_outputs(
-                work, _double(args), _double(named), device, training, tokens=tokens
+                fp64, _double(args), _double(named), device, training, tokens=tokens
             )
     except (RuntimeError, TypeError, NotImplementedError) as exc:
         return None, f"the model does not run in fp64 ({first_line(exc)}); judged on fp32"
