@@ -186,7 +186,7 @@ def test_a_version_8_file_has_its_notes_read_back_once_and_says_the_same() -> No
         "comparisons": rows,
     }
     up = upgrade(json.loads(json.dumps(old)))
-    assert up["schema_version"] == 10 and up["incomplete"] == []
+    assert up["schema_version"] == 11 and up["incomplete"] == []
     loaded = Run.from_json(up)
     paired, failed, skipped, future, ops, breaks = loaded.comparisons
     assert kinds(paired) == ["paired_sequential", "adjusted", "confirmation"]

@@ -146,6 +146,8 @@ class Comparison:
     trend: tuple[tuple[str, float], ...] = ()  # (commit, value) of recent baselines, oldest first
     baseline_ci: tuple[float, float] | None = None  # 95% bootstrap interval over repeats
     current_ci: tuple[float, float] | None = None
+    # a paired (same-job A/B) latency change's interval, in percent, at the level it stopped at
+    change_ci: tuple[float, float] | None = None
     # the change seen again by each confirmation re-measure (fresh process, same baseline);
     # with `confirmation`, its `changes`
     confirm_change_pct: tuple[float | None, ...] = ()
@@ -180,7 +182,7 @@ class Comparison:
             "confirm_change_pct",
             tuple(finite_or_none("confirm_change_pct", v) for v in changes),
         )
-        for name in ("baseline_ci", "current_ci"):
+        for name in ("baseline_ci", "current_ci", "change_ci"):
             ci = getattr(self, name)
             if ci is not None:
                 low, high = (finite_or_none(name, v) for v in ci)
@@ -227,7 +229,7 @@ class Comparison:
             ),
             **{
                 name: list(getattr(self, name))
-                for name in ("baseline_ci", "current_ci")
+                for name in ("baseline_ci", "current_ci", "change_ci")
                 if getattr(self, name) is not None
             },
             **({"accepted": self.accepted.to_json()} if self.accepted is not None else {}),
@@ -255,6 +257,7 @@ class Comparison:
                 trend=tuple((str(c), float(v)) for c, v in data.get("trend") or ()),
                 baseline_ci=_pair(data.get("baseline_ci")),
                 current_ci=_pair(data.get("current_ci")),
+                change_ci=_pair(data.get("change_ci")),
                 confirm_change_pct=numbers("confirm_change_pct", data.get("confirm_change_pct")),
                 why=tuple(_why_row(row) for row in data.get("why") or ()),
                 confirmation=None

@@ -19,6 +19,7 @@ from perfguard.stats.significance import (
     bootstrap_ci,
     cohens_d,
     min_detectable_pct,
+    paired_change_interval,
     paired_cohens_d,
     paired_min_detectable_pct,
     paired_test,
@@ -62,6 +63,7 @@ class _Test:
     practical_pct: float  # the smallest change the verdict may act on
     detectable_pct: float  # the smallest change this test could have flagged
     reasons: tuple[Reason, ...]
+    change_ci: tuple[float, float] | None = None  # paired: the change's interval, in percent
 
 
 TAIL_BAR_FACTOR = 2.0
@@ -100,6 +102,7 @@ def _paired(
         practical_pct=ab_bar(metric, th),
         detectable_pct=paired_min_detectable_pct(a, b, alpha=level),
         reasons=(how,),
+        change_ci=paired_change_interval(a, b, level),
     )
 
 
@@ -162,6 +165,7 @@ def latency_comparisons(
             reasons=found.reasons,
             baseline_ci=bootstrap_ci(a),
             current_ci=bootstrap_ci(b),
+            change_ci=found.change_ci,
         )
         out.append(Pending(tested, found.practical_pct, found.p))
     return out

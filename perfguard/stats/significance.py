@@ -249,6 +249,16 @@ def paired_test(a: Values, b: Values) -> float:
     return min(1.0, 2.0 * min(p_mean, p_trim))
 
 
+def paired_change_interval(a: Values, b: Values, level: float) -> tuple[float, float] | None:
+    """The interval of the change from `a` to `b`, in percent, at confidence 1 - `level`:
+    the 25%-trimmed mean of the pairs' log ratios (the statistic that sets a burst aside);
+    None where it is unbounded (too few pairs)."""
+    _, low, high = log_ratio_interval(_log_ratios(a, b), level, "trimmed")
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return None
+    return 100.0 * math.expm1(low), 100.0 * math.expm1(high)
+
+
 def paired_cohens_d(a: Values, b: Values) -> float:
     """Cohen's d for paired blocks (d_z: mean log ratio over its SD), Hedges-corrected."""
     d = _log_ratios(a, b)

@@ -82,6 +82,12 @@ History:
   `loosened`: the verdict rules the run's change loosened against its base commit's, each
   `test` ("*": the whole run), `rule`, `head` and `base` values (the run was judged by the
   base's).
+- 11: main's record from pairs. A paired latency comparison (same-job A/B) has `change_ci`,
+  the interval of its change in percent (the trimmed mean of the pairs' log ratios, at the
+  level the item stopped at); a baseline saved by main's paired run keeps its comparisons
+  against HEAD's first parent (`baseline.mode` "ab"), which `perfguard history` reads as
+  that commit's step. Migration from 10: nothing changes (no version-10 comparison has an
+  interval of its change).
 
 A newer version than this perfguard knows is refused (upgrade perfguard). An older one is
 migrated in memory by the steps below, one version at a time; the file on disk is left as it
@@ -177,6 +183,11 @@ def _9_to_10(doc: dict[str, Any]) -> dict[str, Any]:
     return {**doc, "schema_version": 10, "incomplete": doc.get("incomplete") or []}
 
 
+def _10_to_11(doc: dict[str, Any]) -> dict[str, Any]:
+    """Version 10 kept no interval of a paired change: nothing to convert."""
+    return {**doc, "schema_version": 11}
+
+
 MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
     1: _1_to_2,
     2: _2_to_3,
@@ -187,6 +198,7 @@ MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
     7: _7_to_8,
     8: _8_to_9,
     9: _9_to_10,
+    10: _10_to_11,
 }
 """version N -> a function turning a version-N document into a version-(N+1) one."""
 
