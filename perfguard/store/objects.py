@@ -46,6 +46,7 @@ from perfguard.store.baselines import (
     parse_run,
 )
 from perfguard.store.summary import (
+    OLD_LAYOUT,
     SUMMARY_DIR,
     Summary,
     SummaryError,
@@ -436,8 +437,10 @@ class ObjectStore:
             path = _part(*key)
             try:
                 if path in content:
-                    tables[key] = read_part(content[path], self.where(path))
-                    continue
+                    table = read_part(content[path], self.where(path))
+                    if record is None or not table.attrs.get(OLD_LAYOUT):
+                        tables[key] = table  # (an older layout is made again from its record)
+                        continue
             except SummaryError:
                 pass
             if record is not None:

@@ -49,7 +49,18 @@ COLUMNS = (
     "high",
     "record",
     "accepted",
+    "pair",
+    "pair_verdict",
+    "pair_change",
+    "pair_low",
+    "pair_high",
+    "pair_p",
 )
+PAIR_COLUMNS = COLUMNS[COLUMNS.index("pair") :]
+"""A paired change stored with the figure (main's paired run, same-job A/B): the commit it
+was measured beside (HEAD's first parent), its verdict, the change in percent with its
+interval, and its p-value; empty and NaN where the figure has none."""
+OLD_LAYOUTS = (COLUMNS[: COLUMNS.index("accepted")], COLUMNS[: COLUMNS.index("pair")])
 COUNTER_METRICS = (
     "graphs",
     "aten_ops",
@@ -61,7 +72,8 @@ COUNTER_METRICS = (
 )
 """The exact counts kept as rows too (graph breaks and recompiles are metrics already)."""
 METRIC_FIELDS = tuple(f.name for f in fields(Metrics))
-TEXT_COLUMNS = (*COLUMNS[:6], "record", "accepted")
+TEXT_COLUMNS = (*COLUMNS[:6], "record", "accepted", "pair", "pair_verdict")
+FLOAT_COLUMNS = tuple(c for c in COLUMNS if c not in TEXT_COLUMNS)
 RUN_TEST, RUN_VARIANT, RUN_METRIC = "(the run)", "runner", "run_seconds"
 """The row of a run's cost (its runner seconds, `Run.cost`): main's cost per commit."""
 
@@ -119,6 +131,7 @@ def rows_of(run: Run, record: str) -> list[tuple[Any, ...]]:
         for c in run.comparisons
         if c.accepted is not None
     }
+    pairs = paired_changes(run)
     for r in run.results:
         if r.status != "ok":
             continue
@@ -140,11 +153,31 @@ def rows_of(run: Run, record: str) -> list[tuple[Any, ...]]:
                     stored(high),
                     record,
                     accepted.get((r.test, r.variant, metric), ""),
+                    *pairs.get((r.test, r.variant, metric), NO_PAIR),
                 )
             )
     if run.cost is not None:
         row = (RUN_TEST, RUN_VARIANT, RUN_METRIC, stored(run.cost.seconds), math.nan, math.nan)
-        out.append((run.machine, run.commit or "", run.created or "", *row, record, ""))
+        out.append((run.machine, run.commit or "", run.created or "", *row, record, "", *NO_PAIR))
+    return out
+
+
+NO_PAIR = ("", "", math.nan, math.nan, math.nan, math.nan)
+
+
+def paired_changes(run: Run) -> dict[tuple[str, str, str], tuple[Any, ...]]:
+    """(test, variant, metric) -> the `PAIR_COLUMNS` of each change `run` measured beside
+    its base commit (same-job A/B); none for a run compared with a stored baseline."""
+    base = run.baseline
+    if base.mode != "ab" or not base.commit:
+        return {}
+    out: dict[tuple[str, str, str], tuple[Any, ...]] = {}
+    for c in run.comparisons:
+        if c.scope != "metric" or c.change_pct is None:
+            continue
+        low, high = c.change_ci if c.change_ci is not None else (math.nan, math.nan)
+        p = math.nan if c.p_value is None else c.p_value
+        out[(c.test, c.variant, c.metric)] = (base.commit, c.verdict, c.change_pct, low, high, p)
     return out
 
 
@@ -156,9 +189,7 @@ def frame(rows: Iterable[Sequence[Any]]) -> pd.DataFrame:
     import pandas as pd
 
     table = pd.DataFrame(list(rows), columns=list(COLUMNS))
-    return table.astype(
-        {c: "float64" for c in ("value", "low", "high")} | {c: object for c in TEXT_COLUMNS}
-    )
+    return table.astype({c: "float64" for c in FLOAT_COLUMNS} | {c: object for c in TEXT_COLUMNS})
 
 
 def _fastparquet() -> Any:
@@ -206,11 +237,19 @@ def read_part(content: bytes, where: str) -> pd.DataFrame:
         table: pd.DataFrame = fastparquet.ParquetFile(io.BytesIO(content)).to_pandas()
     except Exception as exc:  # fastparquet raises many kinds on a damaged file
         raise SummaryError(f"{where}: not a summary part ({type(exc).__name__}: {exc})") from None
-    if list(table.columns) == list(COLUMNS[:-1]):  # written before `accepted`
-        table["accepted"] = ""
-    if list(table.columns) != list(COLUMNS):
+    found = tuple(table.columns)
+    if found in OLD_LAYOUTS:  # written before `accepted`, or before the paired changes
+        for column in COLUMNS[len(found) :]:
+            table[column] = "" if column in TEXT_COLUMNS else math.nan
+        table.attrs[OLD_LAYOUT] = True  # made again from its record where there is one
+    elif found != COLUMNS:
         raise SummaryError(f"{where}: not a summary part (columns {list(table.columns)})")
     return table
+
+
+OLD_LAYOUT = "perfguard_old_layout"
+"""The mark `read_part` leaves on a part of an older layout: stale where its record is at
+hand (its rows are made again, with the columns it lacks), used as it is where not."""
 
 
 def part_path(root: Path, machine: str, commit: str) -> Path:
@@ -284,4 +323,8 @@ def _categorical(column: pd.Series) -> pd.Categorical:
 
 
 def current(part: pd.DataFrame, record: str) -> bool:
+    """Whether `part` holds the rows of the record whose blob id is `record`, in this
+    layout."""
+    if part.attrs.get(OLD_LAYOUT):
+        return False
     return part.empty or bool((part["record"] == record).all())
