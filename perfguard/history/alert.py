@@ -120,19 +120,21 @@ def body(
         lines += [f"{between} commits are in the range. To find the one:", ""]
         lines += bisect_hint(first.previous, first.commit, sorted({c.test for c in steps}))
     lines += [
-        "| test | variant | metric | before | after | change | p | commits since |",
-        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |",
+        "| test | variant | metric | before | after | change | p | found | commits since |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | --- | ---: |",
     ]
     for c in sorted(steps, key=lambda c: -c.change_pct):
         lines.append(
             f"| {cell(c.test)} | {cell(c.variant)} | {c.metric} | "
             f"{metric_value(c.metric, c.before)} | {metric_value(c.metric, c.after)} | "
-            f"{pct(c.change_pct)} | {sci(c.p_value)} | {c.points_after} |"
+            f"{pct(c.change_pct)} | {sci(c.p_value)} | {cell(c.how)} | {c.points_after} |"
         )
     lines += [
         "",
-        "Found by change-point detection over main's stored baselines (`perfguard history`). "
-        "This issue is updated while the regression stands; close it once it is dealt with.",
+        "Found in main's record (`perfguard history`): beside its parent, the change main's "
+        "run measured between that commit and its first parent in one job; by the search, a "
+        "step in the series of commits measured alone. This issue is updated while the "
+        "regression stands; close it once it is dealt with.",
         "",
     ]
     return "\n".join(lines)

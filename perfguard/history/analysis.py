@@ -6,14 +6,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING
 
-from perfguard.history.changepoints import DETECTED_METRICS, Detection, find_steps
+from perfguard.history.changepoints import DETECTED_METRICS, Detection, Reach, find_steps, reach
 from perfguard.history.series import Ordered, Series
 from perfguard.report.format import cell, metric_value, pct, sci
 
 if TYPE_CHECKING:
     import pandas as pd
 
-HISTORY_FORMAT = 2  # the layout of `perfguard history --json` (2: change points have `accepted`)
+HISTORY_FORMAT = 3  # the layout of `perfguard history --json` (3: `source`, `low`, `high`, notes)
 ACCEPT_NEAR = 2  # series positions either side of a step where its accepting commit may be
 
 
@@ -32,10 +32,15 @@ class ChangePoint:
     before: float
     after: float
     change_pct: float
-    p_value: float
+    p_value: float | None
     # a regression a pull request accepted at a commit of the step: "<bound>: <reason> (<by>)"
     accepted: str = ""
     accepted_at: str = ""  # that commit
+    # "pair": the commit's change measured beside its parent (main's paired run); "search":
+    # found in the series of figures (commits measured alone)
+    source: str = "search"
+    low: float | None = None  # a pair's interval of the change, in percent, where known
+    high: float | None = None
 
     @property
     def kind(self) -> str:
@@ -44,6 +49,16 @@ class ChangePoint:
     @property
     def key(self) -> tuple[str, str, str, str]:
         return (self.machine, self.test, self.variant, self.metric)
+
+    @property
+    def how(self) -> str:
+        """How it was found, for the reader: beside its parent (with the change's interval),
+        or by the search over the series."""
+        if self.source != "pair":
+            return "search over the series"
+        if self.low is None or self.high is None:
+            return "beside its parent"
+        return f"beside its parent ({pct(self.low)} to {pct(self.high)})"
 
     def to_json(self) -> dict[str, object]:
         return {**asdict(self), "kind": self.kind, "range": f"{self.previous}..{self.commit}"}
@@ -55,6 +70,7 @@ class History:
     series: tuple[Series, ...]
     change_points: tuple[ChangePoint, ...]  # newest first
     settings: Detection
+    notes: tuple[str, ...] = ()  # what the reader must know of how the steps were found
 
     @property
     def commits(self) -> list[str]:
@@ -86,30 +102,109 @@ def analyze(
     metrics: Sequence[str] = DETECTED_METRICS,
 ) -> History:
     settings = settings or Detection()
-    found = []
+    found: list[ChangePoint] = []
+    searched: list[tuple[Series, Reach]] = []
+    unpaired: set[str] = set()
     for s in series:
         if s.metric not in metrics:
             continue
-        for step in find_steps(s.values, settings):
-            found.append(
-                ChangePoint(
-                    *s.key,
-                    previous=s.commits[step.index - 1],
-                    commit=s.commits[step.index],
-                    index=step.index,
-                    points_after=len(s.commits) - step.index,
-                    before=step.before,
-                    after=step.after,
-                    change_pct=step.change_pct,
-                    p_value=step.p_value,
-                )
-            )
+        found.extend(_paired_steps(s, settings))
+        alone = _unpaired(s)
+        if not alone:
+            continue  # every commit of the series has its pair: nothing to search for
+        unpaired.update(s.commits[i] for i in alone)
+        searched.append((s, reach(s.values, settings)))
+        found.extend(c for c in _searched_steps(s, settings) if c.index in alone)
+    notes = _search_notes(searched, unpaired, len(_dedupe([r.commit or "" for r in ordered.runs])))
     by_key = {s.key: s for s in series}
     accepted = _accepted_rows(ordered.table)
     found = [_with_accept(c, by_key[c.key], accepted) for c in found] if accepted else found
     position = {sha: i for i, sha in enumerate(_dedupe([r.commit or "" for r in ordered.runs]))}
     found.sort(key=lambda c: (-position.get(c.commit, -1), c.key))
-    return History(ordered, tuple(series), tuple(found), settings)
+    return History(ordered, tuple(series), tuple(found), settings, notes)
+
+
+def _unpaired(s: Series) -> set[int]:
+    """The points of `s` without a paired change: where the search decides. The first
+    point has no neighbour to search against; without a pair it has no step."""
+    if not s.pairs:
+        return set(range(1, len(s.values)))
+    return {i for i, pair in enumerate(s.pairs) if pair is None and i > 0}
+
+
+def _paired_steps(s: Series, settings: Detection) -> list[ChangePoint]:
+    """The commits of `s` whose change beside their parent stands, wherever they lie."""
+    out = []
+    for i, pair in enumerate(s.pairs):
+        if pair is None or not pair.stands or abs(pair.change_pct) < settings.min_change_pct:
+            continue
+        after = s.values[i]
+        out.append(
+            ChangePoint(
+                *s.key,
+                previous=pair.base,
+                commit=s.commits[i],
+                index=i,
+                points_after=len(s.commits) - i,
+                before=after / (1.0 + pair.change_pct / 100.0),
+                after=after,
+                change_pct=pair.change_pct,
+                p_value=pair.p_value,
+                source="pair",
+                low=pair.low,
+                high=pair.high,
+            )
+        )
+    return out
+
+
+def _searched_steps(s: Series, settings: Detection) -> list[ChangePoint]:
+    return [
+        ChangePoint(
+            *s.key,
+            previous=s.commits[step.index - 1],
+            commit=s.commits[step.index],
+            index=step.index,
+            points_after=len(s.commits) - step.index,
+            before=step.before,
+            after=step.after,
+            change_pct=step.change_pct,
+            p_value=step.p_value,
+        )
+        for step in find_steps(s.values, settings)
+    ]
+
+
+def _search_notes(
+    searched: Sequence[tuple[Series, Reach]], unpaired: set[str], commits: int
+) -> tuple[str, ...]:
+    """What the search over commits measured alone could and could not see."""
+    if not searched:
+        return ()
+    notes = [
+        f"{len(unpaired)} of {commits} commit(s) have no change measured beside their parent "
+        "(saved with --perfguard-save-unpaired, from a shallow checkout, or before paired "
+        "runs): a step at those is looked for in the series of figures instead"
+    ]
+    short = [s for s, r in searched if r.first is None]
+    if short:
+        notes.append(
+            f"{len(short)} series too short for that search ({max(len(s.values) for s in short)} "
+            "commit(s) at most): no step can be found in them without pairs"
+        )
+    seen = [r for _, r in searched if r.first is not None and r.last is not None]
+    if seen:
+        n = max(r.n for r in seen)
+        widest = max((r for r in seen if r.n == n), key=lambda r: (r.last or 0) - (r.first or 0))
+        low, high = min(r.smallest_pct for r in seen), max(r.smallest_pct for r in seen)
+        size = f"{low:.1f}%" if f"{low:.1f}" == f"{high:.1f}" else f"{low:.1f}%-{high:.1f}%"
+        notes.append(
+            f"in a series of {n} commits the search finds a step only with at least "
+            f"{widest.first} commits before it and {n - (widest.last or 0)} after it (nearer an "
+            f"end its rank test cannot reach max_p), and only of {size} or more (each series' "
+            "own noise)"
+        )
+    return tuple(notes)
 
 
 def _accepted_rows(table: pd.DataFrame | None) -> dict[tuple[str, str, str, str, str], str]:
@@ -147,6 +242,7 @@ def to_json(history: History) -> dict[str, object]:
         "left_out": history.ordered.left_out,
         "commits": _dedupe(history.commits),
         "settings": asdict(history.settings),
+        "notes": list(history.notes),
         "change_points": [c.to_json() for c in history.change_points],
         "series": [dump_json(s) for s in history.series],
     }
@@ -164,7 +260,7 @@ def _summary(history: History) -> str:
 
 
 def render_terminal(history: History) -> str:
-    lines = [_summary(history)]
+    lines = [_summary(history), *(f"note: {n}" for n in history.notes)]
     if not history.change_points:
         lines.append("no change points")
         return "\n".join(lines) + "\n"
@@ -174,7 +270,7 @@ def render_terminal(history: History) -> str:
             f"  {c.kind:<11} {pct(c.change_pct):>8}  {c.previous[:10]}..{c.commit[:10]}  "
             f"{c.test} [{c.variant}] {c.metric}  "
             f"{metric_value(c.metric, c.before)} -> {metric_value(c.metric, c.after)}  "
-            f"p={sci(c.p_value)}  ({c.points_after} commit(s) since)  {c.machine}"
+            f"p={sci(c.p_value)}  {c.how}  ({c.points_after} commit(s) since)  {c.machine}"
             + (f"  accepted at {c.accepted_at[:10]}: {c.accepted}" if c.accepted else "")
         )
     return "\n".join(lines).replace("\u00a0", " ") + "\n"
@@ -183,11 +279,12 @@ def render_terminal(history: History) -> str:
 def render_markdown(history: History, *, commit_url: str | None = None) -> str:
     """`commit_url`: a link pattern with `{sha}` (e.g. https://github.com/o/r/commit/{sha})."""
     lines = ["## perfguard: main's history", "", cell(_summary(history)) + ".", ""]
+    lines += [*(f"> {cell(n)}." for n in history.notes), *([""] if history.notes else [])]
     if not history.change_points:
         return "\n".join([*lines, "No change points.", ""])
     lines += [
-        "| | change | commits | test | variant | metric | before | after | p | since |",
-        "| --- | ---: | --- | --- | --- | --- | ---: | ---: | ---: | ---: |",
+        "| | change | commits | test | variant | metric | before | after | p | found | since |",
+        "| --- | ---: | --- | --- | --- | --- | ---: | ---: | ---: | --- | ---: |",
     ]
     for c in history.change_points:
         mark = ":red_circle:" if c.kind == "regression" else ":green_circle:"
@@ -196,12 +293,16 @@ def render_markdown(history: History, *, commit_url: str | None = None) -> str:
         lines.append(
             f"| {mark} | {pct(c.change_pct)} | {commit_range(c, commit_url)} | {cell(c.test)} | "
             f"{cell(c.variant)} | {c.metric} | {metric_value(c.metric, c.before)} | "
-            f"{metric_value(c.metric, c.after)} | {sci(c.p_value)} | {c.points_after} |"
+            f"{metric_value(c.metric, c.after)} | {sci(c.p_value)} | {c.how} | "
+            f"{c.points_after} |"
         )
     lines += [
         "",
         "A change point's commits: the step happened after the first and by the second "
-        "(`perfguard bisect` finds the one commit when there are several between them).",
+        "(`perfguard bisect` finds the one commit when there are several between them). "
+        "Found beside its parent: main's run measured that commit beside its first parent "
+        "in one job, and the paired change (its interval beside it) stood; by the search: "
+        "the commits were measured alone, and the series of their figures stepped there.",
         "",
     ]
     return "\n".join(lines)

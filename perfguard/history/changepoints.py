@@ -141,3 +141,42 @@ def find_steps(values: Sequence[float], settings: Detection | None = None) -> li
         weakest = max(failing, key=lambda s: (s.p_value, -abs(s.change_pct)))
         cps.remove(weakest.index)
     return []
+
+
+@dataclass(frozen=True)
+class Reach:
+    """What the search can see in a series of `n` commits: a lone step only between the
+    `first` and the `last` index (nearer an end, the rank test cannot reach `max_p` even
+    when every point of one side lies beyond every point of the other), and only one of
+    `smallest_pct` or more (at the middle of the series, in its own noise: the least step
+    whose cost saving beats PELT's penalty). `first` None: nowhere (too short)."""
+
+    n: int
+    first: int | None
+    last: int | None
+    smallest_pct: float
+
+
+def _best_p(left: int, right: int) -> float:
+    """The smallest two-sided exact Mann-Whitney p of `left` points against `right`."""
+    return min(1.0, 2.0 / math.comb(left + right, left))
+
+
+def reach(values: Sequence[float], settings: Detection | None = None) -> Reach:
+    import numpy as np
+
+    settings = settings or Detection()
+    n, w = len(values), settings.window
+    seen = [
+        i
+        for i in range(settings.min_size, n - settings.min_size + 1)
+        if _best_p(min(i, w), min(n - i, w)) <= settings.max_p
+    ]
+    data = np.asarray(values, dtype=float)
+    noise = NOISE_FLOOR
+    if data.size >= 2 and np.all(np.isfinite(data)) and np.all(data > 0):
+        noise = noise_scale(np.log(data))
+    half = max(n // 2, 1)
+    least = math.sqrt(settings.penalty * math.log(max(n, 2)) * n / (half * max(n - half, 1)))
+    smallest = max(100.0 * math.expm1(least * noise), settings.min_change_pct)
+    return Reach(n, seen[0] if seen else None, seen[-1] if seen else None, smallest)

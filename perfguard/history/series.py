@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 import subprocess
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -63,6 +63,8 @@ class Series:
     created: tuple[str | None, ...] = ()  # () or one per point, as low and high
     low: tuple[float | None, ...] = ()  # the spread of the values over the run's repeats
     high: tuple[float | None, ...] = ()
+    # each point's paired change (main's paired run, beside the commit it names), or None
+    pairs: tuple[Pair | None, ...] = ()
 
     @classmethod
     def of(
@@ -96,6 +98,25 @@ class Series:
 
 
 @dataclass(frozen=True)
+class Pair:
+    """A figure's change measured beside another commit in the same job (same-job A/B):
+    main's paired run measures each commit beside its first parent."""
+
+    base: str  # the commit it was measured beside
+    verdict: str
+    change_pct: float
+    low: float | None  # the change's interval, in percent (latency), where known
+    high: float | None
+    p_value: float | None
+
+    @property
+    def stands(self) -> bool:
+        """Whether the pair shows a change (a verdict after the run's correction and its
+        confirmation rounds; an accepted regression is still a step)."""
+        return self.verdict in ("regression", "improvement", "accepted")
+
+
+@dataclass(frozen=True)
 class Measured:
     """One baseline of main: which machine, which commit, when."""
 
@@ -110,6 +131,9 @@ class Ordered:
     how: str  # how the order was found, for the reader
     left_out: int = 0  # baselines of commits not on main's first-parent line
     table: pd.DataFrame | None = None  # their rows of the summary table
+    # commit -> its first parent on main's line (None: no line known, so a pair's base is
+    # taken as that commit's parent, as main's paired run measures it)
+    parents: Mapping[str, str] | None = None
 
 
 def load_folder(directory: Path | str, metrics: Sequence[str] | None = None) -> Summary:
@@ -178,6 +202,7 @@ def order_runs(
         f"along the first-parent history of {main_branch}",
         left_out=len({r.commit for r in measured}) - len({r.commit for r in on_line}),
         table=table.table,
+        parents={sha: line[i - 1] for i, sha in enumerate(line) if i > 0},
     )
 
 
@@ -205,6 +230,7 @@ def build_series(ordered: Ordered, metrics: Sequence[str] = SERIES_METRICS) -> l
     created = rows["created"].to_numpy(dtype=object)[picked]
     created[created == ""] = None  # a baseline of unknown date
     value, low, high = (rows[c].to_numpy(dtype=float)[picked] for c in ("value", "low", "high"))
+    pairs = _pairs(rows, picked, ordered.parents, commits)
     names = [codes[c][1] for c in ("machine", "test", "variant", "metric")]
     out = []
     for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
@@ -220,7 +246,44 @@ def build_series(ordered: Ordered, metrics: Sequence[str] = SERIES_METRICS) -> l
                 created=tuple(created[a:b].tolist()),
                 low=_or_none(low[a:b]),
                 high=_or_none(high[a:b]),
+                pairs=tuple(pairs[a:b]) if any(pairs[a:b]) else (),
             )
+        )
+    return out
+
+
+def _pairs(
+    rows: pd.DataFrame,
+    picked: np.ndarray,
+    parents: Mapping[str, str] | None,
+    commits: np.ndarray,
+) -> list[Pair | None]:
+    """Each picked row's paired change, where its base is that commit's first parent on
+    main's line (a pair beside another commit is not that commit's step)."""
+    import numpy as np
+
+    if "pair" not in rows.columns:
+        return [None] * len(picked)
+    base = rows["pair"].to_numpy(dtype=object)[picked]
+    has = np.flatnonzero(base != "")
+    out: list[Pair | None] = [None] * len(picked)
+    if not has.size:
+        return out
+    verdict = rows["pair_verdict"].to_numpy(dtype=object)[picked]
+    change, low, high, p = (
+        rows[c].to_numpy(dtype=float)[picked]
+        for c in ("pair_change", "pair_low", "pair_high", "pair_p")
+    )
+    for i in has.tolist():
+        if parents is not None and parents.get(str(commits[i])) != base[i]:
+            continue
+        out[i] = Pair(
+            str(base[i]),
+            str(verdict[i]),
+            float(change[i]),
+            None if math.isnan(low[i]) else float(low[i]),
+            None if math.isnan(high[i]) else float(high[i]),
+            None if math.isnan(p[i]) else float(p[i]),
         )
     return out
 
