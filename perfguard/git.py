@@ -117,6 +117,25 @@ def resolve_commit(path: Path, ref: str) -> str:
         raise GitError(f"{ref!r} is not a revision of this repository") from None
 
 
+def first_parent(path: Path) -> tuple[str | None, str]:
+    """(HEAD's first parent's full sha, ""), or (None, why this checkout cannot measure
+    beside it: the first commit, or a shallow clone that lacks it)."""
+    repo = _repo(path)
+    try:
+        head = repo.head.commit
+    except ValueError:
+        return None, "the repository has no commits yet"
+    if not head.parents:
+        return None, f"HEAD ({head.hexsha[:10]}) has no parent: it is the first commit"
+    parent = str(head.parents[0].hexsha)
+    if not _has_commit(repo, parent):
+        return None, (
+            f"this checkout lacks HEAD's first parent {parent[:10]} (a shallow clone: "
+            "set `fetch-depth: 2` or `0` on actions/checkout)"
+        )
+    return parent, ""
+
+
 def _main_ref(repo: Any, main_branch: str) -> str | None:
     for candidate in (main_branch, f"origin/{main_branch}", f"refs/remotes/origin/{main_branch}"):
         try:

@@ -118,11 +118,15 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         name="save",
         flag="--perfguard-save",
-        help="store the results as the baseline of the current commit (HEAD)",
+        help="store the results as the baseline of the current commit (HEAD); where the "
+        "checkout has HEAD's first parent, HEAD is measured beside it (same-job A/B) and the "
+        "paired change is stored with the baseline",
         default=False,
         doc="store results as the baseline of HEAD (refuses a dirty tree); a baseline HEAD "
         'already has is updated, never shrunk ([ci.md](ci.md), "A save never loses a '
-        'baseline")',
+        "baseline\"). Where the checkout has HEAD's first parent, HEAD is measured beside it "
+        "(same-job A/B) and the paired change is stored with the baseline "
+        '([history.md](history.md), "Main\'s record: pairs")',
         read="switch",
     ),
     Setting(
@@ -131,6 +135,21 @@ SETTINGS: tuple[Setting, ...] = (
         help="with --perfguard-save: replace HEAD's stored baseline whole, instead of "
         "updating it with what this session measured (keeping the results of tests it did "
         "not run)",
+        default=False,
+        read="switch",
+    ),
+    Setting(
+        name="save_unpaired",
+        flag="--perfguard-save-unpaired",
+        help="with --perfguard-save: measure HEAD alone and compare it with the stored "
+        "baseline, instead of measuring it beside its first parent (same-job A/B) and storing "
+        "the paired change with its baseline",
+        doc="with `--perfguard-save`: measure HEAD alone and compare it with the stored "
+        "baseline. By default a saving session whose checkout has HEAD's first parent "
+        "measures HEAD beside it (same-job A/B, as a pull request is measured) and stores the "
+        "paired change with the baseline: the gating verdict of main's run, and what "
+        "`perfguard history` finds steps in. `--perfguard-compare` or `--perfguard-ab` also "
+        "choose the comparison themselves",
         default=False,
         read="switch",
     ),

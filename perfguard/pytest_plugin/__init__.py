@@ -20,7 +20,7 @@ from perfguard.pytest_plugin.collection import VARIANT_PARAM, test_id, test_name
 from perfguard.pytest_plugin.fixture import PerfguardFixture
 from perfguard.pytest_plugin.marker import HELP as MARKER_HELP
 from perfguard.pytest_plugin.marker import read_marker
-from perfguard.pytest_plugin.options import add_options, read_options
+from perfguard.pytest_plugin.options import add_options, paired_save, read_options
 from perfguard.pytest_plugin.progress import ProgressWriter
 from perfguard.pytest_plugin.roles import role_for
 from perfguard.pytest_plugin.signals import HeldImport, interrupt_on_sigterm
@@ -66,7 +66,9 @@ def pytest_configure(config: pytest.Config) -> None:
             refusal = f"--perfguard-save: {exc}"
         if refusal:
             raise pytest.UsageError(refusal)
+    options, unpaired = paired_save(Path(config.rootpath), options)
     state = SessionState(options, ProgressWriter(config, options.progress))
+    state.notes.extend([unpaired] if unpaired else [])
     from perfguard.measure.callgrind import CallgrindError, build_shim, regions_from_env
 
     state.counting = regions_from_env()

@@ -4,6 +4,7 @@ save) with this session's settings."""
 from __future__ import annotations
 
 import contextlib
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,8 @@ def finish_session(session: pytest.Session, state: SessionState, exitstatus: int
         # still written, unconfirmed and unsaved, and the run says it was stopped
         exitstatus = session.exitstatus = pytest.ExitCode.INTERRUPTED
         outcome = finish(exitstatus, None)
+    if state.notes:
+        outcome = replace(outcome, messages=(*state.notes, *outcome.messages))
     config.stash[outcome_key] = outcome
     if outcome.error is not None:
         session.exitstatus = pytest.ExitCode.INTERRUPTED

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +68,7 @@ class Options:
     machine: str | None
     save: bool
     save_replace: bool  # replace HEAD's stored baseline whole, not update it
+    save_unpaired: bool  # save without measuring beside HEAD's first parent
     allow_dirty: bool
     compare: str
     report: Path
@@ -293,6 +294,11 @@ def _refuse_conflicts(options: Options, sources: Mapping[str, str]) -> None:
             "--perfguard-save-replace says how --perfguard-save stores the baseline; it saves "
             "nothing alone: add --perfguard-save"
         )
+    if options.save_unpaired and not options.save and sources["save_unpaired"].startswith("--"):
+        raise pytest.UsageError(
+            "--perfguard-save-unpaired says how --perfguard-save measures; it saves nothing "
+            "alone: add --perfguard-save"
+        )
     if options.ab is not None and sources["compare"] == "--perfguard-compare":
         raise pytest.UsageError(
             f"{sources['ab']} and --perfguard-compare choose two different baselines; use one"
@@ -317,6 +323,33 @@ def read_options(config: pytest.Config) -> Options:
     if enabled and not worker:
         _check_store(options.baseline_dir, BY_NAME["baseline_dir"].flag)
     return options
+
+
+PARENT = "HEAD^"
+"""The base of main's paired run (`--perfguard-save`): HEAD's first parent."""
+
+
+def paired_save(root: Path, options: Options) -> tuple[Options, str | None]:
+    """A saving session's options: measuring HEAD beside its first parent (same-job A/B),
+    unless the session chose its comparison itself (`--perfguard-ab`, `--perfguard-compare`,
+    `--perfguard-save-unpaired`); and, where the checkout cannot, why HEAD is measured alone
+    (None where nothing needs saying)."""
+    if not options.enabled or options.worker or not options.save:
+        return options, None
+    if options.ab is not None or options.compare != "auto" or options.save_unpaired:
+        return options, None
+    from perfguard.git import GitError, first_parent
+
+    try:
+        parent, why = first_parent(root)
+    except GitError:  # not a usable checkout: the save refuses and says why
+        return options, None
+    if parent is None:
+        return options, (
+            f"--perfguard-save: {why}; HEAD was measured alone and compared with the stored "
+            "baseline (no paired change stored)"
+        )
+    return replace(options, ab=PARENT), None
 
 
 def default_options(root: Path, **given: Any) -> Options:

@@ -44,6 +44,7 @@ class SessionState:
     exclusive_gpu: bool = False  # EXCLUSIVE_PROCESS compute mode: no second process on the GPU
     # this process runs under callgrind to count these regions (--perfguard-instructions)
     counting: tuple[tuple[str, ...], Regions] | None = None
+    notes: list[str] = field(default_factory=list)  # lines for the terminal summary
 
     def thresholds(self) -> Thresholds:
         """The verdict rules this session's options and markers set."""

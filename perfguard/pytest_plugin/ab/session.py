@@ -82,7 +82,7 @@ def start(
     `paths` (`session_paths`) meanwhile and are sent the items later."""
     from perfguard.git import GitError, ab_reference, resolve_commit
     from perfguard.pytest_plugin.ab.driver import Driver
-    from perfguard.pytest_plugin.options import trace_dir
+    from perfguard.pytest_plugin.options import PARENT, trace_dir
     from perfguard.store.baselines import BaselineError
     from perfguard.store.objects import open_store
     from perfguard.worktree import Worktree
@@ -101,6 +101,12 @@ def start(
             if choice.commit is None:
                 raise GitError(choice.reason)
             commit, reason = choice.commit, f"same-job A/B against {choice.reason}"
+        elif ref == PARENT and options.save:
+            commit = resolve_commit(root, ref)
+            reason = (
+                "same-job A/B against HEAD's first parent: main's run, whose paired change "
+                "--perfguard-save stores"
+            )
         else:
             commit = resolve_commit(root, ref)
             reason = f"same-job A/B against --perfguard-ab={ref} ({commit[:10]})"
