@@ -29,8 +29,18 @@ from perfguard.git import (
     git_state_or_refusal,
 )
 from perfguard.health import Health
-from perfguard.records import BaselineRef, Gap, RecordError, Run, RunCost, VariantResult, reason
+from perfguard.records import (
+    BaselineRef,
+    Gap,
+    RecordError,
+    Run,
+    RunCost,
+    Selection,
+    VariantResult,
+    reason,
+)
 from perfguard.records.gaps import deleted_gap
+from perfguard.records.selection import SHOWN_METRICS
 from perfguard.report.outputs import keep_regressed_traces, write_reports
 from perfguard.stats.bars import RUN, guard
 from perfguard.stats.verdicts import (
@@ -162,6 +172,7 @@ def finish_run(
     cost: RunCost | None = None,
     incomplete: Sequence[Gap] = (),
     collected: frozenset[tuple[str, str]] | None = None,
+    selection: Selection | None = None,
 ) -> PipelineOutcome:
     """Compare, write and save. Results are always written, even when comparing fails.
     `incomplete`: what the session was asked to measure and did not (the run fails on it).
@@ -175,6 +186,8 @@ def finish_run(
     base commit again, in a fresh pair of processes.
     `started`: the `time.monotonic()` when measuring began: the run's cost is measured from
     it; `cost`: a cost already known (merged shards), kept as it is.
+    `selection`: a pull request's partial run: its unaffected items are listed with the
+    base's stored figures, never compared (not `missing`).
     """
     finishing = time.monotonic()
     state, refused = git_state_or_refusal(settings.root)  # a refusal is said below
@@ -184,6 +197,8 @@ def finish_run(
         state, results, environment, settings, extra_settings, health, remeasure, incomplete
     )
     messages = [f"runner health: {warning}" for warning in run.health_warnings]
+    if selection is not None:
+        run = replace(run, selection=_with_base_figures(selection, store, settings.machine))
     try:
         if refused is not None:
             raise refused
@@ -192,6 +207,7 @@ def finish_run(
             run = _compare_beside(run, same_job, settings, store, messages, remeasure)
         else:
             settings, run = _compare_stored(run, settings, state, store, messages, remeasure)
+        run = _without_unaffected(run)
         if collected is not None:
             run = _with_deleted(run, collected)
         if settings.unhealthy == "inconclusive" and run.health_warnings:
@@ -226,6 +242,37 @@ def finish_run(
         saved = _save(run, settings, state, store, messages, failures, error is not None)
     error = "; ".join(failures) or None
     return PipelineOutcome(run, report_path, json_path, saved, tuple(messages), error)
+
+
+def _with_base_figures(
+    selection: Selection, store: BaselineStore | ObjectStore, machine: str
+) -> Selection:
+    """The unaffected items with the base's stored figures, where it has a readable record."""
+    if not selection.unaffected or selection.base is None:
+        return selection
+    try:
+        base = store.load(machine, selection.base)
+    except BaselineError:  # the comparison says so where it reads it
+        base = None
+    if base is None:
+        return selection
+    listed = []
+    for u in selection.unaffected:
+        r = base.result(u.test, u.variant)
+        figures = {} if r is None else {m: getattr(r.metrics, m) for m in SHOWN_METRICS}
+        listed.append(replace(u, baseline={k: v for k, v in figures.items() if v is not None}))
+    return replace(selection, unaffected=tuple(listed))
+
+
+def _without_unaffected(run: Run) -> Run:
+    """A partial run's unaffected items are not `missing`: they were left out on purpose."""
+    if run.selection is None or not run.selection.unaffected:
+        return run
+    left = {(u.test, u.variant) for u in run.selection.unaffected}
+    kept = [
+        c for c in run.comparisons if not (c.verdict == "missing" and (c.test, c.variant) in left)
+    ]
+    return replace(run, comparisons=tuple(kept))
 
 
 def _with_deleted(run: Run, collected: frozenset[tuple[str, str]]) -> Run:
@@ -336,6 +383,8 @@ def _save_refusal(run: Run, settings: FinishSettings, *, comparing_failed: bool)
         return f"{settings.unsaved_reason}; the stored baseline is unchanged"
     if not run.results:
         return "nothing was measured (no perf item ran); the stored baseline is unchanged"
+    if run.selection is not None and run.selection.partial:
+        return "a partial run (a pull request's) is no commit's baseline"
     if comparing_failed:
         return "the comparison stopped (above); fix that and save again"
     return None

@@ -154,6 +154,30 @@ SETTINGS: tuple[Setting, ...] = (
         read="switch",
     ),
     Setting(
+        name="full",
+        flag="--perfguard-full",
+        help="on a pull request, measure every perf item, not only those the change can affect",
+        doc="on a pull request, measure every perf item, not only those the change can affect "
+        "(a partial run measures the perf tests whose module imports, transitively, a file "
+        "the change touched, or that declare one with `depends`; main's run, a schedule and a "
+        'manual run measure everything: [ci.md](ci.md), "Partial runs")',
+        default=False,
+        read="switch",
+    ),
+    Setting(
+        name="depends",
+        flag="--perfguard-depends",
+        help="globs of files (rootdir-relative) every perf test reads besides its imports "
+        "(data, configs, native code): a change to one measures every test; the marker key "
+        "`depends` declares those of one test",
+        metavar="GLOBS",
+        marker="depends",
+        marker_types=(list, tuple),
+        marker_what="a list of globs of files (rootdir-relative) the test reads besides its "
+        "imports",
+        optional=True,
+    ),
+    Setting(
         name="allow_dirty",
         flag="--perfguard-allow-dirty",
         help="allow --perfguard-save on a working tree with uncommitted changes",

@@ -112,6 +112,7 @@ def _finish_merged(args: argparse.Namespace, merged: Run, runs: Sequence[tuple[P
         ),
         cost=merged.cost,  # the runners' time; joining them here costs no GPU time
         incomplete=merged.incomplete,
+        selection=merged.selection,  # every shard selected alike, before it took its share
     )
     for message in outcome.messages:
         print(message, file=sys.stderr)

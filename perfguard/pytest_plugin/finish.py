@@ -30,7 +30,7 @@ def finish_session(session: pytest.Session, state: SessionState, exitstatus: int
     if counting:
         state.results = count_instructions(config, state, Path(config.rootpath), state.results)
     o = state.options
-    environment = state.environment or _fallback_environment(o.device)
+    environment = state.environment or fallback_environment(o.device)
     health = None if state.monitor is None else state.monitor.stop()
 
     def finish(status: int, remeasure: Any) -> Any:
@@ -50,6 +50,7 @@ def finish_session(session: pytest.Session, state: SessionState, exitstatus: int
             collected=None
             if same is not None or state.tally.collection
             else frozenset(state.tally.collected),
+            selection=state.selection,
         )
 
     try:
@@ -193,7 +194,7 @@ def why_not_saved(state: SessionState, exitstatus: int) -> str | None:
     return None
 
 
-def _fallback_environment(device: str) -> dict[str, Any]:
+def fallback_environment(device: str) -> dict[str, Any]:
     from perfguard.environment import collect_environment
     from perfguard.measure.runner import resolve_device
 

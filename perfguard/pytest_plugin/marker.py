@@ -75,6 +75,9 @@ def read_marker(test: str, marker: pytest.Mark | None) -> MarkerSettings:
             why = check_tolerance(value)
             if why:
                 raise _fail(test, why)
+        globs = value if key == "depends" and isinstance(value, list | tuple) else ()
+        if key == "depends" and not all(isinstance(g, str) and g for g in globs):
+            raise _fail(test, f"depends must be a list of globs (strings), got {value!r}")
         if key == "device" and not DEVICE.fullmatch(str(value)):
             raise _fail(test, f"device must be 'auto', 'cpu' or 'cuda[:N]', got {value!r}")
         if key == "alpha" and number is not None and not 0 < number < 1:

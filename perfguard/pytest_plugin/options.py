@@ -69,6 +69,8 @@ class Options:
     save: bool
     save_replace: bool  # replace HEAD's stored baseline whole, not update it
     save_unpaired: bool  # save without measuring beside HEAD's first parent
+    full: bool  # measure every perf item, not only those the change can affect
+    depends: str | None  # globs every perf test reads besides its imports
     allow_dirty: bool
     compare: str
     report: Path

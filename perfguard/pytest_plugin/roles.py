@@ -28,6 +28,7 @@ from perfguard.pytest_plugin.collection import SKIP_REASON, shard_items, test_id
 from perfguard.pytest_plugin.finish import finish_session, terminal_summary
 from perfguard.pytest_plugin.fixture import PerfguardFixture
 from perfguard.pytest_plugin.gaps import first_line
+from perfguard.pytest_plugin.selection import select
 from perfguard.pytest_plugin.state import SessionState
 from perfguard.pytest_plugin.timeout import limit_of, time_limit
 from perfguard.pytest_plugin.timeout import message as timeout_message
@@ -82,6 +83,8 @@ class Measuring:
     def pytest_collection_modifyitems(
         self, config: pytest.Config, items: list[pytest.Item]
     ) -> None:
+        """A pull request's partial run first (every shard selects alike), then the shard."""
+        select(self.state, config, items)
         _keep_shard(self.state, config, items)
 
     @pytest.hookimpl(hookwrapper=True)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from perfguard.pytest_plugin.gaps import Tally
 from perfguard.pytest_plugin.options import Options
 from perfguard.pytest_plugin.progress import ProgressWriter
-from perfguard.records import VariantResult
+from perfguard.records import Selection, VariantResult
 from perfguard.settings import SETTINGS
 
 if TYPE_CHECKING:
@@ -45,6 +45,7 @@ class SessionState:
     # this process runs under callgrind to count these regions (--perfguard-instructions)
     counting: tuple[tuple[str, ...], Regions] | None = None
     notes: list[str] = field(default_factory=list)  # lines for the terminal summary
+    selection: Selection | None = None  # a pull request's selection step (partial runs)
 
     def thresholds(self) -> Thresholds:
         """The verdict rules this session's options and markers set."""

@@ -29,6 +29,7 @@ from perfguard.records.results import (
     trace_file_name,
 )
 from perfguard.records.runs import BaselineRef, Run, RunCost
+from perfguard.records.selection import Selection, Unaffected
 
 __all__ = [
     "BESIDE",
@@ -52,7 +53,9 @@ __all__ = [
     "RecordError",
     "Run",
     "RunCost",
+    "Selection",
     "Status",
+    "Unaffected",
     "VariantResult",
     "Verdict",
     "reason",

@@ -12,6 +12,7 @@ from perfguard.records.base import SCHEMA_VERSION, SHA, RecordError, bounded, te
 from perfguard.records.comparisons import Comparison
 from perfguard.records.gaps import Gap
 from perfguard.records.results import VariantResult
+from perfguard.records.selection import Selection
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -167,6 +168,7 @@ class Run:
     accept_error: str | None = None  # why the accept file could not be read: none applied
     cost: RunCost | None = None  # what the run cost on its runner(s)
     incomplete: tuple[Gap, ...] = ()  # what it was asked to measure and did not
+    selection: Selection | None = None  # a pull request's partial run: what it left out
 
     def __post_init__(self) -> None:
         _check_commit("commit", self.commit)
@@ -249,6 +251,7 @@ class Run:
             "incomplete": [g.to_json() for g in self.incomplete],
             **({"accept_error": self.accept_error} if self.accept_error else {}),
             **({"cost": self.cost.to_json()} if self.cost is not None else {}),
+            **({"selection": self.selection.to_json()} if self.selection is not None else {}),
             **(
                 {"baseline_results": [r.to_json() for r in self.baseline_results]}
                 if self.baseline_results
@@ -297,6 +300,9 @@ class Run:
                 accept_error=data.get("accept_error"),
                 incomplete=tuple(Gap.from_json(g) for g in _listed(data, "incomplete")),
                 cost=None if data.get("cost") is None else RunCost.from_json(data["cost"]),
+                selection=None
+                if data.get("selection") is None
+                else Selection.from_json(data["selection"]),
                 settings=data.get("settings") or {},
                 health=data.get("health") or {},
                 baseline_results=tuple(

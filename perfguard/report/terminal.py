@@ -59,6 +59,15 @@ def summary_lines(run: Run, width: int = WIDTH) -> list[str]:
             lines.append(f"{label:<{name_w}} {r.status:>8}: {reason}")
     if run.comparisons:
         lines.append("verdicts: " + verdict_counts(run.comparisons))
+    sel = run.selection
+    if sel is not None and sel.partial and sel.base:
+        lines.append(
+            f"partial run: {len(sel.unaffected)} perf item(s) not measured, unaffected by this "
+            f"change ({sel.changed_count} file(s) changed against {sel.base[:10]}); "
+            "--perfguard-full measures them"
+        )
+    elif sel is not None:
+        lines.append(f"every perf item measured: {sel.reason}")
     if any(r.details.tails_too_few for r in run.results):
         lines.append("* p99 from fewer than 1000 samples: a rough tail, not a measured one")
     return lines

@@ -87,7 +87,11 @@ History:
   level the item stopped at); a baseline saved by main's paired run keeps its comparisons
   against HEAD's first parent (`baseline.mode` "ab"), which `perfguard history` reads as
   that commit's step. Migration from 10: nothing changes (no version-10 comparison has an
-  interval of its change).
+  interval of its change). A run may have `selection`, a pull request's selection step:
+  `partial` (only the perf items the change can affect were measured) or not, its `reason`,
+  the `base` commit the change was read against, the `changed` paths (at most 200) and
+  their `changed_count`, and the `unaffected` items left unmeasured (`test`, `variant`, and
+  the base's stored figures in `baseline`, where it has them).
 
 A newer version than this perfguard knows is refused (upgrade perfguard). An older one is
 migrated in memory by the steps below, one version at a time; the file on disk is left as it
