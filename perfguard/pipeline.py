@@ -323,6 +323,7 @@ def _compare_beside(
 ) -> Run:
     """Same-job A/B: compare with the base measured in this job, confirm, add the stored
     baselines' context."""
+    same_job = _stored_cold_compiles(same_job, store, settings.machine)
     run = _compare_same_job(run, same_job, settings)
     messages.append(f"baseline: {same_job.commit[:10]} ({same_job.reason})")
     if remeasure is not None and settings.confirm > 0:
@@ -330,6 +331,31 @@ def _compare_beside(
             run, same_job.commit, remeasure, settings.confirm, settings.thresholds, messages
         )
     return _with_stored_context(run, same_job.commit, settings, store, messages)
+
+
+def _stored_cold_compiles(
+    base: BaseMeasuredBeside, store: BaselineStore | ObjectStore, machine: str
+) -> BaseMeasuredBeside:
+    """The base side compiled from main's artifacts (the compile cache) has no cold compile
+    of its own: its stored baseline's, measured cold by main's run, stands in (none where
+    there is none: no compile-time verdict then)."""
+    hits = [r for r in base.results if r.details.build.get("compile_cache") == "hit"]
+    if not hits:
+        return base
+    try:
+        stored = store.load(machine, base.commit)
+    except BaselineError:
+        stored = None
+    out = []
+    for r in base.results:
+        kept = None if stored is None else stored.result(r.test, r.variant)
+        cold = None if kept is None else kept.metrics.compile_time_s
+        if r in hits and cold is not None:
+            note = "compiled from main's artifacts: its cold compile is its stored baseline's"
+            details = replace(r.details, notes=(*r.details.notes, note))
+            r = replace(r, metrics=replace(r.metrics, compile_time_s=cold), details=details)
+        out.append(r)
+    return replace(base, results=tuple(out))
 
 
 def _write(path: Path | None, write: Callable[[Path], None], failures: list[str]) -> Path | None:

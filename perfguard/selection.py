@@ -22,6 +22,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from perfguard.errors import PerfguardError
+
 FORCING = (
     "pyproject.toml",
     "setup.py",
@@ -64,7 +66,7 @@ not Python (data, configs, native code) is read by whoever declares it (`depends
 undeclared one forces a full run."""
 
 
-class SelectionError(Exception):
+class SelectionError(PerfguardError):
     """The changed files could not be listed: the run measures everything."""
 
 

@@ -178,6 +178,18 @@ SETTINGS: tuple[Setting, ...] = (
         optional=True,
     ),
     Setting(
+        name="compile_cache",
+        flag="--perfguard-compile-cache",
+        help="a folder of main's compiled artifacts (torch.compiler's cache artifacts): main's "
+        "run writes each compiled item's after its cold compile; the base commit's side in "
+        "A/B and confirmation rounds load them (this tree's cold compile is always measured "
+        "in a fresh cache)",
+        metavar="DIR",
+        read="path",
+        optional=True,
+        child="all",
+    ),
+    Setting(
         name="allow_dirty",
         flag="--perfguard-allow-dirty",
         help="allow --perfguard-save on a working tree with uncommitted changes",

@@ -65,3 +65,50 @@ def test_save_unpaired_alone_is_a_usage_error(pytester: pytest.Pytester) -> None
     result = pytester.runpytest_subprocess("--perfguard", "--perfguard-save-unpaired")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--perfguard-save-unpaired says how --perfguard-save*"])
+
+
+COMPILED_TEST = """
+import pytest, torch
+from torch import nn
+
+@pytest.mark.perfguard(variants=["compile-default"])
+def test_small(perfguard):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 8)).eval()
+    perfguard.run(model, (torch.randn(4, 32),))
+"""
+
+
+@pytest.mark.slow
+def test_main_writes_the_compile_cache_and_the_base_side_loads_it(
+    pytester: pytest.Pytester,
+) -> None:
+    """Main's run stores its compiled artifacts; a pull request's base side compiles from
+    them, its cold compile taken from the stored baseline; this tree's is measured cold."""
+    pytester.makepyfile(test_small=COMPILED_TEST)
+    git(pytester.path, "init", "-q", "-b", "main")
+    git(pytester.path, "add", "-A")
+    git(pytester.path, "commit", "-q", "-m", "only")
+    head = git(pytester.path, "rev-parse", "HEAD")
+    cache = "--perfguard-compile-cache=cc"
+    result = pytester.runpytest_subprocess(*FAST, "--perfguard", "--perfguard-save", cache)
+    assert result.ret == 0, result.stdout.str()
+    assert len(list((pytester.path / "cc").glob("*.bin"))) == 1
+    saved = stored(pytester.path, head)["results"][0]
+    assert saved["details"]["compile_cache"] == "written"
+    cold = saved["metrics"]["compile_time_s"]
+
+    result = pytester.runpytest_subprocess(
+        *FAST, "--perfguard", "--perfguard-ab=HEAD", cache, "--perfguard-json=out.json",
+        "--perfguard-full",  # identical trees: a partial run would measure nothing
+    )  # fmt: skip
+    assert result.ret == 0, result.stdout.str()
+    doc = json.loads((pytester.path / "out.json").read_text())
+    (base,), (mine,) = doc["baseline_results"], doc["results"]
+    assert base["details"]["compile_cache"] == "hit"
+    assert base["metrics"]["compile_time_s"] == cold  # main's cold compile stands in
+    assert base["details"]["compile_from_cache_s"] > 0
+    assert "compile_cache" not in mine["details"]  # measured cold, in a fresh cache
+    assert mine["metrics"]["compile_time_s"] > 0
+    report = (pytester.path / "reports" / "perfguard.md").read_text()
+    assert "**Compile cache:** the base: hit 1" in report

@@ -36,9 +36,8 @@ def test_a_change_to_one_model_measures_its_test_alone(
 ) -> None:
     monkeypatch.delenv("GITHUB_EVENT_NAME", raising=False)
     pytester.makepyfile(model_a=MODEL, model_b=MODEL)
-    pytester.makepyfile(
-        test_a=TEST.format(module="model_a", name="a"), test_b=TEST.format(module="model_b", name="b")
-    )
+    tests = {f"test_{n}": TEST.format(module=f"model_{n}", name=n) for n in "ab"}
+    pytester.makepyfile(**tests)
     git(pytester.path, "init", "-q", "-b", "main")
     git(pytester.path, "add", "-A")
     git(pytester.path, "commit", "-q", "-m", "base")
@@ -64,6 +63,14 @@ def test_a_change_to_one_model_measures_its_test_alone(
     assert result.ret == 0, result.stdout.str()
     doc = json.loads((pytester.path / "out.json").read_text())
     assert len(doc["results"]) == 2 and not doc["selection"]["partial"]
+
+    # a change no perf test reaches measures nothing, and passes (not pytest's exit 5)
+    (pytester.path / "NOTES.md").write_text("# notes\n")
+    git(pytester.path, "add", "NOTES.md")
+    git(pytester.path, "commit", "-qm", "notes")
+    result = pytester.runpytest_subprocess(*FAST, "--perfguard", "--perfguard-ab=HEAD~1")
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["*partial run: 2 perf item(s) not measured*"])
 
     (pytester.path / "uv.lock").write_text("# pinned\n")
     git(pytester.path, "add", "uv.lock")

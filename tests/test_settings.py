@@ -70,6 +70,7 @@ CHILD_VALUES = {
     "seed": 7,
     "min_change_pct": 12.5,
     "ab_min_change_pct": 4.0,
+    "compile_cache": Path("/runner/compile-cache"),
 }
 """A value other than its default for every setting a child session is given."""
 

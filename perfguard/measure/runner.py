@@ -16,7 +16,8 @@ from torch import nn
 
 from perfguard.measure import counters, drift
 from perfguard.measure.clock import Clock, CudaEventClock, HostClock
-from perfguard.measure.compiling import compile_variant
+from perfguard.measure.compile_cache import CompileCache
+from perfguard.measure.compiling import Compiled, compile_variant
 from perfguard.measure.figures import Taken, details_of, metrics_of
 from perfguard.measure.generating import with_generation
 from perfguard.measure.isolation import (
@@ -64,6 +65,7 @@ class MeasureSettings:
     trace_side: str = "head"  # in the trace's name: "head", or "base" for the base commit
     batch: int | None = None  # items per call for throughput_per_s; None: the inputs say
     shapes: tuple[tuple[int, ...], ...] = ()  # compile-dynamic: the first input's shapes
+    compile_cache: CompileCache | None = None  # main's compiled artifacts (measure.compile_cache)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -297,6 +299,29 @@ def _sweep(
     return sweep(at, getattr(call, "inputs", ()), settings.shapes, clock, budget_ms)
 
 
+def _compile(
+    built: Built, device: torch.device, settings: MeasureSettings, progress: Progress
+) -> tuple[Callable[[], Any], Compiled]:
+    """`compile_variant`, in the fresh cache `_take` opened: cold, or from main's artifacts
+    where this side loads them (then no cold figure: `details.build` says `compile_cache`
+    hit, with the compile's seconds); main's run writes its cold compile's artifacts."""
+    cache = settings.compile_cache if built.compiled else None
+    if cache is None or cache.mode == "cold":
+        return compile_variant(built, device, settings.warm_compile, progress)
+    if cache.mode == "write":
+        cache.start()
+        call, compiled = compile_variant(built, device, settings.warm_compile, progress)
+        built.details["compile_cache"] = "written" if cache.write(device) else "not written"
+        return call, compiled
+    hit = cache.load(device)
+    call, compiled = compile_variant(built, device, settings.warm_compile, progress)
+    built.details["compile_cache"] = "hit" if hit else "miss"
+    if hit:  # not a cold compile: the cold figure is main's (its stored baseline's)
+        built.details["compile_from_cache_s"] = compiled.cold_s
+        compiled.cold_s = None
+    return call, compiled
+
+
 def _take(
     built: Built,
     clock: Clock,
@@ -310,7 +335,7 @@ def _take(
     """Compile, sample, then (untimed) peak memory, outputs for drift and exact counts."""
     cache = fresh_compile_cache() if built.compiled else contextlib.nullcontext()
     with cache:
-        call, compiled = compile_variant(built, device, settings.warm_compile, progress)
+        call, compiled = _compile(built, device, settings, progress)
         outcome = sampler(call, clock, for_device(settings.sampling, device.type), progress)
         swept = _sweep(call, spec, settings, clock, progress)
         recompiles = (

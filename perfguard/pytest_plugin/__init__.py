@@ -68,6 +68,7 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError(refusal)
     options, unpaired = paired_save(Path(config.rootpath), options)
     state = SessionState(options, ProgressWriter(config, options.progress))
+    state.root = Path(config.rootpath)
     state.notes.extend([unpaired] if unpaired else [])
     from perfguard.measure.callgrind import CallgrindError, build_shim, regions_from_env
 
@@ -83,11 +84,28 @@ def pytest_configure(config: pytest.Config) -> None:
         state.worker = WorkerLink.from_env()
     if options.enabled:
         undo = [HeldImport("torch").install()]
+        if options.save and options.compile_cache is not None and not options.worker:
+            undo.append(_compile_cache_writer())
         if not options.worker and state.counting is None:
             undo.append(interrupt_on_sigterm())
         config.stash[undo_key] = undo
     config.stash[state_key] = state
     config.pluginmanager.register(role_for(state), "perfguard-session")
+
+
+def _compile_cache_writer() -> Callable[[], None]:
+    """Main's run writes the compile cache, its paired run's workers included (they never
+    save themselves): told through the environment they inherit; undone at the end."""
+    import os
+
+    from perfguard.measure.compile_cache import ENV_WRITE
+
+    os.environ[ENV_WRITE] = "1"
+
+    def undo() -> None:
+        os.environ.pop(ENV_WRITE, None)
+
+    return undo
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -17,6 +17,7 @@ import contextlib
 import gc
 import json
 import math
+import os
 import subprocess
 import sys
 import tempfile
@@ -28,6 +29,7 @@ import pytest
 
 from perfguard.confirm import ConfirmRound, Remeasure
 from perfguard.git import GitError, resolve_commit
+from perfguard.measure.compile_cache import ENV_LOAD
 from perfguard.pytest_plugin.options import Options
 from perfguard.records import RecordError, Run, VariantResult
 
@@ -146,8 +148,10 @@ def _run_child(
         timeout = TIMEOUT_BASE_S + TIMEOUT_PER_ITEM_S * len(items)
         try:
             with log.open("wb") as sink:
+                # a round re-measures latency: its compiles may load main's artifacts
+                env = {**os.environ, ENV_LOAD: "1"}
                 code = subprocess.run(
-                    cmd, cwd=root, stdout=sink, stderr=subprocess.STDOUT, timeout=timeout
+                    cmd, cwd=root, env=env, stdout=sink, stderr=subprocess.STDOUT, timeout=timeout
                 ).returncode
         except subprocess.TimeoutExpired:
             return _failed(items, f"the re-measure process ran past {timeout:.0f}s")

@@ -19,6 +19,7 @@ from perfguard.records import VariantResult
 from perfguard.settings import MARKER_KEYS, THRESHOLD_KEYS
 
 if TYPE_CHECKING:
+    from perfguard.measure.compile_cache import CompileCache
     from perfguard.measure.drift import Reference
     from perfguard.measure.residency import Residency
     from perfguard.measure.runner import MeasureSettings
@@ -246,7 +247,24 @@ class PerfguardFixture:
             trace_dir=trace_dir(o),
             trace_side="base" if os.environ.get(ENV_SIDE) == "A" else "head",
             batch=batch,
+            compile_cache=self._compile_cache(),
         )
+
+    def _compile_cache(self) -> CompileCache | None:
+        """This item's place in the compile cache, and what this session does with it."""
+        from perfguard.measure.compile_cache import CompileCache, use_for
+
+        o = self._state.options
+        use = use_for(
+            o.compile_cache,
+            saving=o.save,
+            base_side=os.environ.get(ENV_SIDE) == "A",
+            root=self._state.root,
+        )
+        if use is None:
+            return None
+        folder, mode, lock = use
+        return CompileCache(folder, mode, lock, self.test, self.variant)
 
     def _reference(
         self,

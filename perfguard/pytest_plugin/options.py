@@ -71,6 +71,7 @@ class Options:
     save_unpaired: bool  # save without measuring beside HEAD's first parent
     full: bool  # measure every perf item, not only those the change can affect
     depends: str | None  # globs every perf test reads besides its imports
+    compile_cache: Path | None  # main's compiled artifacts (perfguard.measure.compile_cache)
     allow_dirty: bool
     compare: str
     report: Path

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from perfguard.pytest_plugin.gaps import Tally
@@ -46,6 +47,7 @@ class SessionState:
     counting: tuple[tuple[str, ...], Regions] | None = None
     notes: list[str] = field(default_factory=list)  # lines for the terminal summary
     selection: Selection | None = None  # a pull request's selection step (partial runs)
+    root: Path = field(default_factory=Path.cwd)  # the session's rootdir
 
     def thresholds(self) -> Thresholds:
         """The verdict rules this session's options and markers set."""

@@ -294,6 +294,24 @@ def _by_test(regressions: Sequence[Comparison]) -> list[MetricLine]:
     return [MetricLine(test, metric, tuple(rows)) for (test, metric), rows in groups.items()]
 
 
+def _compile_cache_line(run: Run) -> str:
+    """What the compile cache did for this run's compiled items, or "" without one."""
+    said: dict[str, list[str]] = {}
+    for side, results in (("this tree", run.results), ("the base", run.baseline_results)):
+        for r in results:
+            state = r.details.build.get("compile_cache")
+            if isinstance(state, str):
+                said.setdefault(f"{side}: {state}", []).append(r.variant)
+    if not said:
+        return ""
+    parts = [f"{where} {len(items)}" for where, items in sorted(said.items())]
+    return (
+        "; ".join(parts) + " (hit: compiled from main's artifacts, its cold compile the "
+        "stored baseline's; miss: compiled cold; written: main's artifacts stored). This "
+        "tree's cold compile is always measured in a fresh cache."
+    )
+
+
 def _context(run: Run, th: Thresholds, full_report: str | None) -> dict[str, Any]:
     """What the template reads, everything in it (the degrading picks the shares)."""
     comparisons = run.comparisons
@@ -326,6 +344,7 @@ def _context(run: Run, th: Thresholds, full_report: str | None) -> dict[str, Any
         # a trend needs two baselines at least, besides this run
         "charted": [c for c in regressions if len(c.trend) >= 2],
         "speedups": _speedups(run.results),
+        "cache_line": _compile_cache_line(run),
         # after the variant's name, where a result is not a forward call
         "kinds": {r.key: KINDS[r.workload] for r in run.results if r.workload in KINDS},
         "sweeps": sweeps,

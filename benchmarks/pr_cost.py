@@ -1,0 +1,308 @@
+"""What a pull request's verdict costs: a full A/B run against a partial one, and whether a
+partial run ever skips what a change reaches.
+
+Run:  .venv/bin/python -m benchmarks.pr_cost cost [--runs 3] [--out benchmarks/data/pr-cost.json]
+      .venv/bin/python -m benchmarks.pr_cost study [--out benchmarks/data/pr-selection-study.json]
+
+A scratch repository holds a suite of 10 perf tests (eager), each of its own model of `DEPTH`
+Linear blocks whose depth lives in a different file a test reaches: its model module (five
+tests), a helper module its model imports (three), a config file its test declares with
+`depends` (one), a module of a package imported relatively (one).
+
+`cost`: a pull request that touches one model's file, run as CI runs it (`pytest --perfguard
+--perfguard-ab=<base>` on the head), once in full (`--perfguard-full`) and once partial, in
+turn, `--runs` times: wall time, the items measured, the seconds spent in timed calls (both
+sides: samples times their mean), compile and the rest (processes, imports, building, the
+reference, warm-up, memory, counters, confirmation), per item and in total.
+
+`study`: 10 heads each making one of the 10 files +10% deeper (real compute; each file a
+different test reaches) must each measure that test and flag it; 10 heads each touching a
+file no test reaches (documentation, a module nothing imports, an image) must measure nothing
+and flag nothing. A lockfile change must measure all 10.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.bisect_study import git
+
+DEPTH = 24
+BUILD = """
+import torch
+from torch import nn
+
+def build(depth):
+    torch.manual_seed(0)
+    layers = []
+    for _ in range(depth):
+        layers += [nn.Linear(192, 192), nn.ReLU()]
+    return nn.Sequential(*layers).eval(), (torch.randn(48, 192),)
+"""
+TEST = """
+import pytest
+from models.m{k} import model
+
+@pytest.mark.perfguard(variants=["eager"]{extra})
+def test_m{k}(perfguard):
+    m, inputs = model()
+    perfguard.run(m, inputs)
+"""
+# where each test's depth lives: the file a +10% change edits
+KINDS = ["module"] * 5 + ["helper"] * 3 + ["config", "relative"]
+
+
+def depth_file(k: int) -> str:
+    return {
+        "module": f"models/m{k}.py",
+        "helper": f"models/parts/p{k}.py",
+        "config": f"configs/m{k}.json",
+        "relative": f"models/pkg{k}/deep.py",
+    }[KINDS[k]]
+
+
+def write_suite(repo: Path, depths: dict[int, int]) -> None:
+    files: dict[str, str] = {
+        "models/__init__.py": "",
+        "models/parts/__init__.py": "",
+        "models/build.py": BUILD,
+        "models/unused.py": "UNUSED = 1\n",
+        "README.md": "# a model zoo\n",
+        "docs/guide.md": "# guide\n",
+        ".gitignore": "reports/\nbaselines/\n__pycache__/\n",
+    }
+    for k, kind in enumerate(KINDS):
+        d = depths.get(k, DEPTH)
+        extra = ""
+        if kind == "module":
+            files[f"models/m{k}.py"] = (
+                f"from models.build import build\nDEPTH = {d}\n\ndef model():\n"
+                "    return build(DEPTH)\n"
+            )
+        elif kind == "helper":
+            files[f"models/parts/p{k}.py"] = f"DEPTH = {d}\n"
+            files[f"models/m{k}.py"] = (
+                f"from models.build import build\nfrom models.parts.p{k} import DEPTH\n\n"
+                "def model():\n    return build(DEPTH)\n"
+            )
+        elif kind == "config":
+            files[f"configs/m{k}.json"] = json.dumps({"depth": d}) + "\n"
+            files[f"models/m{k}.py"] = (
+                "import json\nfrom pathlib import Path\nfrom models.build import build\n\n"
+                "def model():\n"
+                f"    cfg = json.loads((Path(__file__).parent.parent / 'configs/m{k}.json')"
+                ".read_text())\n    return build(cfg['depth'])\n"
+            )
+            extra = f', depends=["configs/m{k}.json"]'
+        else:
+            files[f"models/pkg{k}/__init__.py"] = ""
+            files[f"models/pkg{k}/deep.py"] = f"DEPTH = {d}\n"
+            files[f"models/pkg{k}/net.py"] = (
+                "from models.build import build\nfrom .deep import DEPTH\n\n"
+                "def model():\n    return build(DEPTH)\n"
+            )
+            files[f"models/m{k}.py"] = f"from models.pkg{k}.net import model\n"
+        files[f"tests/perf/test_m{k}.py"] = TEST.format(k=k, extra=extra)
+    for name, text in files.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text)
+
+
+def scratch(repo: Path) -> str:
+    repo.mkdir(parents=True)
+    write_suite(repo, {})
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "base")
+    return git(repo, "rev-parse", "HEAD")
+
+
+def head_commit(repo: Path, base: str, edit: dict[str, str], message: str) -> None:
+    """The head: base plus `edit` (path -> new content), committed."""
+    git(repo, "checkout", "-q", "--detach", base)
+    for name, text in edit.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", message)
+
+
+def deeper(repo: Path, k: int) -> dict[str, str]:
+    """The edit that makes test k's model +10% deeper, in the file its depth lives in."""
+    path = repo / depth_file(k)
+    text = path.read_text()
+    new = round(DEPTH * 1.1)
+    if KINDS[k] == "config":
+        return {depth_file(k): json.dumps({"depth": new}) + "\n"}
+    return {depth_file(k): text.replace(f"DEPTH = {DEPTH}", f"DEPTH = {new}")}
+
+
+UNRELATED: list[tuple[str, str]] = [
+    ("README.md", "# a model zoo\n\nnow with a logo\n"),
+    ("docs/guide.md", "# guide\n\nmore words\n"),
+    ("docs/img/logo.png", "not really a png\n"),
+    ("models/unused.py", "UNUSED = 2\n"),
+    ("models/new_helper.py", "def helper():\n    return 1\n"),
+    ("CHANGELOG.md", "## unreleased\n"),
+    ("docs/api.rst", "API\n===\n"),
+    ("LICENSE", "MIT\n"),
+    (".github/CODEOWNERS", "* @team\n"),
+    ("tools/notes.md", "# notes\n"),
+]
+
+
+def run_ab(repo: Path, base: str, *extra: str) -> dict[str, Any]:
+    out = repo / "reports" / "out.json"
+    out.unlink(missing_ok=True)
+    started = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "--perfguard",
+         f"--perfguard-ab={base}", "--perfguard-device=cpu", f"--perfguard-json={out}", *extra],
+        cwd=repo, capture_output=True, text=True,
+        env={k: v for k, v in os.environ.items() if k != "GITHUB_EVENT_NAME"},
+    )  # fmt: skip
+    wall = time.perf_counter() - started
+    doc = json.loads(out.read_text()) if out.exists() else {}
+    flagged = sorted(
+        {c["test"] for c in doc.get("comparisons", []) if c["verdict"] == "regression"}
+    )
+    items = []
+    base_side = {(r["test"], r["variant"]): r for r in doc.get("baseline_results", [])}
+    for r in doc.get("results", []):
+        sides = [r, base_side.get((r["test"], r["variant"]))]
+        timed = sum(_timed_s(s) for s in sides if s is not None)
+        compile_s = sum(
+            (s["metrics"].get("compile_time_s") or 0)
+            + (s["metrics"].get("compile_time_warm_s") or 0)
+            for s in sides
+            if s is not None
+        )
+        items.append(
+            {"test": r["test"], "timed_s": round(timed, 2), "compile_s": round(compile_s, 2)}
+        )
+    cost = doc.get("cost") or {}
+    sel = doc.get("selection") or {}
+    return {
+        "exit": done.returncode,
+        "wall_s": round(wall, 1),
+        "measured": len(doc.get("results", [])),
+        "flagged": flagged,
+        "timed_s": round(sum(i["timed_s"] for i in items), 2),
+        "compile_s": round(sum(i["compile_s"] for i in items), 2),
+        "measure_s": cost.get("measure_s"),
+        "confirm_s": cost.get("confirm_s"),
+        "partial": sel.get("partial"),
+        "reason": sel.get("reason"),
+        "items": items,
+        **(
+            {"tail": done.stdout.strip().splitlines()[-6:]} if done.returncode not in (0, 1) else {}
+        ),
+    }
+
+
+def _timed_s(result: dict[str, Any]) -> float:
+    m = result.get("metrics") or {}
+    n, mean = m.get("latency_samples"), m.get("latency_mean_ms")
+    return (n or 0) * (mean or 0.0) / 1000.0
+
+
+def cost(runs: int, out: Path) -> None:
+    with tempfile.TemporaryDirectory(prefix="perfguard-pr-cost-") as folder:
+        repo = Path(folder) / "repo"
+        base = scratch(repo)
+        head_commit(repo, base, {"models/m2.py": (repo / "models/m2.py").read_text() + "# tuned\n"},
+                    "touch one model's file")  # fmt: skip
+        rows = []
+        for i in range(runs):
+            for mode in ("full", "partial"):
+                row = run_ab(repo, base, *(["--perfguard-full"] if mode == "full" else []))
+                row.update(run=i + 1, mode=mode)
+                rows.append(row)
+                print(f"run {i + 1} {mode:<7}: {row['measured']} measured in {row['wall_s']:.1f} s "
+                      f"(timed {row['timed_s']:.1f} s, compile {row['compile_s']:.1f} s), "
+                      f"exit {row['exit']}", flush=True)  # fmt: skip
+    full = [r["wall_s"] for r in rows if r["mode"] == "full"]
+    part = [r["wall_s"] for r in rows if r["mode"] == "partial"]
+    summary = {
+        "full_wall_s_median": statistics.median(full),
+        "partial_wall_s_median": statistics.median(part),
+        "saving_pct": round(100 * (1 - statistics.median(part) / statistics.median(full)), 1),
+    }
+    out.write_text(json.dumps({"summary": summary, "rows": rows}, indent=1) + "\n")
+    print(json.dumps(summary))
+
+
+def _say(what: str, row: dict[str, Any]) -> None:
+    verdict = "right" if row["right"] else "WRONG"
+    print(
+        f"{what:<34} measured {row['measured']}, flagged {row['flagged']} ({verdict}), "
+        f"{row['wall_s']:.0f} s",
+        flush=True,
+    )
+
+
+def study(out: Path) -> None:
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="perfguard-pr-study-") as folder:
+        repo = Path(folder) / "repo"
+        base = scratch(repo)
+        for k in range(len(KINDS)):
+            head_commit(repo, base, deeper(repo, k), f"+10% in {depth_file(k)}")
+            row = run_ab(repo, base)
+            row.update(
+                change=depth_file(k), kind=KINDS[k], expected=f"tests/perf/test_m{k}.py::test_m{k}"
+            )
+            row["right"] = row["flagged"] == [row["expected"]] and row["measured"] == 1
+            rows.append(row)
+            _say(f"+10% in {depth_file(k)}", row)
+        for path, text in UNRELATED:
+            head_commit(repo, base, {path: text}, f"touch {path}")
+            row = run_ab(repo, base)
+            row.update(change=path, kind="unrelated", expected=None)
+            row["right"] = row["measured"] == 0 and not row["flagged"] and row["exit"] == 0
+            rows.append(row)
+            _say(f"unrelated {path}", row)
+        head_commit(repo, base, {"uv.lock": "# pinned\n"}, "lockfile")
+        lock = run_ab(repo, base)
+        lock.update(change="uv.lock", kind="lockfile")
+        lock["right"] = lock["measured"] == len(KINDS)
+        rows.append(lock)
+        print(f"lockfile: measured {lock['measured']} ({'right' if lock['right'] else 'WRONG'})")
+    reached = [r for r in rows if r["kind"] not in ("unrelated", "lockfile")]
+    unrelated = [r for r in rows if r["kind"] == "unrelated"]
+    summary = {
+        "reached_flagged": f"{sum(r['right'] for r in reached)}/{len(reached)}",
+        "unrelated_quiet": f"{sum(r['right'] for r in unrelated)}/{len(unrelated)}",
+        "lockfile_full": lock["right"],
+    }
+    out.write_text(json.dumps({"summary": summary, "rows": rows}, indent=1) + "\n")
+    print(json.dumps(summary))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    data = Path(__file__).parent / "data"
+    c = sub.add_parser("cost")
+    c.add_argument("--runs", type=int, default=3)
+    c.add_argument("--out", type=Path, default=data / "pr-cost.json")
+    s = sub.add_parser("study")
+    s.add_argument("--out", type=Path, default=data / "pr-selection-study.json")
+    args = parser.parse_args()
+    if args.command == "cost":
+        cost(args.runs, args.out)
+    else:
+        study(args.out)
+
+
+if __name__ == "__main__":
+    main()
