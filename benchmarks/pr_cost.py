@@ -3,6 +3,7 @@ partial run ever skips what a change reaches.
 
 Run:  .venv/bin/python -m benchmarks.pr_cost cost [--runs 3] [--out benchmarks/data/pr-cost.json]
       .venv/bin/python -m benchmarks.pr_cost study [--out benchmarks/data/pr-selection-study.json]
+      .venv/bin/python -m benchmarks.pr_cost cache [--runs 3] [--out benchmarks/data/pr-cache.json]
 
 A scratch repository holds a suite of 10 perf tests (eager), each of its own model of `DEPTH`
 Linear blocks whose depth lives in a different file a test reaches: its model module (five
@@ -14,6 +15,13 @@ tests), a helper module its model imports (three), a config file its test declar
 turn, `--runs` times: wall time, the items measured, the seconds spent in timed calls (both
 sides: samples times their mean), compile and the rest (processes, imports, building, the
 reference, warm-up, memory, counters, confirmation), per item and in total.
+
+`cache`: the example suite's compiled items (its MLP, CNN and encoder under compile-default)
+in a scratch repository: main's run on the base commit writes the compile cache
+(`--perfguard-save --perfguard-compile-cache`), then a pull request of identical code is run
+A/B beside it `--runs` times without the cache and with it, in turn: wall time, the base
+side's compile (cold against loaded), this tree's cold compile (measured either way) and
+the medians' paired change.
 
 `study`: 10 heads each making one of the 10 files +10% deeper (real compute; each file a
 different test reaches) must each measure that test and flag it; 10 heads each touching a
@@ -288,6 +296,67 @@ def study(out: Path) -> None:
     print(json.dumps(summary))
 
 
+def cache(runs: int, out: Path) -> None:
+    example = Path(__file__).resolve().parent.parent / "examples" / "perf" / "test_models.py"
+    select = ["--perfguard-variants=compile-default", "-k", "mlp or convnet or encoder",
+              "--perfguard-full"]  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="perfguard-pr-cache-") as folder:
+        repo = Path(folder) / "repo"
+        (repo / "tests" / "perf").mkdir(parents=True)
+        (repo / "tests" / "perf" / "test_models.py").write_text(example.read_text())
+        (repo / ".gitignore").write_text("reports/\nbaselines/\ncc/\n__pycache__/\n")
+        git(repo, "init", "-q", "-b", "main")
+        git(repo, "add", "-A")
+        git(repo, "commit", "-q", "-m", "base")
+        base = git(repo, "rev-parse", "HEAD")
+        started = time.perf_counter()
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "--perfguard",
+             "--perfguard-save", "--perfguard-device=cpu", "--perfguard-compile-cache=cc", *select],
+            cwd=repo, capture_output=True, text=True,
+        )  # fmt: skip
+        print(f"main's run (writes the cache): exit {done.returncode}, "
+              f"{time.perf_counter() - started:.0f} s, "
+              f"{len(list((repo / 'cc').glob('*.bin')))} artifact file(s)", flush=True)  # fmt: skip
+        head_commit(repo, base, {"README.md": "# same code\n"}, "identical code")
+        rows = []
+        for i in range(runs):
+            for mode in ("cold", "warm"):
+                extra = ["--perfguard-compile-cache=cc"] if mode == "warm" else []
+                row = run_ab(repo, base, *select, *extra)
+                doc = json.loads((repo / "reports" / "out.json").read_text())
+                base_side = doc.get("baseline_results", [])
+                row.update(
+                    run=i + 1,
+                    mode=mode,
+                    base_cache=[r["details"].get("compile_cache") for r in base_side],
+                    base_compile_s=[
+                        r["details"].get("compile_from_cache_s") or r["metrics"]["compile_time_s"]
+                        for r in base_side
+                    ],
+                    head_cold_compile_s=[r["metrics"]["compile_time_s"] for r in doc["results"]],
+                    p50_change_pct=[
+                        round(c["change_pct"], 1)
+                        for c in doc["comparisons"]
+                        if c["metric"] == "latency_p50_ms" and c.get("change_pct") is not None
+                    ],
+                )
+                rows.append(row)
+                print(f"run {i + 1} {mode}: {row['wall_s']:.0f} s; base compile "
+                      f"{sum(row['base_compile_s']):.1f} s {row['base_cache']}; this tree's cold "
+                      f"{sum(row['head_cold_compile_s']):.1f} s; p50 {row['p50_change_pct']}",
+                      flush=True)  # fmt: skip
+    cold = [r["wall_s"] for r in rows if r["mode"] == "cold"]
+    warm = [r["wall_s"] for r in rows if r["mode"] == "warm"]
+    summary = {
+        "cold_wall_s_median": statistics.median(cold),
+        "warm_wall_s_median": statistics.median(warm),
+        "factor": round(statistics.median(cold) / statistics.median(warm), 2),
+    }
+    out.write_text(json.dumps({"summary": summary, "rows": rows}, indent=1) + "\n")
+    print(json.dumps(summary))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -297,9 +366,14 @@ def main() -> None:
     c.add_argument("--out", type=Path, default=data / "pr-cost.json")
     s = sub.add_parser("study")
     s.add_argument("--out", type=Path, default=data / "pr-selection-study.json")
+    w = sub.add_parser("cache")
+    w.add_argument("--runs", type=int, default=3)
+    w.add_argument("--out", type=Path, default=data / "pr-cache.json")
     args = parser.parse_args()
     if args.command == "cost":
         cost(args.runs, args.out)
+    elif args.command == "cache":
+        cache(args.runs, args.out)
     else:
         study(args.out)
 
