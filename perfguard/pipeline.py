@@ -43,6 +43,7 @@ from perfguard.records.gaps import deleted_gap
 from perfguard.records.selection import SHOWN_METRICS
 from perfguard.report.outputs import keep_regressed_traces, write_reports
 from perfguard.stats.bars import RUN, guard
+from perfguard.stats.memory_why import memory_keys, with_memory_why
 from perfguard.stats.verdicts import (
     Thresholds,
     compare_runs,
@@ -173,6 +174,7 @@ def finish_run(
     incomplete: Sequence[Gap] = (),
     collected: frozenset[tuple[str, str]] | None = None,
     selection: Selection | None = None,
+    explain: Remeasure | None = None,
 ) -> PipelineOutcome:
     """Compare, write and save. Results are always written, even when comparing fails.
     `incomplete`: what the session was asked to measure and did not (the run fails on it).
@@ -188,6 +190,8 @@ def finish_run(
     it; `cost`: a cost already known (merged shards), kept as it is.
     `selection`: a pull request's partial run: its unaffected items are listed with the
     base's stored figures, never compared (not `missing`).
+    `explain`: how to measure an item once more in both trees with allocation recording,
+    for the memory verdicts that stand ("where the memory went"); None: not asked.
     """
     finishing = time.monotonic()
     state, refused = git_state_or_refusal(settings.root)  # a refusal is said below
@@ -215,6 +219,7 @@ def finish_run(
             withheld = withhold_speed_verdicts(run.comparisons, unhealthy)
             run = replace(run, comparisons=withheld)
         run = with_accepts(run, settings.root, messages)
+        run = _explain_memory(run, explain, messages)
     except (BaselineError, PipelineError, GitError) as exc:
         error = f"comparison stopped: {exc}"
         run = replace(run, baseline=BaselineRef(commit=None, reason=error))
@@ -242,6 +247,24 @@ def finish_run(
         saved = _save(run, settings, state, store, messages, failures, error is not None)
     error = "; ".join(failures) or None
     return PipelineOutcome(run, report_path, json_path, saved, tuple(messages), error)
+
+
+def _explain_memory(run: Run, explain: Remeasure | None, messages: list[str]) -> Run:
+    """Each standing memory verdict with the allocation sites that changed most: its item
+    measured once more in both trees (beside the base commit where the checkout has it),
+    one recorded call each."""
+    keys = memory_keys(run.comparisons)
+    if explain is None or not keys:
+        return run
+    made = explain(keys, run.baseline.commit, ())
+    head = {r.key: r for r in made.results if r.status == "ok"}
+    base = {r.key: r for r in made.base_results if r.status == "ok"}
+    if head and not base:
+        messages.append(
+            "allocation sites: the base commit's tree is not in this checkout, so only this "
+            "tree's sites are shown (each as new)"
+        )
+    return replace(run, comparisons=with_memory_why(run.comparisons, base, head))
 
 
 def _with_base_figures(

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from perfguard.measure.compile_cache import CompileCache
 from perfguard.measure.counters import backward_graphs, dynamo_breaks, dynamo_graphs
 from perfguard.measure.isolation import dynamo_counts, reset_dynamo
 from perfguard.measure.sampling import Progress
@@ -62,3 +63,30 @@ def compile_variant(
         info.warm_s = timed_first_call(call, device)
     info.frames_before_sampling = dynamo_counts()[2]
     return call, info
+
+
+def compile_cached(
+    built: Built,
+    device: torch.device,
+    cache: CompileCache | None,
+    warm: bool,
+    progress: Progress,
+) -> tuple[Callable[[], Any], Compiled]:
+    """`compile_variant`, in the fresh cache the caller opened: cold, or from main's
+    artifacts where this side loads them (then no cold figure: `details.build` says
+    `compile_cache` hit, with the compile's seconds); main's run writes its cold compile's
+    artifacts (`perfguard.measure.compile_cache`)."""
+    if cache is None or cache.mode == "cold" or not built.compiled:
+        return compile_variant(built, device, warm, progress)
+    if cache.mode == "write":
+        cache.start()
+        call, compiled = compile_variant(built, device, warm, progress)
+        built.details["compile_cache"] = "written" if cache.write(device) else "not written"
+        return call, compiled
+    hit = cache.load(device)
+    call, compiled = compile_variant(built, device, warm, progress)
+    built.details["compile_cache"] = "hit" if hit else "miss"
+    if hit:  # not a cold compile: the cold figure is main's (its stored baseline's)
+        built.details["compile_from_cache_s"] = compiled.cold_s
+        compiled.cold_s = None
+    return call, compiled

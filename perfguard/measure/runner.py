@@ -14,10 +14,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from perfguard.measure import counters, drift
+from perfguard.measure import counters, drift, memory_sites
 from perfguard.measure.clock import Clock, CudaEventClock, HostClock
 from perfguard.measure.compile_cache import CompileCache
-from perfguard.measure.compiling import Compiled, compile_variant
+from perfguard.measure.compiling import compile_cached
 from perfguard.measure.figures import Taken, details_of, metrics_of
 from perfguard.measure.generating import with_generation
 from perfguard.measure.isolation import (
@@ -299,27 +299,23 @@ def _sweep(
     return sweep(at, getattr(call, "inputs", ()), settings.shapes, clock, budget_ms)
 
 
-def _compile(
-    built: Built, device: torch.device, settings: MeasureSettings, progress: Progress
-) -> tuple[Callable[[], Any], Compiled]:
-    """`compile_variant`, in the fresh cache `_take` opened: cold, or from main's artifacts
-    where this side loads them (then no cold figure: `details.build` says `compile_cache`
-    hit, with the compile's seconds); main's run writes its cold compile's artifacts."""
-    cache = settings.compile_cache if built.compiled else None
-    if cache is None or cache.mode == "cold":
-        return compile_variant(built, device, settings.warm_compile, progress)
-    if cache.mode == "write":
-        cache.start()
-        call, compiled = compile_variant(built, device, settings.warm_compile, progress)
-        built.details["compile_cache"] = "written" if cache.write(device) else "not written"
-        return call, compiled
-    hit = cache.load(device)
-    call, compiled = compile_variant(built, device, settings.warm_compile, progress)
-    built.details["compile_cache"] = "hit" if hit else "miss"
-    if hit:  # not a cold compile: the cold figure is main's (its stored baseline's)
-        built.details["compile_from_cache_s"] = compiled.cold_s
-        compiled.cold_s = None
-    return call, compiled
+def _record_sites(
+    built: Built,
+    call: Callable[[], Any],
+    device: torch.device,
+    label: str,
+    spec: VariantSpec,
+    settings: MeasureSettings,
+) -> None:
+    """The allocation sites of one untimed call, into the result's details; on CUDA the
+    allocator's snapshot beside the traces (a pickle for pytorch.org/memory_viz)."""
+    snapshot = None
+    if device.type == "cuda" and settings.trace_dir is not None:
+        name = trace_file_name(label, spec.name, settings.trace_side)
+        snapshot = settings.trace_dir / name.replace(".trace.json", ".memory.pickle")
+    peak, held = memory_sites.record(call, device, snapshot)
+    built.details["memory_sites"] = [site.to_json() for site in peak]
+    built.details["memory_held_sites"] = [site.to_json() for site in held]
 
 
 def _take(
@@ -335,7 +331,9 @@ def _take(
     """Compile, sample, then (untimed) peak memory, outputs for drift and exact counts."""
     cache = fresh_compile_cache() if built.compiled else contextlib.nullcontext()
     with cache:
-        call, compiled = _compile(built, device, settings, progress)
+        call, compiled = compile_cached(
+            built, device, settings.compile_cache, settings.warm_compile, progress
+        )
         outcome = sampler(call, clock, for_device(settings.sampling, device.type), progress)
         swept = _sweep(call, spec, settings, clock, progress)
         recompiles = (
@@ -357,6 +355,9 @@ def _take(
         for _ in range(work.memory):
             call()
         memory = probe.stop()
+        if memory_sites.wanted():  # a memory verdict stands: one more call, recorded
+            progress("allocation sites")
+            _record_sites(built, call, device, label, spec, settings)
         progress("drift")
         out = drift.flatten_outputs(built.outputs(call))
         progress("exact counters")

@@ -14,6 +14,7 @@ otherwise alone in a fresh process, no sooner than `--perfguard-confirm-gap` lat
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import json
 import math
@@ -52,18 +53,21 @@ def remeasurer(
     run_child: ChildRunner | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    env: Mapping[str, str] | None = None,
 ) -> Remeasure:
     """A `Remeasure` that runs the flagged items' test items in a child pytest session.
 
     Beside the base commit (A/B) when it is in this repository. Otherwise alone, starting
     no sooner than `options.confirm_gap_s` after the last of those items was measured (or
     re-measured): a slowdown of the host lasts seconds to minutes, and must not hit both.
+    `env`: what the child sessions are told besides (recording allocation sites: then
+    nothing is timed against anything, and nothing waits).
     """
     root = Path(config.rootpath)
     # the child reads the same ini file and loads the same plugins as this session
     extra = ["-c", str(config.inipath)] if config.inipath else []
     extra += plugin_args(config.invocation_params.args)
-    child = run_child or _run_child
+    child = run_child or functools.partial(_run_child, env=env)
     rounds = 0
     last_end = -math.inf
 
@@ -81,7 +85,7 @@ def remeasurer(
             return ConfirmRound(())
         rounds += 1
         flagged = [key for key in keys if key in items]
-        if ab is None:
+        if ab is None and env is None:
             latest = max([last_end, *(measured_at.get(i, -math.inf) for i in items.values())])
             wait = options.confirm_gap_s - (clock() - latest)
             if wait > 0:
@@ -90,8 +94,13 @@ def remeasurer(
         where = "in a fresh process" if ab is None else f"beside the base commit {ab[:10]} (A/B)"
         open_ = f" and {len(items) - len(flagged)} undecided" if len(items) > len(flagged) else ""
         say(
-            f"confirming {len(flagged)} flagged{open_} item(s) {where} "
-            f"({rounds} of {options.confirm}): {', '.join(items.values())}"
+            (
+                f"confirming {len(flagged)} flagged{open_} item(s) {where} "
+                f"({rounds} of {options.confirm})"
+                if env is None
+                else f"recording the allocation sites of {len(flagged)} item(s) {where}"
+            )
+            + f": {', '.join(items.values())}"
         )
         _release_device_memory()
         began = clock()
@@ -131,7 +140,10 @@ def plugin_args(args: Sequence[str]) -> list[str]:
 
 
 def _run_child(
-    root: Path, args: Sequence[str], items: Mapping[tuple[str, str], str]
+    root: Path,
+    args: Sequence[str],
+    items: Mapping[tuple[str, str], str],
+    env: Mapping[str, str] | None = None,
 ) -> ConfirmRound:
     with tempfile.TemporaryDirectory(prefix="perfguard-confirm-") as tmp:
         out, log = Path(tmp) / "results.json", Path(tmp) / "pytest.log"
@@ -149,9 +161,9 @@ def _run_child(
         try:
             with log.open("wb") as sink:
                 # a round re-measures latency: its compiles may load main's artifacts
-                env = {**os.environ, ENV_LOAD: "1"}
+                told = {**os.environ, ENV_LOAD: "1", **(env or {})}
                 code = subprocess.run(
-                    cmd, cwd=root, env=env, stdout=sink, stderr=subprocess.STDOUT, timeout=timeout
+                    cmd, cwd=root, env=told, stdout=sink, stderr=subprocess.STDOUT, timeout=timeout
                 ).returncode
         except subprocess.TimeoutExpired:
             return _failed(items, f"the re-measure process ran past {timeout:.0f}s")

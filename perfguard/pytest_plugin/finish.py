@@ -51,6 +51,7 @@ def finish_session(session: pytest.Session, state: SessionState, exitstatus: int
             if same is not None or state.tally.collection
             else frozenset(state.tally.collected),
             selection=state.selection,
+            explain=_explainer(config, state, status),
         )
 
     try:
@@ -163,6 +164,27 @@ def _remeasure(config: pytest.Config, state: SessionState, exitstatus: int) -> A
     from perfguard.pytest_plugin.confirm import remeasurer
 
     return remeasurer(config, o, state.nodeids, state.measured_at, state.progress.note)
+
+
+def _explainer(config: pytest.Config, state: SessionState, exitstatus: int) -> Any:
+    """How a memory verdict's item is measured once more with allocation recording (child
+    sessions, beside the base commit where the checkout has it), or None."""
+    import os
+
+    from perfguard.measure.compile_cache import ENV_LOAD
+    from perfguard.measure.memory_sites import ENV_SITES
+
+    o = state.options
+    if o.compare == "none" or state.exclusive_gpu or exitstatus == pytest.ExitCode.INTERRUPTED:
+        return None
+    if os.environ.get(ENV_SITES) or os.environ.get(ENV_LOAD):
+        return None  # a child session (recording sites, confirming): its caller explains
+    from perfguard.pytest_plugin.ab.channel import ENV_TRACES
+    from perfguard.pytest_plugin.confirm import remeasurer
+
+    # the CUDA snapshots go beside this run's traces (its artifacts)
+    told = {ENV_SITES: "1", ENV_TRACES: str(trace_dir(o))}
+    return remeasurer(config, o, state.nodeids, state.measured_at, state.progress.note, env=told)
 
 
 def count_instructions(

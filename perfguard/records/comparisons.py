@@ -19,6 +19,7 @@ from perfguard.records.base import (
     texts,
 )
 from perfguard.records.reasons import Reason, parse_note, render
+from perfguard.records.sites import SiteChange
 
 ConfirmKind = Literal["shown", "not_shown", "unconfirmed", "settled", "unsettled", "not_settled"]
 CONFIRM_KINDS: tuple[ConfirmKind, ...] = (
@@ -156,6 +157,8 @@ class Comparison:
     why: tuple[tuple[str, float | None, float | None], ...] = ()
     confirmation: Confirmation | None = None  # what measuring the item again showed
     accepted: Accepted | None = None  # the verdict `accepted`: what the pull request said
+    # a memory verdict's allocation sites whose live bytes changed most, base against head
+    sites: tuple[SiteChange, ...] = ()
 
     def __post_init__(self) -> None:
         if self.metric not in METRICS:
@@ -233,6 +236,7 @@ class Comparison:
                 if getattr(self, name) is not None
             },
             **({"accepted": self.accepted.to_json()} if self.accepted is not None else {}),
+            **({"sites": [c.to_json() for c in self.sites]} if self.sites else {}),
         }
 
     @classmethod
@@ -266,6 +270,7 @@ class Comparison:
                 accepted=None
                 if data.get("accepted") is None
                 else Accepted.from_json(data["accepted"]),
+                sites=tuple(SiteChange.from_json(c) for c in data.get("sites") or ()),
             )
         except KeyError as exc:
             raise RecordError(f"a comparison lacks the key {exc.args[0]!r}") from exc

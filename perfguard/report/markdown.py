@@ -345,6 +345,7 @@ def _context(run: Run, th: Thresholds, full_report: str | None) -> dict[str, Any
         "charted": [c for c in regressions if len(c.trend) >= 2],
         "speedups": _speedups(run.results),
         "cache_line": _compile_cache_line(run),
+        "memory_explained": [c for c in comparisons if c.sites],
         # after the variant's name, where a result is not a forward call
         "kinds": {r.key: KINDS[r.workload] for r in run.results if r.workload in KINDS},
         "sweeps": sweeps,

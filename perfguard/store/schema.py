@@ -91,7 +91,11 @@ History:
   `partial` (only the perf items the change can affect were measured) or not, its `reason`,
   the `base` commit the change was read against, the `changed` paths (at most 200) and
   their `changed_count`, and the `unaffected` items left unmeasured (`test`, `variant`, and
-  the base's stored figures in `baseline`, where it has them).
+  the base's stored figures in `baseline`, where it has them). A memory verdict that stands
+  may have `sites`: the allocation sites whose live bytes at each side's peak changed most
+  (`where`, `op`, `base_bytes`, `head_bytes`, `change_bytes`, `base_blocks`, `head_blocks`,
+  `frames`, `kind`: grew, shrank, new or gone; `code` on CUDA); the results it came from
+  keep theirs in `details.memory_sites` and `details.memory_held_sites`.
 
 A newer version than this perfguard knows is refused (upgrade perfguard). An older one is
 migrated in memory by the steps below, one version at a time; the file on disk is left as it

@@ -1,0 +1,143 @@
+"""Allocation sites: the bytes live at a call's peak by the code that allocated them, and
+how they changed between base and head (the memory verdict's "where the memory went")."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+KEPT = 40  # sites a result keeps, largest first
+BEFORE = "(allocated before the call: weights, inputs, caches)"
+WHERE = re.compile(r"^(.*)\((\d+)\): (.*)$")  # "file(line): function"
+
+
+@dataclass(frozen=True)
+class Site:
+    """The bytes live at the peak that one site allocated."""
+
+    where: str  # "file(line): function", or "" where the stack has no frame of the user's
+    op: str  # the operator that allocated ("" where none)
+    bytes: int
+    blocks: int
+    frames: tuple[str, ...] = ()  # the frames above `where`, innermost first
+
+    code: str = ""  # the statement's source (CUDA, where frames carry their line)
+
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        """What matches a site between base and head: its file and function (not the line,
+        which moves when lines are added above it), the operator and the statement."""
+        found = WHERE.match(self.where)
+        file, function = (found.group(1), found.group(3)) if found else (self.where, "")
+        return (file, function, self.op, self.code)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "where": self.where,
+            "op": self.op,
+            "bytes": self.bytes,
+            "blocks": self.blocks,
+            "frames": list(self.frames),
+            **({"code": self.code} if self.code else {}),
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> Site:
+        return cls(
+            where=str(data.get("where", "")),
+            op=str(data.get("op", "")),
+            bytes=int(data.get("bytes", 0)),
+            blocks=int(data.get("blocks", 0)),
+            frames=tuple(str(f) for f in data.get("frames") or ()),
+            code=str(data.get("code", "")),
+        )
+
+
+def grouped(live: Iterable[tuple[int, str, str, tuple[str, ...], str]]) -> list[Site]:
+    """(bytes, where, op, frames above, statement) of each live block -> sites, largest
+    first."""
+    sites: dict[tuple[str, str, str], list[Any]] = {}
+    for size, where, op, above, code in live:
+        entry = sites.setdefault((where, op, code), [0, 0, above])
+        entry[0] += size
+        entry[1] += 1
+    out = [Site(w, o, int(b), n, tuple(a), c) for (w, o, c), (b, n, a) in sites.items()]
+    return sorted(out, key=lambda s: (-s.bytes, s.where, s.op))[:KEPT]
+
+
+@dataclass(frozen=True)
+class SiteChange:
+    """One site matched between base and head: how its live bytes at the peak changed."""
+
+    where: str
+    op: str
+    base_bytes: int
+    head_bytes: int
+    base_blocks: int
+    head_blocks: int
+    frames: tuple[str, ...]
+    kind: str  # "grew", "shrank", "new" (only in head), "gone" (only in base)
+    code: str = ""
+
+    @property
+    def change_bytes(self) -> int:
+        return self.head_bytes - self.base_bytes
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "where": self.where,
+            "op": self.op,
+            "base_bytes": self.base_bytes,
+            "head_bytes": self.head_bytes,
+            "change_bytes": self.change_bytes,
+            "base_blocks": self.base_blocks,
+            "head_blocks": self.head_blocks,
+            "frames": list(self.frames),
+            "kind": self.kind,
+            **({"code": self.code} if self.code else {}),
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> SiteChange:
+        return cls(
+            where=str(data.get("where", "")),
+            op=str(data.get("op", "")),
+            base_bytes=int(data.get("base_bytes", 0)),
+            head_bytes=int(data.get("head_bytes", 0)),
+            base_blocks=int(data.get("base_blocks", 0)),
+            head_blocks=int(data.get("head_blocks", 0)),
+            frames=tuple(str(f) for f in data.get("frames") or ()),
+            kind=str(data.get("kind", "")),
+            code=str(data.get("code", "")),
+        )
+
+
+def diff(
+    base: Sequence[Site], head: Sequence[Site], *, top: int = 8, least: int = 0
+) -> list[SiteChange]:
+    """The sites whose live bytes changed by more than `least`, largest change first; a
+    site is named as the head has it (its line there), else as the base had it."""
+    b = {s.key: s for s in base}
+    h = {s.key: s for s in head}
+    out = []
+    for key in dict.fromkeys([*h, *b]):
+        old, new = b.get(key), h.get(key)
+        before, after = (old.bytes if old else 0), (new.bytes if new else 0)
+        if abs(after - before) <= least:
+            continue
+        if old is None or new is None:
+            kind = "new" if old is None else "gone"
+        else:
+            kind = "grew" if after > before else "shrank"
+        named = new or old
+        assert named is not None
+        out.append(
+            SiteChange(
+                named.where, named.op, before, after,
+                old.blocks if old else 0, new.blocks if new else 0, named.frames, kind,
+                named.code,
+            )
+        )  # fmt: skip
+    return sorted(out, key=lambda c: (-abs(c.change_bytes), c.where, c.op))[:top]

@@ -1,0 +1,209 @@
+"""Where the memory went: allocation sites at a call's peak, recorded on the CPU with the
+profiler's memory events, matched between base and head; and the CUDA snapshot's replay."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from perfguard.measure.memory_sites import cuda_sites, record, user_frame
+from perfguard.records import Comparison
+from perfguard.records.sites import BEFORE, Site, SiteChange, diff
+from perfguard.stats.memory_why import LEAST_BYTES, with_memory_why
+from tests.factories import result
+
+EXTRA = 256 * 2048 * 4  # the head's extra activation: 2 MiB of float32
+
+
+class Base(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.a, self.b = nn.Linear(512, 2048), nn.Linear(2048, 512)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        h = self.a(x)
+        return self.b(torch.relu(h)), None
+
+
+class KeepsOne(Base):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        h = self.a(x)
+        kept = h * 2  # one more activation, live with the output
+        return self.b(torch.relu(h)), kept
+
+
+class Leaks(Base):
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[torch.Tensor] = []
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        out, _ = super().forward(x)
+        self.seen.append(out * 1)  # held by the model after every call
+        return out, None
+
+
+def sites_of(model: nn.Module) -> tuple[list[Site], list[Site]]:
+    x = torch.randn(256, 512)
+    with torch.no_grad():
+        model(x)
+        return record(lambda: model(x), torch.device("cpu"))
+
+
+def test_an_extra_activation_is_the_first_site_with_its_exact_size() -> None:
+    """On the CPU the profiler's bytes are exact: 10 of 10 runs name the function and the
+    operator that keep it, with its size to the byte."""
+    for _ in range(10):
+        changes = diff(sites_of(Base())[0], sites_of(KeepsOne())[0], least=LEAST_BYTES)
+        first = changes[0]
+        assert first.where.endswith(": forward") and "test_memory_sites.py" in first.where
+        assert first.op == "aten::mul" and first.kind == "new" and first.change_bytes == EXTRA
+
+
+def test_identical_code_changes_no_site() -> None:
+    for _ in range(10):
+        assert diff(sites_of(Base())[0], sites_of(Base())[0], least=LEAST_BYTES) == []
+
+
+def test_a_leak_names_the_function_that_holds_the_blocks() -> None:
+    peak, held = sites_of(Leaks())
+    (site,) = [s for s in held if s.bytes >= LEAST_BYTES]
+    assert site.where.endswith(": forward") and site.op == "aten::mul"
+    assert site.bytes == 256 * 512 * 4 and site.blocks == 1
+    assert sites_of(Base())[1] == [] or all(s.bytes < LEAST_BYTES for s in sites_of(Base())[1])
+    assert peak  # the peak is recorded too
+
+
+def test_the_user_frame_is_the_innermost_outside_torch_and_perfguard() -> None:
+    frames = [
+        "torch/nn/modules/linear.py(130): forward",
+        "nn.Module: Linear_0",
+        "models/net.py(12): forward",
+        "perfguard/measure/runner.py(88): call",
+    ]
+    assert user_frame(frames) == 2
+    assert user_frame(frames[:2]) is None
+
+
+def test_a_cuda_snapshot_is_replayed_to_its_peak() -> None:
+    """The allocator's history (its shape as `torch.cuda.memory._snapshot` gives it): the
+    blocks live when the total was highest, by the frame of the user's code; what the call
+    found allocated is a site of its own."""
+
+    def frames(line: int) -> list[dict[str, object]]:
+        return [
+            {"filename": "/x/torch/nn/functional.py", "line": 1, "name": "linear"},
+            {"filename": "/repo/models/net.py", "line": line, "name": "forward"},
+        ]
+
+    trace = [
+        {"action": "alloc", "addr": 1, "size": 4 << 20, "frames": frames(10)},
+        {"action": "alloc", "addr": 2, "size": 8 << 20, "frames": frames(11)},
+        {"action": "free_requested", "addr": 1, "size": 4 << 20},
+        {"action": "alloc", "addr": 3, "size": 2 << 20, "frames": frames(12)},
+        {"action": "free_requested", "addr": 3, "size": 2 << 20},
+    ]
+    peak, held = cuda_sites({"device_traces": [trace]}, 0, before=100 << 20)
+    assert [(s.where, s.bytes) for s in peak] == [
+        (BEFORE, 100 << 20),
+        ("/repo/models/net.py(11): forward", 8 << 20),
+        ("/repo/models/net.py(10): forward", 4 << 20),
+    ]
+    assert [(s.where, s.bytes) for s in held] == [("/repo/models/net.py(11): forward", 8 << 20)]
+
+
+def test_a_memory_verdict_carries_its_site_changes_into_the_json() -> None:
+    def with_sites(sites: list[Site]):  # type: ignore[no-untyped-def]
+        r = result("t", "eager", 1.0)
+        build = {"memory_sites": [s.to_json() for s in sites]}
+        return r.__class__(**{**r.__dict__, "details": r.details.__class__(build=build)})
+
+    base = with_sites([Site("m.py(3): forward", "aten::mm", 1 << 20, 1)])
+    head = with_sites([Site("m.py(3): forward", "aten::mm", 5 << 20, 2)])
+    row = Comparison(
+        test="t", variant="eager", metric="peak_memory_bytes", baseline=1.0, current=2.0,
+        change_pct=100.0, p_value=None, cohens_d=None, verdict="regression",
+    )  # fmt: skip
+    (c,) = with_memory_why([row], {("t", "eager"): base}, {("t", "eager"): head})
+    assert c.sites == (
+        SiteChange("m.py(3): forward", "aten::mm", 1 << 20, 5 << 20, 1, 2, (), "grew"),
+    )
+    again = Comparison.from_json(c.to_json())
+    assert again.sites == c.sites and c.to_json()["sites"][0]["change_bytes"] == 4 << 20
+    unchanged = Comparison(**{**row.__dict__, "verdict": "unchanged"})
+    assert with_memory_why([unchanged], {}, {("t", "eager"): head})[0].sites == ()
+
+
+@pytest.mark.cuda
+def test_cuda_sites_name_the_line(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    device = torch.device("cuda")
+    x = torch.randn(256, 512, device=device)
+    base, head = Base().to(device).eval(), KeepsOne().to(device).eval()
+    with torch.no_grad():
+        base(x), head(x)
+        b = record(lambda: base(x), device)[0]
+        h = record(lambda: head(x), device, tmp_path / "head.memory.pickle")[0]
+    first = diff(b, h, least=LEAST_BYTES)[0]
+    assert "test_memory_sites.py" in first.where and abs(first.change_bytes - EXTRA) <= 1 << 20
+    assert (tmp_path / "head.memory.pickle").stat().st_size > 0
+
+
+WIDE = """
+import torch
+from torch import nn
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a = nn.Linear(1024, 1024)
+
+    def forward(self, x):
+        h = self.a(x)
+        return h.relu(){extra}
+"""
+SUITE = """
+import pytest, torch
+from net import Net
+
+@pytest.mark.perfguard(variants=["eager"], ab_min_change_pct=50)
+def test_net(perfguard):
+    perfguard.run(Net().eval(), (torch.randn(4096, 1024),))
+"""
+
+
+@pytest.mark.slow
+def test_a_memory_regression_in_ab_shows_where_the_memory_went(pytester: pytest.Pytester) -> None:
+    """The head keeps a 16 MiB activation more: the memory verdict carries the site (the
+    function and its operator), in the JSON and in the report's fold."""
+    import json
+
+    from tests.gitrepo import git
+    from tests.test_same_job import FAST
+
+    pytester.makepyfile(net=WIDE.format(extra=""), test_net=SUITE)
+    git(pytester.path, "init", "-q", "-b", "main")
+    git(pytester.path, "add", "-A")
+    git(pytester.path, "commit", "-q", "-m", "base")
+    extra = ", (h * 2).sum(dim=1), h * 3"  # h * 3: one more 16 MiB activation, returned
+    (pytester.path / "net.py").write_text(WIDE.format(extra=extra))
+    git(pytester.path, "commit", "-qam", "keep one more")
+    result = pytester.runpytest_subprocess(
+        *FAST, "--perfguard", "--perfguard-ab=HEAD~1", "--perfguard-json=out.json"
+    )
+    assert result.ret in (0, 1), result.stdout.str()
+    doc = json.loads((pytester.path / "out.json").read_text())
+    (memory,) = [c for c in doc["comparisons"] if c["metric"] == "peak_memory_bytes"]
+    assert memory["verdict"] == "regression", memory
+    first = memory["sites"][0]
+    assert first["where"].startswith("net.py(") and first["where"].endswith(": forward")
+    # the 16 MiB activation, and the 0-d scalar `h * 2` wraps (exact bytes on the CPU)
+    assert first["op"] == "aten::mul" and 0 <= first["change_bytes"] - (16 << 20) <= 64
+    assert "nn.Module: Net_0" in first["frames"]
+    assert not any("perfguard/" in f or "torch/" in f for f in first["frames"])
+    report = (pytester.path / "reports" / "perfguard.md").read_text()
+    assert "Where the memory went" in report
