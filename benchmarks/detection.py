@@ -296,7 +296,8 @@ def _measure_ab(
     cmd = [
         sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--perfguard",
         f"--perfguard-ab={base}", f"--perfguard-json={tmp}", "--perfguard-fail-on=never",
-        "--perfguard-report=last-report.md", "-k", " or ".join(models), "test_study.py",
+        "--perfguard-report=last-report.md", "--perfguard-full", "-k", " or ".join(models),
+        "test_study.py",
     ]  # fmt: skip
     subprocess.run(cmd, cwd=repo, check=True, stdout=subprocess.DEVNULL)
     tmp.rename(out)
@@ -403,6 +404,7 @@ def _git(repo: Path, *args: str) -> str:
 STUDY_PYTEST = (
     sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--perfguard",
     "--perfguard-fail-on=never", "--perfguard-report=last-report.md",
+    "--perfguard-full",  # identical code (+0%) is measured on purpose
 )  # fmt: skip
 """A run of the scratch repository's suite as CI would run it (the mode's options follow)."""
 

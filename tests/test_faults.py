@@ -483,7 +483,15 @@ def _ab_session(pytester: pytest.Pytester, tmp_path: Path) -> tuple[subprocess.P
     pids.mkdir()
     (tmp_path / "tmp").mkdir()
     driver = subprocess.Popen(
-        [sys.executable, "-m", "pytest", *FAST, "--perfguard", f"--perfguard-ab={base}"],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            *FAST,
+            "--perfguard",
+            f"--perfguard-ab={base}",
+            "--perfguard-full",
+        ],  # B is an empty commit: a partial run would measure nothing
         cwd=pytester.path,
         env={**os.environ, "PIDS": str(pids), "TMPDIR": str(tmp_path / "tmp")},
         stdout=subprocess.DEVNULL,

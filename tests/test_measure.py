@@ -191,7 +191,7 @@ def test_the_turn_comes_after_the_build_and_before_anything_timed(
     from perfguard.measure import runner
 
     log: list[str] = []
-    build, compile_ = runner.build_variant, runner.compile_variant  # type: ignore[attr-defined]
+    build, compile_ = runner.build_variant, runner.compile_cached  # type: ignore[attr-defined]
 
     def logged(name: str, f: Callable[..., object]) -> Callable[..., object]:
         def wrapper(*args: object, **kwargs: object) -> object:
@@ -201,7 +201,7 @@ def test_the_turn_comes_after_the_build_and_before_anything_timed(
         return wrapper
 
     monkeypatch.setattr(runner, "build_variant", logged("build", build))
-    monkeypatch.setattr(runner, "compile_variant", logged("compile", compile_))
+    monkeypatch.setattr(runner, "compile_cached", logged("compile", compile_))
     model = SmallMLP().eval()
     r = measure(model, example_inputs(model), "eager", FAST, turn=lambda: log.append("turn"))
     assert r.status == "ok"

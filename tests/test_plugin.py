@@ -422,7 +422,11 @@ def test_a_slowdown_only_one_process_saw_is_withdrawn_by_the_re_measure(
     git(repo, "commit", "-q", "--allow-empty", "-m", "B")
 
     (repo / "slow-once").write_text("")  # this process runs slow (a noisy neighbour, say)
-    result = run(pytester, "--perfguard", "--perfguard-json=out.json", "--perfguard-repeats=5")
+    # B is an empty commit: measured whole (a partial run would measure nothing)
+    result = run(
+        pytester, "--perfguard", "--perfguard-json=out.json", "--perfguard-repeats=5",
+        "--perfguard-full",
+    )  # fmt: skip
     assert result.ret == 0, result.stdout.str()
     result.stdout.fnmatch_lines(
         [
@@ -446,7 +450,10 @@ def test_a_slowdown_only_one_process_saw_is_withdrawn_by_the_re_measure(
     assert "measured again beside the base commit, 1 time, in this job" in report
 
     (repo / "slow-once").write_text("")  # without confirming, the same run is a regression
-    once = run(pytester, "--perfguard", "--perfguard-repeats=5", "--perfguard-confirm=0")
+    once = run(
+        pytester, "--perfguard", "--perfguard-repeats=5", "--perfguard-confirm=0",
+        "--perfguard-full",
+    )  # fmt: skip
     assert once.ret == pytest.ExitCode.TESTS_FAILED, once.stdout.str()
     assert "confirming" not in once.stdout.str()
 

@@ -134,8 +134,9 @@ def test_real_extra_compute_is_a_regression_found_in_the_same_job(
 def test_identical_trees_are_unchanged_and_a_new_test_is_new(pytester: pytest.Pytester) -> None:
     scratch_repo(pytester, base_depth=4, head_depth=4, bar=30)
     pytester.makepyfile(test_new=NEW_TEST)
+    # the new test file is a change: a partial run would measure it alone
     result = pytester.runpytest_subprocess(
-        *FAST, "--perfguard", "--perfguard-ab=HEAD", "--perfguard-json=out.json"
+        *FAST, "--perfguard", "--perfguard-ab=HEAD", "--perfguard-json=out.json", "--perfguard-full"
     )
     assert result.ret == 0, result.stdout.str()
     doc = json.loads((pytester.path / "out.json").read_text())
@@ -229,6 +230,7 @@ def pytest_collection_finish(session):
         "--perfguard",
         "--perfguard-ab=HEAD",
         "--perfguard-json=out.json",
+        "--perfguard-full",  # test_new.py is new: a partial run would measure it alone
         "test_models.py",
         "test_new.py",  # not in the base commit
     )

@@ -236,6 +236,7 @@ class PluginMeasure:
             *self.pytest_args,
             "--perfguard",
             f"--perfguard-ab={base}",
+            "--perfguard-full",  # the tests the user chose, whatever the commits touched
             f"--perfguard-json={folder / 'ab.json'}",
             f"--perfguard-report={folder / 'ab.md'}",
             "--perfguard-fail-on=never",

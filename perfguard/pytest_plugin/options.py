@@ -113,6 +113,7 @@ class Options:
             "--perfguard-compare=none" if ab is None else f"--perfguard-ab={ab}",
             "--perfguard-confirm=0",
             "--perfguard-progress=no",
+            "--perfguard-full",  # it measures the items it is given, not a selection of them
         ]
         for opt in OPTIONS:
             if opt.child != "all" and not (opt.child == "ab" and ab is not None):

@@ -40,6 +40,13 @@ def select(state: SessionState, config: pytest.Config, items: list[pytest.Item])
             state.selection = Selection(partial=False, reason=why_full)
         return
     decision = _decide(state, config, perf, base)
+    if decision is not None and not decision.changed and _is_head(config, base):
+        # the base is this very commit (a noise check, or the same code measured twice):
+        # a partial run would measure nothing
+        state.selection = Selection(
+            partial=False, reason="the base is HEAD itself: every perf item measured", base=base
+        )
+        return
     if decision is None or decision.full:
         reason = "the change could not be read" if decision is None else decision.reason
         changed = () if decision is None else decision.changed
@@ -64,6 +71,15 @@ def select(state: SessionState, config: pytest.Config, items: list[pytest.Item])
         gone = {id(i) for i in dropped}
         config.hook.pytest_deselected(items=dropped)
         items[:] = [i for i in items if id(i) not in gone]
+
+
+def _is_head(config: pytest.Config, base: str) -> bool:
+    from perfguard.git import GitError, resolve_commit
+
+    try:
+        return resolve_commit(Path(config.rootpath), "HEAD") == base
+    except GitError:
+        return False
 
 
 def _test_of(item: pytest.Item) -> str:
