@@ -204,8 +204,8 @@ def make_seed(where: Path) -> Seed:
 # ---- documents ----
 
 FREE_FORM = re.compile(
-    r"^(environment|baseline\.environment|health\.facts|results\[0\]\.details|"
-    r"results\[0\]\.counters\.(ops|break_reasons)|comparisons\[0\]\.why)"
+    r"^(environment|baseline\.environment|health\.facts|(baseline_)?results\[0\]\.details|"
+    r"(baseline_)?results\[0\]\.counters\.(ops|break_reasons)|comparisons\[0\]\.why)"
 )
 
 

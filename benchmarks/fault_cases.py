@@ -539,14 +539,20 @@ def signal_cases(seed: Seed) -> list[Case]:
         temp = tmp / "t"
         temp.mkdir()
         env = {"TMPDIR": str(temp)}
-        proc = start_session(repo, ["--perfguard-ab=HEAD~1"], tmp / "log1.txt", env)
+        # (the seed's two commits hold the same code: measured whole, not a partial run)
+        proc = start_session(
+            repo, ["--perfguard-ab=HEAD~1", "--perfguard-full"], tmp / "log1.txt", env
+        )
         time.sleep(6.0)
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         # perfguard's own folders (torch's compile cache, torchinductor_*, is meant to stay)
         left = sorted(p.name for p in temp.iterdir() if p.name.startswith(scratch.PREFIX))
         again = start_session(
-            repo, ["--perfguard-ab=HEAD~1", "-k", "test_small"], tmp / "log2.txt", env
+            repo,
+            ["--perfguard-ab=HEAD~1", "--perfguard-full", "-k", "test_small"],
+            tmp / "log2.txt",
+            env,
         )
         again.wait(timeout=300)
         out = (tmp / "log2.txt").read_text(errors="replace")

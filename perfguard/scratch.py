@@ -35,13 +35,19 @@ def give_up(folder: Path) -> None:
 
 
 def alive(pid: int) -> bool:
+    """Whether process `pid` runs. A zombie does not: a session killed with SIGKILL whose
+    parent died too stays one in a container whose first process reaps nothing."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # someone else's process: alive
         return True
-    return True
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:  # no /proc (not Linux), or it ended just now
+        return True
+    return "\nState:\tZ" not in status
 
 
 def owner(folder: Path) -> int | None:

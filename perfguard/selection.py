@@ -247,6 +247,10 @@ def decide(
     if any(matches(p, every_test) for p in changed):
         why = "a file every perf test depends on (ini perfguard_depends) changed"
         return Decision(True, why, tuple(changed))
+    gone = [p for p in changed if p.endswith(".py") and not (root / p).exists()]
+    if gone:  # a deleted test is a gap to report, a deleted module breaks who imported it
+        why = f"{shown(gone)} deleted: the tests it held, or that imported it, must be seen"
+        return Decision(True, why, tuple(changed))
     declared = {g for _, patterns in tests.values() for g in patterns}
     unknown = [
         p

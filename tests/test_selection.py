@@ -85,6 +85,11 @@ def test_files_that_can_move_every_test_force_a_full_run(repo: Path, path: str) 
     assert forcing(path) and "can move every perf test" in str(reached(repo, path))
 
 
+def test_a_deleted_python_file_forces_a_full_run(repo: Path) -> None:
+    (repo / "tests/perf/test_lm.py").unlink()
+    assert "tests/perf/test_lm.py deleted" in str(reached(repo, "tests/perf/test_lm.py"))
+
+
 def test_a_module_that_does_not_parse_is_measured_by_whoever_imports_it(repo: Path) -> None:
     (repo / "models/layers.py").write_text("from . import activations\ndef broken(:\n")
     assert reached(repo, "models/activations.py") == {"test_mlp"}

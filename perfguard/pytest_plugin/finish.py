@@ -26,7 +26,12 @@ def finish_session(session: pytest.Session, state: SessionState, exitstatus: int
     config = session.config
     interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
     counting = bool(state.options.instructions) and not interrupted
-    same = _close_ab(config, state, interrupted=interrupted, counting=counting)
+    try:
+        same = _close_ab(config, state, interrupted=interrupted, counting=counting)
+    except KeyboardInterrupt:  # stopped while the workers were ending: they end at once
+        exitstatus = session.exitstatus = pytest.ExitCode.INTERRUPTED
+        interrupted, counting = True, False
+        same = _close_ab(config, state, interrupted=True, counting=False)
     if counting:
         state.results = count_instructions(config, state, Path(config.rootpath), state.results)
     o = state.options

@@ -328,4 +328,9 @@ class Side:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+            except KeyboardInterrupt:  # stopped while waiting: the worker goes now
+                self.proc.kill()
+                self.proc.wait()
+                self.proc = None
+                raise
             self.proc = None
