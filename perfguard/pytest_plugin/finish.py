@@ -30,8 +30,7 @@ def finish_session(session: pytest.Session, state: SessionState, exitstatus: int
         same = _close_ab(config, state, interrupted=interrupted, counting=counting)
     except KeyboardInterrupt:  # stopped while the workers were ending: they end at once
         exitstatus = session.exitstatus = pytest.ExitCode.INTERRUPTED
-        interrupted, counting = True, False
-        same = _close_ab(config, state, interrupted=True, counting=False)
+        counting, same = False, _close_ab(config, state, interrupted=True, counting=False)
     if counting:
         state.results = count_instructions(config, state, Path(config.rootpath), state.results)
     o = state.options
@@ -69,10 +68,8 @@ def finish_session(session: pytest.Session, state: SessionState, exitstatus: int
     if state.notes:
         outcome = replace(outcome, messages=(*state.notes, *outcome.messages))
     config.stash[outcome_key] = outcome
-    sel = state.selection
-    if exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED and sel is not None and sel.partial:
-        # the change reaches no perf test: nothing to measure is a pass, not pytest's 5
-        session.exitstatus = exitstatus = pytest.ExitCode.OK
+    if exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED and _partial(state):
+        session.exitstatus = pytest.ExitCode.OK  # the change reaches no perf test: a pass
     if outcome.error is not None:
         session.exitstatus = pytest.ExitCode.INTERRUPTED
     elif not outcome.run.complete and session.exitstatus == pytest.ExitCode.OK:
@@ -83,6 +80,10 @@ def finish_session(session: pytest.Session, state: SessionState, exitstatus: int
         and session.exitstatus == pytest.ExitCode.OK
     ):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _partial(state: SessionState) -> bool:
+    return state.selection is not None and state.selection.partial
 
 
 def stopped_by() -> str | None:
