@@ -136,6 +136,19 @@ def first_parent(path: Path) -> tuple[str | None, str]:
     return parent, ""
 
 
+def changes_since(path: Path, base: str) -> tuple[Path, list[str], list[str]]:
+    """(the repository's top folder, the paths that differ between commit `base` and the
+    working tree, the untracked paths git does not ignore), both relative to the top."""
+    repo = _repo(path)
+    try:
+        diff = repo.git.diff("--name-only", "--no-renames", base, "--")
+        others = repo.git.ls_files("--others", "--exclude-standard", "--full-name")
+    except Exception as exc:  # GitPython's command error: git's own words
+        raise GitError(f"cannot list the changes since {base[:10]}: {exc}") from None
+    top = Path(repo.working_tree_dir or path)
+    return top, str(diff).splitlines(), str(others).splitlines()
+
+
 def _main_ref(repo: Any, main_branch: str) -> str | None:
     for candidate in (main_branch, f"origin/{main_branch}", f"refs/remotes/origin/{main_branch}"):
         try:

@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import ast
 import fnmatch
-import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from perfguard.errors import PerfguardError
+from perfguard.git import changes_since
 
 FORCING = (
     "pyproject.toml",
@@ -66,29 +65,17 @@ not Python (data, configs, native code) is read by whoever declares it (`depends
 undeclared one forces a full run."""
 
 
-class SelectionError(PerfguardError):
-    """The changed files could not be listed: the run measures everything."""
-
-
 def changed_files(root: Path, base: str) -> list[str]:
     """The rootdir-relative paths that differ between commit `base` and the working tree at
-    `root`: committed, staged and unstaged changes, and new Python files git does not ignore."""
-
-    def git(*args: str) -> list[str]:
-        done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            raise SelectionError(done.stderr.strip().splitlines()[-1:] or ["git failed"])
-        return [line for line in done.stdout.splitlines() if line]
-
-    top = Path(git("rev-parse", "--show-toplevel")[0])
-    names = git("diff", "--name-only", "--no-renames", base, "--")
+    `root`: committed, staged and unstaged changes, and new Python files git does not ignore
+    (`GitError` where git cannot say)."""
+    top, names, untracked = changes_since(root, base)
     # new Python files count (a test may import one); other untracked files are a working
     # tree's outputs (reports, caches), which a checkout in CI does not have
-    untracked = git("ls-files", "--others", "--exclude-standard", "--full-name")
     names += [name for name in untracked if name.endswith(".py")]
     # paths relative to the rootdir, which may lie below the repository's top
     out = []
-    for name in sorted(set(names)):
+    for name in sorted(set(filter(None, names))):
         try:
             out.append((top / name).resolve().relative_to(root.resolve()).as_posix())
         except ValueError:
@@ -96,10 +83,15 @@ def changed_files(root: Path, base: str) -> list[str]:
     return out
 
 
+def listed(path: str, patterns: Iterable[str]) -> bool:
+    """Whether `path`, or its file name, matches one of `patterns`."""
+    name = PurePosixPath(path).name
+    return any(fnmatch.fnmatch(path, p) or fnmatch.fnmatch(name, p) for p in patterns)
+
+
 def forcing(path: str) -> bool:
     """Whether a change to `path` can move every perf test."""
-    name = PurePosixPath(path).name
-    return any(fnmatch.fnmatch(path, p) or fnmatch.fnmatch(name, p) for p in FORCING)
+    return listed(path, FORCING)
 
 
 @dataclass
@@ -215,8 +207,7 @@ class Decision:
 
 def inert(path: str) -> bool:
     """Whether `path` is a file no perf test can read to measure (documentation, images)."""
-    name = PurePosixPath(path).name
-    return any(fnmatch.fnmatch(path, p) or fnmatch.fnmatch(name, p) for p in INERT)
+    return listed(path, INERT)
 
 
 def decide(

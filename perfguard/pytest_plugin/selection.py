@@ -147,7 +147,8 @@ def _stored_base(state: SessionState, root: Path) -> tuple[str | None, str]:
 def _decide(
     state: SessionState, config: pytest.Config, perf: list[pytest.Item], base: str
 ) -> Decision | None:
-    from perfguard.selection import SelectionError, changed_files, decide
+    from perfguard.git import GitError
+    from perfguard.selection import changed_files, decide
 
     root = Path(config.rootpath)
     tests: dict[str, tuple[Path, tuple[str, ...]]] = {}
@@ -158,5 +159,5 @@ def _decide(
     every = tuple((state.options.depends or "").replace(",", " ").split())
     try:
         return decide(root, changed_files(root, base), tests, every_test=every)
-    except SelectionError:
+    except GitError:  # the changes cannot be listed: everything is measured
         return None
