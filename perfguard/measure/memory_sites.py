@@ -85,17 +85,36 @@ def _record_cpu(call: Callable[[], Any]) -> Recorded:
     if not events:
         return [], []
     first = events[0].extra_fields
-    before = int(first.total_allocated - first.alloc_size)
-    live: dict[int, tuple[int, str, str, tuple[str, ...], str]] = {}
+    steps = (
+        (
+            int(n.extra_fields.ptr),
+            (int(n.extra_fields.alloc_size), *_cpu_site(n), "")
+            if n.extra_fields.alloc_size > 0
+            else None,
+            int(n.extra_fields.total_allocated),  # the allocator's own total
+        )
+        for n in events
+    )
+    return _replay(steps, int(first.total_allocated - first.alloc_size))
+
+
+Block = tuple[int, str, str, tuple[str, ...], str]
+"""A live block: (bytes, where, op, frames above, statement)."""
+
+
+def _replay(steps: Iterable[tuple[int, Block | None, int]], before: int) -> Recorded:
+    """Allocations and frees in order, each (address, the block allocated there or None
+    for a free, the total allocated after it), replayed: the sites live when the total was
+    highest, and those still live at the end."""
+    live: dict[int, Block] = {}
     peak, at_peak = before, dict(live)
-    for node in events:
-        f = node.extra_fields
-        if f.alloc_size > 0:
-            live[f.ptr] = (int(f.alloc_size), *_cpu_site(node), "")
+    for addr, block, total in steps:
+        if block is not None:
+            live[addr] = block
         else:
-            live.pop(f.ptr, None)
-        if f.total_allocated > peak:
-            peak, at_peak = int(f.total_allocated), dict(live)
+            live.pop(addr, None)
+        if total > peak:
+            peak, at_peak = total, dict(live)
     return _with_before(grouped(at_peak.values()), before), grouped(live.values())
 
 
@@ -155,23 +174,25 @@ def _record_cuda(call: Callable[[], Any], device: Any, snapshot: Path | None) ->
 def cuda_sites(taken: dict[str, Any], index: int, before: int) -> Recorded:
     """The sites live at the peak of a memory-history snapshot's trace (`device_traces`)."""
     traces = taken.get("device_traces") or []
-    trace = traces[index] if index < len(traces) else []
-    live: dict[int, tuple[int, str, str, tuple[str, ...], str]] = {}
-    total, peak, at_peak = before, before, dict(live)
+    return _replay(_cuda_steps(traces[index] if index < len(traces) else [], before), before)
+
+
+def _cuda_steps(
+    trace: Iterable[dict[str, Any]], before: int
+) -> Iterator[tuple[int, Block | None, int]]:
+    """The trace's allocations, and frees of the blocks they made, with the running total
+    from what was allocated `before` the call."""
+    total, sizes = before, {}
     for event in trace:
-        action, addr, size = (
-            event.get("action"),
-            int(event.get("addr", 0)),
-            int(event.get("size", 0)),
-        )
+        action, addr = event.get("action"), int(event.get("addr", 0))
         if action == "alloc":
-            live[addr] = (size, *_cuda_site(event.get("frames") or ()))
+            size = int(event.get("size", 0))
+            sizes[addr] = size
             total += size
-        elif action in ("free_requested", "free") and addr in live:
-            total -= live.pop(addr)[0]
-        if total > peak:
-            peak, at_peak = total, dict(live)
-    return _with_before(grouped(at_peak.values()), before), grouped(live.values())
+            yield addr, (size, *_cuda_site(event.get("frames") or ())), total
+        elif action in ("free_requested", "free") and addr in sizes:
+            total -= sizes.pop(addr)
+            yield addr, None, total
 
 
 def _cuda_site(frames: Sequence[dict[str, Any]]) -> tuple[str, str, tuple[str, ...], str]:
