@@ -35,34 +35,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.bisect_study import git
+from benchmarks.bisect_study import MODELS, TESTS, git  # the same MLP and its perf test
 
 DEPTH = 40
 STEPS = (5, 15, 25)  # early, middle and late commits of main (1-based; 0 is the root)
 CHANGES = (10, 25, -50)  # percent more compute; run r puts CHANGES rotated by r at STEPS
 PATHS = ("paired", "stored")
-MODELS = """
-import torch
-from torch import nn
-
-DEPTH = {depth}
-
-def mlp():
-    torch.manual_seed(0)
-    layers = []
-    for _ in range(DEPTH):
-        layers += [nn.Linear(256, 256), nn.ReLU()]
-    return nn.Sequential(*layers).eval(), (torch.randn(64, 256),)
-"""
-TESTS = """
-import pytest
-from mymodels import mlp
-
-@pytest.mark.perfguard(variants=["eager"])
-def test_mlp(perfguard):
-    model, inputs = mlp()
-    perfguard.run(model, inputs)
-"""
 PYTEST_ARGS = ("--perfguard", "--perfguard-save", "--perfguard-device=cpu", "-q", "-p", "no:xdist")
 
 

@@ -362,8 +362,11 @@ def _stored_cold_compiles(
     """The base side compiled from main's artifacts (the compile cache) has no cold compile
     of its own: its stored baseline's, measured cold by main's run, stands in (none where
     there is none: no compile-time verdict then)."""
-    hits = [r for r in base.results if r.details.build.get("compile_cache") == "hit"]
-    if not hits:
+
+    def hit(r: VariantResult) -> bool:
+        return r.details.build.get("compile_cache") == "hit"
+
+    if not any(hit(r) for r in base.results):
         return base
     try:
         stored = store.load(machine, base.commit)
@@ -371,9 +374,9 @@ def _stored_cold_compiles(
         stored = None
     out = []
     for r in base.results:
-        kept = None if stored is None else stored.result(r.test, r.variant)
+        kept = None if stored is None or not hit(r) else stored.result(r.test, r.variant)
         cold = None if kept is None else kept.metrics.compile_time_s
-        if r in hits and cold is not None:
+        if cold is not None:
             note = "compiled from main's artifacts: its cold compile is its stored baseline's"
             details = replace(r.details, notes=(*r.details.notes, note))
             r = replace(r, metrics=replace(r.metrics, compile_time_s=cold), details=details)
