@@ -67,9 +67,12 @@ def pytest_configure(config: pytest.Config) -> None:
         if refusal:
             raise pytest.UsageError(refusal)
     options, unpaired = paired_save(Path(config.rootpath), options)
-    state = SessionState(options, ProgressWriter(config, options.progress))
-    state.root = Path(config.rootpath)
-    state.notes.extend([unpaired] if unpaired else [])
+    state = SessionState(
+        options,
+        ProgressWriter(config, options.progress),
+        root=Path(config.rootpath),
+        notes=[unpaired] if unpaired else [],
+    )
     from perfguard.measure.callgrind import CallgrindError, build_shim, regions_from_env
 
     state.counting = regions_from_env()
