@@ -3,8 +3,10 @@
 1. commit A of a small perf suite (MLP, conv-bn-relu CNN, transformer encoder, the MLP's
    training step, a small GPT-2's generation) on `main`;
    `pytest --perfguard --perfguard-save` measures it and saves its baseline;
-2. a pull-request-like branch makes the MLP wider (real extra compute);
-   `pytest --perfguard` measures it, finds A's baseline through git, compares;
+2. a pull-request-like branch makes the MLP wider (real extra compute) and, in a second
+   commit, makes the encoder keep every output it returns (a leak of 16 KiB per call);
+   `pytest --perfguard` measures it, finds A's baseline through git, compares, and names
+   the line that keeps the outputs;
 3. the report lands in reports/perfguard.md of this repository.
 """
 
@@ -77,11 +79,17 @@ def main() -> int:
         print(f"demo: measuring commit A failed (pytest exit {code})", file=sys.stderr)
         return 1
 
-    print("\n== 2/2: a branch widens the MLP (512 -> 1024 hidden); measure and compare", flush=True)
+    print(
+        "\n== 2/2: a branch widens the MLP (512 -> 1024 hidden) and makes the encoder keep its"
+        " outputs; measure and compare",
+        flush=True,
+    )
     git(repo, "checkout", "-q", "-b", "wider-mlp")
     suite = repo / "tests" / "test_models.py"
     suite.write_text(suite.read_text().replace("HIDDEN = 512", "HIDDEN = 1024"))
     git(repo, "commit", "-q", "-am", "B: widen the MLP")
+    suite.write_text(suite.read_text().replace("KEEP_OUTPUTS = False", "KEEP_OUTPUTS = True"))
+    git(repo, "commit", "-q", "-am", "C: keep the encoder's outputs for inspection")
     code = pytest(repo, "--perfguard-report", str(REPORT), "--perfguard-json", str(RESULTS))
     if code not in (0, 1):  # 1: a regression was found, which is what this demo shows
         print(f"demo: measuring commit B failed (pytest exit {code})", file=sys.stderr)

@@ -85,6 +85,11 @@ def test_the_user_frame_is_the_innermost_outside_torch_and_perfguard() -> None:
     ]
     assert user_frame(frames) == 2
     assert user_frame(frames[:2]) is None
+    # inductor's generated module (a compiled variant) is torch's code, not the user's
+    generated = (
+        "/tmp/tmpy40ypkdx/oy/coyo5m4k57nqo2pk2w2somcuvudel4gqmghvm6ndpx375yi4lsni.py(46): call"
+    )
+    assert user_frame([generated, "models/net.py(12): forward"]) == 1
 
 
 def test_a_cuda_snapshot_is_replayed_to_its_peak() -> None:
@@ -134,6 +139,30 @@ def test_a_memory_verdict_carries_its_site_changes_into_the_json() -> None:
     assert again.sites == c.sites and c.to_json()["sites"][0]["change_bytes"] == 4 << 20
     unchanged = Comparison(**{**row.__dict__, "verdict": "unchanged"})
     assert with_memory_why([unchanged], {}, {("t", "eager"): head})[0].sites == ()
+    # a CPU process's RSS is reported only: its verdict moves a figure and explains nothing
+    reported = Comparison(**{**row.__dict__, "gating": False})
+    assert with_memory_why([reported], {}, {("t", "eager"): head})[0].sites == ()
+
+
+def test_a_small_leak_is_explained_at_any_size() -> None:
+    """Growth per call is an exact count: a leak of 16 KiB a call names its site, though a
+    peak's site that moved by as little is not shown."""
+    r = result("t", "eager", 1.0)
+    kept = Site("m.py(9): forward", "aten::mul", 16 << 10, 1)
+    head = r.__class__(
+        **{
+            **r.__dict__,
+            "details": r.details.__class__(build={"memory_held_sites": [kept.to_json()]}),
+        }
+    )
+    row = Comparison(
+        test="t", variant="eager", metric="memory_growth_bytes_per_call", baseline=0.0,
+        current=16384.0, change_pct=None, p_value=None, cohens_d=None, verdict="regression",
+    )  # fmt: skip
+    (c,) = with_memory_why([row], {("t", "eager"): r}, {("t", "eager"): head})
+    assert [(s.where, s.change_bytes, s.kind) for s in c.sites] == [
+        ("m.py(9): forward", 16 << 10, "new")
+    ]
 
 
 @pytest.mark.cuda

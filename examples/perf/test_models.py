@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 HIDDEN = 512  # the demo widens this on its second commit to show a regression
+KEEP_OUTPUTS = False  # the demo's third commit keeps every output for inspection: a leak
 
 
 class MLP(nn.Module):
@@ -59,9 +60,13 @@ class Encoder(nn.Module):
         layer = nn.TransformerEncoderLayer(64, 4, 256, dropout=0.0, batch_first=True)
         self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
         self.head = nn.Linear(64, 32)
+        self.kept: list[torch.Tensor] = []
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.encoder(x))
+        hidden = self.encoder(x)
+        if KEEP_OUTPUTS:
+            self.kept.append(hidden)
+        return self.head(hidden)
 
 
 VARIANTS = ["eager", "compile-default", "int8-dynamic", "prune-l1-unstructured", "onnxruntime"]

@@ -21,6 +21,7 @@ the inputs, caches) is one site of its own, `BEFORE`.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -44,12 +45,19 @@ def callers(frames: Sequence[str]) -> tuple[str, ...]:
     return tuple(kept[:FRAMES])
 
 
+GENERATED = re.compile(r"/[a-z0-9]{2}/c[a-z0-9]{40,}\.py\(")
+"""A module inductor wrote (its cache's `xx/c<hash>.py`): torch's code, in a temporary
+folder, named anew by each compile; the user's frame is further out."""
+
+
 def user_frame(frames: Sequence[str]) -> int | None:
-    """The index of the innermost frame (frames innermost first) outside torch, perfguard
-    and the interpreter's machinery; None when every frame is theirs."""
+    """The index of the innermost frame (frames innermost first) outside torch, perfguard,
+    inductor's generated code and the interpreter's machinery; None when every frame is
+    theirs."""
     for i, frame in enumerate(frames):
         name = frame.replace("\\", "/")
-        if not any(part in name for part in OUTSIDE) and not name.startswith("<"):
+        theirs = any(part in name for part in OUTSIDE) or GENERATED.search(name)
+        if not theirs and not name.startswith("<"):
             return i
     return None
 

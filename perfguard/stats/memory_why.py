@@ -16,13 +16,16 @@ from perfguard.records import Comparison, VariantResult
 from perfguard.records.sites import Site, diff
 
 PEAK, GROWTH = "peak_memory_bytes", "memory_growth_bytes_per_call"
-LEAST_BYTES = 64 * 1024  # a site that moved by less is not shown (CPU sizes are exact)
+LEAST_BYTES = 64 * 1024  # a peak's site that moved by less is not shown (CPU sizes are exact)
+# a leak's site is shown at any size: growth per call is an exact count, and a block of a few
+# KiB kept per call is gigabytes after a day of serving
+LEAST_HELD_BYTES = 1
 
 
 def explained(c: Comparison) -> bool:
     """Whether `c` is a memory verdict that stands (what allocation sites explain)."""
-    if c.metric == PEAK:
-        return c.verdict in ("regression", "improvement")
+    if c.metric == PEAK:  # a gating one: a process's RSS (the CPU's) only moves a figure
+        return c.gating and c.verdict in ("regression", "improvement")
     return c.metric == GROWTH and c.verdict == "regression"
 
 
@@ -48,8 +51,9 @@ def with_memory_why(
     for c in comparisons:
         key = (c.test, c.variant)
         if explained(c) and key in head:
+            least = LEAST_BYTES if c.metric == PEAK else LEAST_HELD_BYTES
             changes = diff(
-                sites_of(base.get(key), c.metric), sites_of(head[key], c.metric), least=LEAST_BYTES
+                sites_of(base.get(key), c.metric), sites_of(head[key], c.metric), least=least
             )
             c = replace(c, sites=tuple(changes))
         out.append(c)
