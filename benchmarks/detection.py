@@ -163,7 +163,8 @@ def _build(kind: str, extra_pct: int) -> tuple[Any, tuple[Any, ...]]:
 def worker(extra_pct: int, out: Path, models: Sequence[str] = MODELS) -> None:
     from perfguard.environment import collect_environment, machine_key
     from perfguard.health import Monitor
-    from perfguard.measure.runner import MeasureSettings, measure_model, resolve_device
+    from perfguard.measure.job import Job, MeasureSettings
+    from perfguard.measure.runner import measure_model, resolve_device
     from perfguard.records import Run
 
     device = resolve_device("auto")
@@ -177,7 +178,7 @@ def worker(extra_pct: int, out: Path, models: Sequence[str] = MODELS) -> None:
     results = []
     for kind in models:
         model, inputs = _build(kind, extra_pct)
-        results.append(measure_model(model, inputs, "eager", MeasureSettings(), test=kind))
+        results.append(measure_model(Job.of(model, inputs, "eager", MeasureSettings(), test=kind)))
     health = monitor.stop()
     environment = collect_environment(device)
     run = Run(

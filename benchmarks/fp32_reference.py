@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from perfguard import MeasureSettings, SamplingSettings, compute_reference, measure_model
+from perfguard import Job, MeasureSettings, SamplingSettings, compute_reference, measure_model
 from perfguard.examples import SmallCNN, SmallEncoder, SmallMLP, example_inputs
 from perfguard.measure import drift
 
@@ -64,7 +64,9 @@ def main() -> None:
             OUTPUTS.clear()
             drift.check = _keeping
             try:
-                result = measure_model(model, inputs, variant, SETTINGS, reference=reference)
+                result = measure_model(
+                    Job.of(model, inputs, variant, SETTINGS), reference=reference
+                )
             finally:
                 drift.check = _CHECK
             if result.status != "ok" or result.drift_check is None or not OUTPUTS:

@@ -17,7 +17,7 @@ import sys
 WORKER = r"""
 import json, sys, torch
 from torch import nn
-from perfguard import MeasureSettings, SamplingSettings, TrainStep, measure_model
+from perfguard import Job, MeasureSettings, SamplingSettings, TrainStep, measure_model
 
 class Model(nn.Module):
     def __init__(self, leak):
@@ -36,7 +36,7 @@ step = TrainStep(lambda out: out.square().mean(), lambda p: torch.optim.AdamW(p)
 out = {}
 for leak in (True, False):
     for kind, training in (("forward", None), ("train", step)):
-        r = measure_model(Model(leak), (x,), "eager", settings, training=training)
+        r = measure_model(Job.of(Model(leak), (x,), "eager", settings, work=training))
         out[f"{'leaking' if leak else 'clean'} {kind}"] = {
             "growth": r.counters.memory_growth_bytes_per_call,
             "flagged": any("a leak" in n for n in r.details.notes),

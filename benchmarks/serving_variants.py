@@ -28,7 +28,7 @@ from typing import Any
 ONE = """
 import json, sys, torch
 from torch import nn
-from perfguard import MeasureSettings, SamplingSettings, measure_model
+from perfguard import Job, MeasureSettings, SamplingSettings, measure_model
 
 class Clean(nn.Module):
     def __init__(self):
@@ -48,7 +48,7 @@ settings = MeasureSettings(
     sampling=SamplingSettings(budget_s=0.1, repeats=2, min_samples_per_repeat=3),
     memory_calls=1, device="cpu", shapes=((2, 16), (4, 16), (8, 16), (16, 16)),
 )
-result = measure_model(model, (torch.randn(8, 16),), "compile-dynamic", settings)
+result = measure_model(Job.of(model, (torch.randn(8, 16),), "compile-dynamic", settings))
 print(json.dumps(result.to_json()))
 """
 
@@ -97,7 +97,7 @@ def figures() -> list[dict[str, Any]]:
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from perfguard import MeasureSettings, SamplingSettings, measure_model
+    from perfguard import Job, MeasureSettings, SamplingSettings, measure_model
     from perfguard.examples import SmallMLP, example_inputs
 
     torch.manual_seed(0)
@@ -126,7 +126,7 @@ def figures() -> list[dict[str, Any]]:
                 sampling=SamplingSettings(budget_s=0.2, repeats=3), device="cpu", shapes=shapes
             )
             started = time.monotonic()
-            r = measure_model(model, inputs, variant, settings, kwargs=kwargs)
+            r = measure_model(Job.of(model, inputs, variant, settings, kwargs=kwargs))
             row = {
                 "model": name,
                 "variant": variant,

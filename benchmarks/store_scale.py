@@ -66,11 +66,12 @@ def measured_template() -> Any:
     import torch
     from torch import nn
 
-    from perfguard.measure.runner import MeasureSettings, measure_model
+    from perfguard.measure.job import Job, MeasureSettings
+    from perfguard.measure.runner import measure_model
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64)).eval()
-    return measure_model(model, (torch.randn(8, 64),), "eager", MeasureSettings(), test="t")
+    return measure_model(Job.of(model, (torch.randn(8, 64),), "eager", MeasureSettings(), test="t"))
 
 
 def scaled(template: Any, test: str, factor: float) -> Any:

@@ -1,9 +1,9 @@
 """perfguard: performance regression testing for PyTorch models.
 
-The public API: `measure_model` measures one model under one variant, with
-`MeasureSettings`, returning an immutable `VariantResult` that keeps the raw samples; given
-`training=TrainStep(loss_fn, optimizer)`, it measures a training step instead, and given
-`generation=Generation(max_new_tokens)` a greedy `model.generate`.
+The public API: `measure_model(Job.of(model, example_inputs, variant, MeasureSettings(...)))`
+measures one model under one variant, returning an immutable `VariantResult` that keeps the
+raw samples; given `work=TrainStep(loss_fn, optimizer)`, the job is a training step instead,
+and given `work=Generation(max_new_tokens)` a greedy `model.generate`.
 Heavy modules (torch) load on first use, so `perfguard report` and `compare` work
 without torch.
 """
@@ -23,14 +23,16 @@ class PerfguardWarning(UserWarning):
 
 if TYPE_CHECKING:
     from perfguard.measure.drift import Reference, compute_reference
-    from perfguard.measure.runner import MeasureSettings, measure_model
+    from perfguard.measure.job import Job, MeasureSettings
+    from perfguard.measure.runner import measure_model
     from perfguard.measure.sampling import SamplingSettings
     from perfguard.variants.generation import Generation
     from perfguard.variants.training import TrainStep
 
 _LAZY = {
     "measure_model": "perfguard.measure.runner",
-    "MeasureSettings": "perfguard.measure.runner",
+    "MeasureSettings": "perfguard.measure.job",
+    "Job": "perfguard.measure.job",
     "SamplingSettings": "perfguard.measure.sampling",
     "compute_reference": "perfguard.measure.drift",
     "Reference": "perfguard.measure.drift",
@@ -50,6 +52,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "Comparison",
     "Generation",
+    "Job",
     "MeasureSettings",
     "Metrics",
     "PerfguardWarning",

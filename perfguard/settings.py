@@ -15,15 +15,12 @@ module disagree. Plain data: no pytest here.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from perfguard.bounds import Bounds
 from perfguard.variants.spec import DEFAULT_VARIANTS
-
-DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
-"""What `--perfguard-device` and the marker's `device` accept (fullmatch)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,11 +40,14 @@ class Setting:
     marker_what: str = ""  # what the marker's value must be, for its error message
     doc: str | None = None  # the docs table's longer text (else `help`)
     threshold: bool = False  # a verdict rule (perfguard.stats.verdicts.Thresholds)
-    # how the session reads it (perfguard.pytest_plugin.options): "text", "switch", "int" or
-    # "float" (at least `low`), "choice" (one of `choices`), or a reader of its own ("variants",
-    # "location", "machine", "path", "device", "shard", "instructions", "ab")
+    # how the session reads it (perfguard.pytest_plugin.options): "text", "switch", "number"
+    # (within `bounds`), "choice" (one of `choices`), or a reader of its own ("variants",
+    # "location", "machine", "path", "device", "shard", "instructions", "ab", "globs"); a
+    # marker-only row's "shapes" or "drift" names its check (perfguard.bounds)
     read: str = "text"
-    low: float = 0.0
+    # the numbers it takes, checked by perfguard.bounds for every source (option, ini, marker,
+    # perfguard.run's options, a results file); None: not a number
+    bounds: Bounds | None = None
     choices: tuple[str, ...] = ()
     optional: bool = False  # empty means None (not the default)
     attribute: str = ""  # the session options' attribute: `name` unless given
@@ -175,6 +175,7 @@ SETTINGS: tuple[Setting, ...] = (
         marker_types=(list, tuple),
         marker_what="a list of globs of files (rootdir-relative) the test reads besides its "
         "imports",
+        read="globs",
         optional=True,
     ),
     Setting(
@@ -238,8 +239,8 @@ SETTINGS: tuple[Setting, ...] = (
         marker="budget_s",
         marker_types=(int, float),
         marker_what="seconds of sampling",
-        read="float",
-        low=0.001,
+        read="number",
+        bounds=Bounds(low=0.001, high=3600),
         attribute="budget_s",
         child="all",
         recorded=True,
@@ -253,8 +254,8 @@ SETTINGS: tuple[Setting, ...] = (
         marker="repeats",
         marker_types=(int,),
         marker_what="a whole number of repeats",
-        read="int",
-        low=1,
+        read="number",
+        bounds=Bounds(low=1, high=1000, whole=True),
         child="all",
         recorded=True,
     ),
@@ -269,8 +270,8 @@ SETTINGS: tuple[Setting, ...] = (
         marker="timeout_s",
         marker_types=(int, float),
         marker_what="seconds for the whole item",
-        read="float",
-        low=1.0,
+        read="number",
+        bounds=Bounds(low=1, high=86400),
         attribute="timeout_s",
         child="all",
         recorded=True,
@@ -296,8 +297,8 @@ SETTINGS: tuple[Setting, ...] = (
         marker="threads",
         marker_types=(int,),
         marker_what="a whole number of threads",
-        read="int",
-        low=1,
+        read="number",
+        bounds=Bounds(low=1, high=4096, whole=True),
         optional=True,
         child="all",
     ),
@@ -317,7 +318,8 @@ SETTINGS: tuple[Setting, ...] = (
         help="torch, numpy and random seed set before each perf item, so random weights match",
         default="0",
         metavar="N",
-        read="int",
+        read="number",
+        bounds=Bounds(low=0, high=2**32 - 1, whole=True),  # numpy's seeds
         child="all",
         recorded=True,
     ),
@@ -334,7 +336,8 @@ SETTINGS: tuple[Setting, ...] = (
         marker_types=PCT[0],
         marker_what=PCT[1],
         threshold=True,
-        read="float",
+        read="number",
+        bounds=Bounds(low=0, high=1000),  # past it a bar is no bar
         attribute="min_change_pct",
         child="ab",
     ),
@@ -363,7 +366,8 @@ SETTINGS: tuple[Setting, ...] = (
         help="how many first-parent ancestors auto looks back",
         default="50",
         metavar="N",
-        read="int",
+        read="number",
+        bounds=Bounds(low=1, high=10000, whole=True),
     ),
     Setting(
         name="progress",
@@ -394,7 +398,8 @@ SETTINGS: tuple[Setting, ...] = (
         "A/B (--perfguard-ab): beside the base commit again, by a fresh pair of processes",
         default="1",
         metavar="N",
-        read="int",
+        read="number",
+        bounds=Bounds(low=0, high=10, whole=True),
     ),
     Setting(
         name="confirm_gap",
@@ -403,7 +408,8 @@ SETTINGS: tuple[Setting, ...] = (
         "process: a passing slowdown of the host must not hit both",
         default="60",
         metavar="SECONDS",
-        read="float",
+        read="number",
+        bounds=Bounds(low=0, high=3600),
         attribute="confirm_gap_s",
     ),
     Setting(
@@ -441,7 +447,8 @@ SETTINGS: tuple[Setting, ...] = (
         marker_types=PCT[0],
         marker_what="a number of percent (same-job A/B)",
         threshold=True,
-        read="float",
+        read="number",
+        bounds=Bounds(low=0, high=1000),
         attribute="ab_min_change_pct",
         child="ab",
     ),
@@ -471,6 +478,7 @@ SETTINGS: tuple[Setting, ...] = (
         marker_types=(float,),
         marker_what="a significance level between 0 and 1",
         threshold=True,
+        bounds=Bounds(low=0, high=1, above=True, below=True),
     ),
     Setting(
         name="gate_ops",
@@ -492,6 +500,7 @@ SETTINGS: tuple[Setting, ...] = (
         marker_types=PCT[0],
         marker_what="a number of percent (callgrind instruction counts)",
         threshold=True,
+        bounds=Bounds(low=0, high=1000),
     ),
     Setting(
         name="memory_tolerance_pct",
@@ -502,6 +511,7 @@ SETTINGS: tuple[Setting, ...] = (
         marker_types=PCT[0],
         marker_what=PCT[1],
         threshold=True,
+        bounds=Bounds(low=0, high=1000),
     ),
     Setting(
         name="compile_ratio",
@@ -512,6 +522,7 @@ SETTINGS: tuple[Setting, ...] = (
         marker_types=(int, float),
         marker_what="a ratio above 1",
         threshold=True,
+        bounds=Bounds(low=1, high=100, above=True),
     ),
     Setting(
         name="shapes",
@@ -521,6 +532,7 @@ SETTINGS: tuple[Setting, ...] = (
         marker="shapes",
         marker_types=(list, tuple),
         marker_what="a list of shapes, e.g. [[1, 128], [8, 128]]",
+        read="shapes",
     ),
     Setting(
         name="drift_tolerance",
@@ -529,11 +541,13 @@ SETTINGS: tuple[Setting, ...] = (
         marker="drift_tolerance",
         marker_types=(int, float, dict),
         marker_what="a relative tolerance, or {class: tolerance}",
+        read="drift",
     ),
 )
 
 BY_NAME: Mapping[str, Setting] = {s.name: s for s in SETTINGS}
 OPTIONS: tuple[Setting, ...] = tuple(s for s in SETTINGS if s.option)
+BY_FIELD: Mapping[str, Setting] = {s.field: s for s in SETTINGS}
 MARKER_KEYS: Mapping[str, Setting] = {s.marker: s for s in SETTINGS if s.marker}
 THRESHOLD_KEYS: tuple[str, ...] = tuple(s.marker for s in SETTINGS if s.threshold and s.marker)
 

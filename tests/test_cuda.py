@@ -12,11 +12,11 @@ import pytest
 import torch
 
 from perfguard import MeasureSettings, SamplingSettings
-from perfguard import measure_model as measure
 from perfguard.examples import SmallCNN, SmallMLP, example_inputs
 from perfguard.measure.clock import CudaEventClock
 from perfguard.measure.memory import CudaMemory
 from perfguard.variants.spec import BASE_VARIANTS
+from tests.measuring import measure
 
 pytestmark = pytest.mark.cuda
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from perfguard import MeasureSettings, SamplingSettings
-from perfguard import measure_model as measure
+from tests.measuring import measure
 
 pytestmark = pytest.mark.cuda
 
@@ -31,7 +31,7 @@ def test_a_training_step_on_cuda_counts_gradients_and_optimizer_state(
     from tests.test_training import case
 
     model, inputs, named, step = case(name)
-    r = measure(model, inputs, variant, FAST, kwargs=named, training=step)
+    r = measure(model, inputs, variant, FAST, kwargs=named, work=step)
     assert r.status == "ok", r.error
     assert r.workload == "train" and r.details.clock == "cuda_event"
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
@@ -55,7 +55,7 @@ def test_a_generation_on_cuda_times_its_tokens_and_makes_eagers(name: str, varia
     from tests.test_generation import gpt2, llama, prompt
 
     model = gpt2() if name == "gpt2" else llama()
-    r = measure(model, (prompt(),), variant, FAST, test=name, generation=Generation(6))
+    r = measure(model, (prompt(),), variant, FAST, test=name, work=Generation(6))
     assert r.status == "ok", r.error
     assert r.workload == "generate" and r.details.clock == "cuda_event"
     m = r.metrics

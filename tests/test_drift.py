@@ -120,7 +120,8 @@ def test_exact_allows_what_eager_itself_changes_between_identical_calls() -> Non
 
 @pytest.mark.slow
 def test_fp16_is_held_to_fp16s_own_error_not_bf16s() -> None:
-    from perfguard import MeasureSettings, SamplingSettings, measure_model
+    from perfguard import MeasureSettings, SamplingSettings
+    from tests.measuring import measure
 
     settings = MeasureSettings(sampling=SamplingSettings(budget_s=0.02, repeats=2), device="cpu")
     torch.manual_seed(0)
@@ -130,7 +131,7 @@ def test_fp16_is_held_to_fp16s_own_error_not_bf16s() -> None:
     x = torch.randn(16, 64)
     checks = {}
     for variant in ("amp-fp16", "amp-bf16"):
-        result = measure_model(model, (x,), variant, settings)
+        result = measure(model, (x,), variant, settings)
         assert result.status == "ok", result.error
         assert result.drift_check is not None and result.drift_check.passed
         checks[variant] = result.drift_check

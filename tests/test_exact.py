@@ -10,7 +10,6 @@ import pytest
 import torch
 from torch import nn
 
-from perfguard.measure.runner import measure_model
 from perfguard.records import SCHEMA_VERSION, Comparison, Counters, Run, VariantResult, reason
 from perfguard.report import format as fmt
 from perfguard.report.markdown import render_markdown
@@ -18,6 +17,7 @@ from perfguard.stats.exact import exact_comparisons
 from perfguard.stats.verdicts import compare_runs
 from perfguard.store.baselines import read_run_file
 from tests.factories import result, run
+from tests.measuring import measure
 from tests.test_measure import FAST
 
 REASON = "Unsupported Tensor.item() call with capture_scalar_outputs=False\n  Explanation: ..."
@@ -153,7 +153,7 @@ def test_measuring_counts_graph_breaks_with_reasons_and_operators() -> None:
     as one in test_measure's and test_training's compiled variants: a cold compile each)."""
     settings = replace(FAST, warm_compile=False)
     x = torch.randn(4, 32)
-    r = measure_model(Branchy(True), (x,), "compile-default", settings)
+    r = measure(Branchy(True), (x,), "compile-default", settings)
     assert r.status == "ok", r.error
     c = r.counters
     assert c is not None
@@ -163,7 +163,7 @@ def test_measuring_counts_graph_breaks_with_reasons_and_operators() -> None:
     assert c.break_reasons and "item()" in c.break_reasons[0][0]
     assert c.param_bytes == (32 * 32 + 32) * 4 and c.buffer_bytes == 0
     assert c.flops == 2 * 4 * 32 * 32
-    eager = measure_model(Branchy(True), (x,), "eager", settings).counters
+    eager = measure(Branchy(True), (x,), "eager", settings).counters
     assert eager is not None and eager.graphs is None
     assert dict(eager.ops)["aten::addmm"] == 1
     assert "aten::item" in dict(eager.ops)
@@ -256,9 +256,7 @@ def test_on_cuda_the_why_leads_with_the_kernels_device_time_and_names_kernels() 
 
 @pytest.mark.slow
 def test_on_the_cpu_there_is_no_device_clock() -> None:
-    r = measure_model(
-        Branchy(False), (torch.randn(4, 32),), "eager", replace(FAST, warm_compile=False)
-    )
+    r = measure(Branchy(False), (torch.randn(4, 32),), "eager", replace(FAST, warm_compile=False))
     assert r.metrics.device_time_ms is None
     profile = r.details.profile
     assert profile is not None and "device_us" not in profile and "kernels_us" not in profile
@@ -268,7 +266,7 @@ def test_on_the_cpu_there_is_no_device_clock() -> None:
 @pytest.mark.slow
 def test_a_variants_profiled_calls_are_written_as_a_chrome_trace(tmp_path: Path) -> None:
     settings = replace(FAST, warm_compile=False, trace_dir=tmp_path)
-    r = measure_model(Branchy(False), (torch.randn(4, 32),), "eager", settings, test="t.py::test_b")
+    r = measure(Branchy(False), (torch.randn(4, 32),), "eager", settings, test="t.py::test_b")
     profile = r.details.profile
     assert profile is not None
     assert profile["trace"] == "t.py-test_b[eager].head.trace.json"
@@ -287,9 +285,7 @@ def test_a_counter_that_fails_leaves_the_measurement_standing(
         raise RuntimeError("profiler unavailable here")
 
     monkeypatch.setattr(counters, "count", broken)
-    r = measure_model(
-        Branchy(False), (torch.randn(4, 32),), "eager", replace(FAST, warm_compile=False)
-    )
+    r = measure(Branchy(False), (torch.randn(4, 32),), "eager", replace(FAST, warm_compile=False))
     assert r.status == "ok" and r.counters is None
     assert "exact counters not counted: profiler unavailable here" in r.details.notes
 
@@ -317,8 +313,8 @@ class Leaky(nn.Module):
 @pytest.mark.parametrize("variant", ["eager", "compile-default"])
 def test_a_model_that_keeps_its_outputs_is_caught_with_its_bytes_per_call(variant: str) -> None:
     settings = replace(FAST, warm_compile=False)
-    leaky = measure_model(Leaky(True), (torch.randn(8, 32),), variant, settings)
-    clean = measure_model(Leaky(False), (torch.randn(8, 32),), variant, settings)
+    leaky = measure(Leaky(True), (torch.randn(8, 32),), variant, settings)
+    clean = measure(Leaky(False), (torch.randn(8, 32),), variant, settings)
     assert leaky.counters is not None and clean.counters is not None
     assert leaky.counters.memory_growth_bytes_per_call == 8 * 64 * 4  # one output a call
     assert clean.counters.memory_growth_bytes_per_call == 0

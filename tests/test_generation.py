@@ -15,7 +15,6 @@ import torch
 from torch import nn
 
 from perfguard import Generation, MeasureSettings, SamplingSettings, VariantResult
-from perfguard import measure_model as measure
 from perfguard.measure.drift import FIRST_TOKEN_ONLY, Reference, drift_view
 from perfguard.measure.generating import with_generation
 from perfguard.measure.sampling import SamplingOutcome, WarmupOutcome
@@ -34,6 +33,7 @@ from perfguard.variants.generation import (
 )
 from tests import factories
 from tests.factories import run as run_of
+from tests.measuring import measure
 
 transformers = pytest.importorskip("transformers")
 
@@ -80,7 +80,7 @@ def measured(name: str, variant: str) -> VariantResult:
     if (name, variant) not in _MEASURED:
         model = gpt2() if name == "gpt2" else llama()
         _MEASURED[name, variant] = measure(
-            model, (prompt(),), variant, FAST, test=name, generation=Generation(NEW)
+            model, (prompt(),), variant, FAST, test=name, work=Generation(NEW)
         )
     return _MEASURED[name, variant]
 
@@ -123,10 +123,10 @@ def test_real_models_generate_with_every_figure_and_eagers_tokens(name: str, var
 
 @pytest.mark.slow
 def test_what_cannot_generate_says_so() -> None:
-    r = measure(nn.Linear(4, 4), (torch.randn(2, 4),), "eager", FAST, generation=Generation(4))
+    r = measure(nn.Linear(4, 4), (torch.randn(2, 4),), "eager", FAST, work=Generation(4))
     assert r.status == "error" and r.workload == "generate"
     assert r.error is not None and "needs a model with a Hugging Face-style generate()" in r.error
-    skipped = measure(gpt2(), (prompt(),), "onnxruntime", FAST, generation=Generation(4))
+    skipped = measure(gpt2(), (prompt(),), "onnxruntime", FAST, work=Generation(4))
     assert skipped.status == "skipped"
     assert skipped.error is not None and "not model.generate" in skipped.error
     with pytest.raises(GenerationError, match="at least 2"):

@@ -9,9 +9,10 @@ import pytest
 import torch
 from torch import nn
 
-from perfguard import MeasureSettings, SamplingSettings, measure_model
+from perfguard import MeasureSettings, SamplingSettings
 from perfguard.measure.drift import compute_reference
 from perfguard.measure.fingerprint import fingerprint
+from tests.measuring import measure
 
 
 class Masked(nn.Module):
@@ -36,7 +37,7 @@ FAST = MeasureSettings(sampling=SamplingSettings(budget_s=0.02, repeats=2), devi
 def test_keyword_inputs_reach_every_variant(variant: str) -> None:
     torch.manual_seed(0)
     x, mask = torch.randn(4, 16), (torch.rand(4, 16) > 0.5).float()
-    result = measure_model(Masked().eval(), (x,), variant, FAST, kwargs={"mask": mask})
+    result = measure(Masked().eval(), (x,), variant, FAST, kwargs={"mask": mask})
     assert result.status == "ok", result.error
     assert result.drift_check is not None and result.drift_check.passed
 
@@ -53,7 +54,7 @@ def test_the_reference_and_its_cache_key_see_the_keyword_inputs() -> None:
 
 def test_kwargs_must_be_a_mapping() -> None:
     with pytest.raises(TypeError, match="kwargs must be a dict"):
-        measure_model(Masked(), (torch.randn(1, 16),), "eager", FAST, kwargs=[1])  # type: ignore[arg-type]
+        measure(Masked(), (torch.randn(1, 16),), "eager", FAST, kwargs=[1])
 
 
 def bert() -> tuple[nn.Module, dict[str, torch.Tensor]]:
@@ -80,7 +81,7 @@ def test_a_hugging_face_bert_from_a_config_takes_keyword_inputs_in_each_variant(
     """Quantized and exported to ONNX with its keyword inputs (compiled with them: the test
     above; a BERT compiled: test_cuda_training's step, on a GPU)."""
     model, named = bert()
-    result = measure_model(model, (), variant, FAST, kwargs=named)
+    result = measure(model, (), variant, FAST, kwargs=named)
     assert result.status == "ok", result.error
     assert result.drift_check is not None and result.drift_check.passed
 

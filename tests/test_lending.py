@@ -12,10 +12,10 @@ import torch
 from torch import nn
 
 from perfguard import MeasureSettings, SamplingSettings, compute_reference
-from perfguard import measure_model as measure
 from perfguard.measure import drift
 from perfguard.measure.sampling import fixed_work
 from perfguard.variants.lending import NotLendable, in_fp64, lent
+from tests.measuring import measure
 
 CPU = torch.device("cpu")
 FAST = MeasureSettings(

@@ -14,9 +14,9 @@ import torch
 from torch import nn
 
 from perfguard import MeasureSettings, SamplingSettings, VariantResult, compute_reference
-from perfguard import measure_model as measure
 from perfguard.examples import SmallCNN, SmallEncoder, SmallMLP, example_inputs
 from perfguard.variants.spec import BASE_VARIANTS
+from tests.measuring import measure
 
 # pinned to the CPU: these expectations (RSS memory, host clock) are the CPU's; the CUDA
 # paths have their own tests in test_cuda.py
@@ -230,7 +230,7 @@ def test_torch_state_is_restored() -> None:
 
 def test_inputs_must_be_a_tuple() -> None:
     with pytest.raises(TypeError, match="tuple of positional"):
-        measure(SmallMLP(), torch.ones(1, 256), "eager", FAST)  # type: ignore[arg-type]
+        measure(SmallMLP(), torch.ones(1, 256), "eager", FAST)
 
 
 class OutOfMemory(nn.Module):

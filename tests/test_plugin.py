@@ -215,9 +215,9 @@ def test_bad_options_are_usage_errors_naming_their_source(
             "test_m.py::test_x: @pytest.mark.perfguard: unknown variant 'warp-speed'",
         ),
         ("budget=3", "test_m.py::test_x: @pytest.mark.perfguard: unknown key 'budget'"),
-        ('repeats="many"', "repeats must be a whole number of repeats"),
-        ("min_change_pct=5, alpha=2.0", "alpha must be between 0 and 1"),
-        ("min_change_pct=-1", "min_change_pct must be 0 or more, got -1"),
+        ('repeats="many"', "repeats: must be a whole number, got 'many'"),
+        ("min_change_pct=5, alpha=2.0", "alpha: must be above 0 and below 1"),
+        ("min_change_pct=-1", "min_change_pct: must be between 0 and 1000, got -1"),
     ],
 )
 def test_bad_markers_name_the_test_and_the_key(

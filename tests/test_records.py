@@ -17,6 +17,7 @@ from perfguard.records import (
     Run,
     VariantResult,
 )
+from tests.factories import run as run_of
 
 
 def result(variant: str = "eager", **metrics: Any) -> VariantResult:
@@ -163,19 +164,23 @@ def test_a_runs_cost_round_trips_and_shards_sum() -> None:
 
 
 def test_a_setting_and_a_rule_read_from_a_file_are_checked_alike() -> None:
-    """One check for the run's settings and the thresholds: a whole number may be written
-    3.0 (as a tool that rewrote the JSON may), not 2.5; a bound is said as the range it is."""
-    from perfguard.records.base import bounded
+    """The run's settings and the thresholds of a file are checked by their rows of the
+    settings table: a whole number may be written 3.0 (as a tool that rewrote the JSON may),
+    not 2.5; a bound is said as the range it is."""
+    from perfguard.stats.thresholds import Thresholds
 
-    assert bounded("settings.repeats", 3.0, int, 1) == 3
-    assert bounded("thresholds.gate_p99", True, bool) is True
+    doc = run_of([]).to_json()
+    doc["settings"] = {**doc["settings"], "repeats": 3.0}
+    assert Run.from_json(doc).settings["repeats"] == 3.0
     for value, said in [
-        (2.5, "settings.repeats must be a whole number, got 2.5"),
-        (0, "settings.repeats must be 1 or more, got 0"),
-        ("3", "settings.repeats must be a whole number, got '3'"),
-        (True, "settings.repeats must be a whole number, got True"),
+        (2.5, "settings.repeats: must be a whole number, got 2.5"),
+        (0, "settings.repeats: must be a whole number between 1 and 1000, got 0"),
+        ("3", "settings.repeats: must be a whole number, got '3'"),
+        (True, "settings.repeats: must be a whole number, got True"),
     ]:
+        doc["settings"] = {**doc["settings"], "repeats": value}
         with pytest.raises(RecordError, match=re.escape(said)):
-            bounded("settings.repeats", value, int, 1)
-    with pytest.raises(RecordError, match=re.escape("alpha must be between 0 and 1, got 2")):
-        bounded("alpha", 2, float, 0.0, 1.0)
+            Run.from_json(doc)
+    with pytest.raises(RecordError, match=re.escape("alpha: must be above 0 and below 1, got 2")):
+        Thresholds.from_json({"alpha": 2})
+    assert Thresholds.from_json({"gate_p99": True}).gate_p99 is True

@@ -9,12 +9,12 @@ import torch
 from torch import nn
 
 from perfguard import MeasureSettings, SamplingSettings, VariantResult, compute_reference
-from perfguard import measure_model as measure
 from perfguard.examples import SmallMLP, example_inputs
-from perfguard.measure.shapes import check_shapes
+from perfguard.measure.inputs import check_shapes
 from perfguard.records import Comparison
 from perfguard.stats.exact import exact_comparisons
 from perfguard.variants.spec import UnknownVariantError, parse_variant
+from tests.measuring import measure
 
 FAST = MeasureSettings(
     sampling=SamplingSettings(budget_s=0.05, repeats=2, min_samples_per_repeat=3),

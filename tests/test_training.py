@@ -14,11 +14,11 @@ import torch
 from torch import nn
 
 from perfguard import MeasureSettings, SamplingSettings, TrainStep, VariantResult
-from perfguard import measure_model as measure
 from perfguard.examples import SmallCNN, SmallMLP, example_inputs
 from perfguard.records import Run
 from perfguard.report.markdown import render_markdown
 from tests.factories import run as run_of
+from tests.measuring import measure
 
 FAST = MeasureSettings(
     sampling=SamplingSettings(budget_s=0.05, repeats=2, min_samples_per_repeat=5),
@@ -79,7 +79,7 @@ def measured(name: str, variant: str) -> VariantResult:
     if (name, variant) not in _MEASURED:
         model, inputs, named, step = case(name)
         _MEASURED[name, variant] = measure(
-            model, inputs, variant, FAST, test=name, kwargs=named, training=step
+            model, inputs, variant, FAST, test=name, kwargs=named, work=step
         )
     return _MEASURED[name, variant]
 
@@ -155,7 +155,7 @@ def test_the_step_costs_more_than_the_forward_and_counts_the_backward() -> None:
     one = replace(FAST, threads=1)
     forward = measure(SmallMLP(d_out=16).eval(), example_inputs(SmallMLP(d_out=16)), "eager", one)
     model, inputs, named, train = case("mlp")
-    step = measure(model, inputs, "eager", one, kwargs=named, training=train)
+    step = measure(model, inputs, "eager", one, kwargs=named, work=train)
     assert forward.counters and step.counters and forward.counters.flops
     assert step.counters.flops and step.counters.flops > 2 * forward.counters.flops
     assert forward.workload == "forward"
@@ -175,9 +175,9 @@ def test_each_variant_starts_from_the_same_state_and_the_callers_model_is_untouc
     step = TrainStep(lambda out: nn.functional.cross_entropy(out, y), adamw)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     rng = torch.get_rng_state()
-    eager = measure(model, (x,), "eager", FAST, training=step)
-    again = measure(model, (x,), "eager", FAST, training=step)
-    compiled = measure(model, (x,), "compile-default", FAST, training=step)
+    eager = measure(model, (x,), "eager", FAST, work=step)
+    again = measure(model, (x,), "eager", FAST, work=step)
+    compiled = measure(model, (x,), "compile-default", FAST, work=step)
     assert eager.status == again.status == compiled.status == "ok", compiled.error
     assert eager.metrics.drift_max_abs == again.metrics.drift_max_abs == 0.0
     assert compiled.metrics.drift_max_rel is not None and compiled.metrics.drift_max_rel < 1e-5
@@ -275,7 +275,7 @@ def test_a_wrong_step_is_one_clear_error(
     optimizer: Callable[[list[nn.Parameter]], Any],
     message: str,
 ) -> None:
-    r = measure(model, (torch.randn(8, 4),), "eager", FAST, training=TrainStep(loss_fn, optimizer))
+    r = measure(model, (torch.randn(8, 4),), "eager", FAST, work=TrainStep(loss_fn, optimizer))
     assert (r.status, r.error, r.workload) == ("error", message, "train")
 
 

@@ -29,6 +29,7 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 from perfguard.errors import PerfguardError
+from perfguard.measure.inputs import TOLERANCES, DriftTolerance
 from perfguard.records import DriftCheck
 from perfguard.variants.base import first_line
 from perfguard.variants.generation import (
@@ -42,15 +43,6 @@ from perfguard.variants.training import TrainStep, first_gradients
 Workload = TrainStep | Generation
 """What a sample is besides a forward call: a training step, or a generation."""
 
-# class -> (multiplier of eager's own error, extra error allowed relative to the output's RMS)
-TOLERANCES: dict[str, tuple[float, float]] = {
-    "exact": (1.0, 0.0),
-    "compiled-fp32": (2.0, 1e-4),
-    "reduced-precision": (2.0, 3e-2),
-    "int8": (2.0, 1e-1),
-    "pruned": (2.0, 1.0),
-}
-
 TF32_FLOOR = 1e-3
 """A compiled fp32 variant's extra error where TF32 is allowed on CUDA (cuDNN's convolutions
 by PyTorch's default, matmuls by the user's choice), relative to the output's RMS: a compiler
@@ -60,30 +52,6 @@ were full fp32 (an H200, a small CNN, compile-default: 1.9e-4 of RMS against eag
 REDUCED_PRECISION_FLOOR = 1e-3
 """With eager's own error in the reduced dtype measured, what a compiler's reordering may
 add on top of twice that, relative to the output's RMS."""
-
-DriftTolerance = float | Mapping[str, float] | None
-"""A user override: one relative tolerance for every class, or one per class name."""
-
-
-def check_tolerance(value: object) -> str | None:
-    """Why `value` is no drift tolerance (one line), or None: a number from 0 to 1, relative
-    to the output's size, or {class: number} with the classes of `TOLERANCES`."""
-    allowed = ", ".join(TOLERANCES)
-    if value is None:
-        return None
-    if isinstance(value, Mapping):
-        for name, tol in value.items():
-            if name not in TOLERANCES:
-                return f"drift_tolerance: {name!r} is not a tolerance class ({allowed})"
-            why = check_tolerance(tol)
-            if why:
-                return f"{why} (for {name})"
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return f"drift_tolerance must be a number or {{class: number}}, got {value!r}"
-    if not (math.isfinite(value) and 0 <= value <= 1):
-        return f"drift_tolerance must be from 0 to 1 (relative to the output's size), got {value!r}"
-    return None
 
 
 class NonFiniteOutputError(PerfguardError, ValueError):

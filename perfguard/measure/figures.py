@@ -19,7 +19,7 @@ from perfguard.stats.summary import summarize, tail_is_reliable
 from perfguard.variants.base import Built
 
 if TYPE_CHECKING:
-    from perfguard.measure.runner import MeasureSettings
+    from perfguard.measure.job import MeasureSettings
 
 
 @dataclass

@@ -4,11 +4,10 @@ forward call, each inside a callgrind region (see `perfguard.measure.callgrind`)
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
-from torch import nn
 
 from perfguard.measure.callgrind import Regions
 from perfguard.measure.isolation import (
@@ -17,9 +16,9 @@ from perfguard.measure.isolation import (
     reset_dynamo,
     torch_state,
 )
-from perfguard.measure.runner import MeasureSettings, resolve_device
+from perfguard.measure.job import Job
+from perfguard.measure.runner import resolve_device
 from perfguard.variants.registry import build_variant
-from perfguard.variants.spec import parse_variant
 
 
 def _synced(call: Any, device: torch.device) -> None:
@@ -28,27 +27,19 @@ def _synced(call: Any, device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def count_regions(
-    model: nn.Module,
-    example_inputs: Sequence[Any],
-    variant: str,
-    settings: MeasureSettings,
-    modes: Sequence[str],
-    regions: Regions,
-    kwargs: Mapping[str, Any] | None = None,
-) -> None:
-    """Run `model` under `variant` as the measurer does, counting the asked regions.
+def count_regions(job: Job, modes: Sequence[str], regions: Regions) -> None:
+    """Run the job's model under its variant as the measurer does, counting the asked regions.
 
     `compile`: the first call on a fresh inductor cache, after the compiler was warmed on a
     trivial function (a compiled variant only). `forward`: one call once the variant is warm.
     Both on one thread (the setting `threads` does not apply), so that the count is the work.
     Raises what building or calling the model raises: the caller reports it.
     """
-    spec = parse_variant(variant)
+    spec, settings = job.variant, job.settings
     device = resolve_device(settings.device)
     # one thread: a thread pool's waiting threads spin, and their spinning would be counted
     with torch_state(1):
-        built = build_variant(model, example_inputs, spec, device, dict(kwargs or {}))
+        built = build_variant(job.model, job.inputs, spec, device, job.kwargs)
         if built.compiled:
             prime_compiler(device)
         cache = fresh_compile_cache() if built.compiled else contextlib.nullcontext()

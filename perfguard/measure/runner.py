@@ -5,18 +5,15 @@ from __future__ import annotations
 import contextlib
 import gc
 import statistics
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
 
 from perfguard.measure import counters, drift, memory_sites
 from perfguard.measure.clock import Clock, CudaEventClock, HostClock
-from perfguard.measure.compile_cache import CompileCache
 from perfguard.measure.compiling import compile_cached
 from perfguard.measure.figures import Taken, details_of, metrics_of
 from perfguard.measure.generating import with_generation
@@ -28,44 +25,26 @@ from perfguard.measure.isolation import (
     reset_dynamo,
     torch_state,
 )
+from perfguard.measure.job import Hooks, Job, MeasureSettings
 from perfguard.measure.memory import probe_for
 from perfguard.measure.sampling import (
     FixedWork,
     Progress,
     Sampler,
-    SamplingSettings,
     fixed_work,
     for_device,
     sample,
 )
 from perfguard.measure.shapes import Sweep, recompile_reasons, sweep
-from perfguard.records import Counters, VariantResult, trace_file_name
+from perfguard.records import Counters, DriftCheck, VariantResult, trace_file_name
 from perfguard.variants.base import Built, VariantUnavailableError, first_line
 from perfguard.variants.compile import DYNAMIC
 from perfguard.variants.exporting import ExportError
 from perfguard.variants.generation import Generation, GenerationError, PhasedClock
 from perfguard.variants.lending import lent_or_copied
 from perfguard.variants.registry import batch_of, build_variant
-from perfguard.variants.spec import VariantSpec, parse_variant
+from perfguard.variants.spec import VariantSpec
 from perfguard.variants.training import TrainStep, TrainStepError, seeded, training_error
-
-
-@dataclass(frozen=True)
-class MeasureSettings:
-    """Everything that shapes one measurement besides the model, inputs and variant."""
-
-    sampling: SamplingSettings = field(default_factory=SamplingSettings)
-    device: str = "auto"  # "auto" picks CUDA when present
-    threads: int | None = None  # torch intra-op threads during the measurement
-    drift_tolerance: drift.DriftTolerance = None
-    memory_calls: int = 3
-    warm_compile: bool = True  # also time a second compile from the now-warm cache
-    flush_l2: bool = False  # CUDA: evict L2 before each timed call (cold-cache latency)
-    trace_dir: Path | None = None  # write each variant's profiled calls as a Chrome trace
-    trace_side: str = "head"  # in the trace's name: "head", or "base" for the base commit
-    batch: int | None = None  # items per call for throughput_per_s; None: the inputs say
-    shapes: tuple[tuple[int, ...], ...] = ()  # compile-dynamic: the first input's shapes
-    compile_cache: CompileCache | None = None  # main's compiled artifacts (measure.compile_cache)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -114,27 +93,21 @@ def _count(
 
 
 def measure_model(
-    model: nn.Module,
-    example_inputs: Sequence[Any],
-    variant: str | VariantSpec = "eager",
-    settings: MeasureSettings | None = None,
+    job: Job,
     *,
-    test: str = "",
     reference: drift.Reference | None = None,
     clock: Clock | None = None,
     progress: Progress | None = None,
     sampler: Sampler = sample,
-    kwargs: Mapping[str, Any] | None = None,
     turn: Callable[[], None] | None = None,
-    training: TrainStep | None = None,
-    generation: Generation | None = None,
 ) -> VariantResult:
-    """Measure `model(*example_inputs, **kwargs)` under `variant`; never raises for a model's
-    failure. With `training`, each sample is one training step instead (zero_grad, forward,
-    `training.loss_fn(output)`, backward, optimizer step; see `perfguard.variants.training`);
-    with `generation`, one greedy `model.generate` (`perfguard.variants.generation`).
-    Keyword inputs (`attention_mask=...`) reach every variant, the ONNX export and the drift
-    references alike.
+    """Measure `job` (`Job.of(model, example_inputs, variant, settings, kwargs=...,
+    work=...)`): each sample one forward call, or one training step (`work=TrainStep(...)`:
+    zero_grad, forward, `loss_fn(output)`, backward, optimizer step; see
+    `perfguard.variants.training`), or one greedy `model.generate`
+    (`work=Generation(max_new_tokens)`). Keyword inputs (`attention_mask=...`) reach every
+    variant, the ONNX export and the drift references alike. Never raises for a model's
+    failure.
 
     A variant that cannot run here is `skipped` with the reason; a model that raises, runs
     out of memory or returns NaN is an `error` result carrying the message. `reference`
@@ -144,51 +117,20 @@ def measure_model(
     the variant is built, before anything is timed (compile, warm-up, samples): same-job A/B
     waits there for this side's turn, so the two sides build at once but time one at a time.
     """
-    settings = settings or MeasureSettings()
-    spec = parse_variant(variant) if isinstance(variant, str) else variant
-    report = progress or (lambda _: None)
-    label = test or type(model).__name__
-    item: dict[str, Any] = {
-        "test": label,
-        "variant": spec.name,
-        "workload": "train" if training else "generate" if generation else "forward",
-    }
-    if not isinstance(model, nn.Module):
-        raise TypeError(
-            f"measure_model measures a torch.nn.Module, got {type(model).__name__}: wrap a "
-            "function in a Module whose forward calls it"
-        )
-    if not isinstance(example_inputs, tuple | list):
-        raise TypeError("example_inputs must be a tuple of positional arguments, e.g. (x,)")
-    why = drift.check_tolerance(settings.drift_tolerance)
-    if why:
-        raise ValueError(why)
-    if kwargs is not None and not isinstance(kwargs, Mapping):
-        raise TypeError("kwargs must be a dict of keyword inputs, e.g. {'attention_mask': m}")
+    hooks = Hooks(reference, clock, progress or Hooks.progress, sampler, turn)
+    spec, training = job.variant, job.work if isinstance(job.work, TrainStep) else None
+    item: dict[str, Any] = {"test": job.label, "variant": spec.name, "workload": job.workload}
     try:
-        device = resolve_device(settings.device)
+        device = resolve_device(job.settings.device)
         # a training step draws random numbers (dropout) in every timed step: each variant
         # starts from the same seed, and the caller's generator is left as it was
         rng = seeded(device) if training is not None else contextlib.nullcontext()
         # a variant that leaves the weights alone measures the user's model itself
         in_place = training is None and not spec.changes_weights
+        model = job.model
         lending = lent_or_copied(model, device) if in_place else contextlib.nullcontext(model)
-        with torch_state(settings.threads), rng, lending as work:
-            return _measure(
-                work,
-                example_inputs,
-                spec,
-                settings,
-                device,
-                label,
-                reference,
-                clock,
-                report,
-                sampler,
-                dict(kwargs or {}),
-                turn,
-                training or generation,
-            )
+        with torch_state(job.settings.threads), rng, lending as work:
+            return _measure(replace(job, model=work), device, hooks)
     except VariantUnavailableError as exc:
         return VariantResult(**item, status="skipped", error=str(exc))
     except torch.cuda.OutOfMemoryError as exc:
@@ -206,34 +148,28 @@ def measure_model(
             torch.cuda.empty_cache()
 
 
-def _measure(
-    model: nn.Module,
-    inputs: Sequence[Any],
-    spec: VariantSpec,
-    settings: MeasureSettings,
-    device: torch.device,
-    label: str,
-    reference: drift.Reference | None,
-    clock: Clock | None,
-    progress: Progress,
-    sampler: Sampler = sample,
-    kwargs: Mapping[str, Any] | None = None,
-    turn: Callable[[], None] | None = None,
-    training: drift.Workload | None = None,
-) -> VariantResult:
+def _measure(job: Job, device: torch.device, hooks: Hooks) -> VariantResult:
+    model, inputs, spec, settings, kwargs = (
+        job.model,
+        job.inputs,
+        job.variant,
+        job.settings,
+        job.kwargs,
+    )
+    progress, reference, clock = hooks.progress, hooks.reference, hooks.clock
     if reference is None:
         progress("eager reference")
-        reference = drift.compute_reference(model, inputs, device, kwargs, training)
+        reference = drift.compute_reference(model, inputs, device, kwargs, job.work)
     progress("building")
-    generation = training if isinstance(training, Generation) else None
-    step = training if isinstance(training, TrainStep) else None
+    generation = job.work if isinstance(job.work, Generation) else None
+    step = job.work if isinstance(job.work, TrainStep) else None
     built = build_variant(model, inputs, spec, device, kwargs, step, generation, lent=True)
     if built.compiled:
         progress("preparing the compiler")
         prime_compiler(device)
-    if turn is not None:
+    if hooks.turn is not None:
         progress("waiting for its turn")
-        turn()
+        hooks.turn()
     if clock is None:
         clock = (
             CudaEventClock(device, flush_l2=settings.flush_l2)
@@ -242,28 +178,13 @@ def _measure(
         )
     if built.generation is not None:
         clock = PhasedClock(clock, built.generation)  # keeps each sample's TTFT and TPOT
-    taken = _take(built, clock, device, label, spec, settings, progress, sampler)
+    taken = _take(built, clock, device, job, hooks)
     if not np.all(np.isfinite(taken.out)):
         raise drift.NonFiniteOutputError(f"{spec.name} returned NaN or Inf")
-    dtype = built.autocast_dtype
-    check, figures, drift_note = drift.check(
-        taken.out,
-        reference,
-        built.tolerance_class,
-        settings.drift_tolerance,
-        None
-        if dtype is None
-        else lambda: drift.precision_error(
-            model, inputs, device, dtype, reference, kwargs, training
-        ),
-        drift.tf32_allowed(model, device),
-        (taken.clock.times.tokens, generation.max_new_tokens)
-        if generation is not None and isinstance(taken.clock, PhasedClock)
-        else None,
-    )
+    check, figures, drift_note = _judge_drift(job, built, taken, device, reference)
     batch = settings.batch or batch_of(inputs, kwargs)
     result = VariantResult(
-        test=label,
+        test=job.label,
         variant=spec.name,
         status="ok",
         metrics=metrics_of(built, taken, figures, batch),
@@ -279,6 +200,29 @@ def _measure(
         return result
     n = generation.max_new_tokens
     return with_generation(result, taken.clock, taken.outcome, reference, n, batch, drift_note)
+
+
+def _judge_drift(
+    job: Job, built: Built, taken: Taken, device: torch.device, reference: drift.Reference
+) -> tuple[DriftCheck, drift.DriftFigures, str | None]:
+    """The drift check of what `taken` returned, against the eager reference."""
+    model, inputs, kwargs, dtype = job.model, job.inputs, job.kwargs, built.autocast_dtype
+    generation = job.work if isinstance(job.work, Generation) else None
+    return drift.check(
+        taken.out,
+        reference,
+        built.tolerance_class,
+        job.settings.drift_tolerance,
+        None
+        if dtype is None
+        else lambda: drift.precision_error(
+            model, inputs, device, dtype, reference, kwargs, job.work
+        ),
+        drift.tf32_allowed(model, device),
+        (taken.clock.times.tokens, generation.max_new_tokens)
+        if generation is not None and isinstance(taken.clock, PhasedClock)
+        else None,
+    )
 
 
 def _sweep(
@@ -318,23 +262,15 @@ def _record_sites(
     built.details["memory_held_sites"] = [site.to_json() for site in held]
 
 
-def _take(
-    built: Built,
-    clock: Clock,
-    device: torch.device,
-    label: str,
-    spec: VariantSpec,
-    settings: MeasureSettings,
-    progress: Progress,
-    sampler: Sampler,
-) -> Taken:
+def _take(built: Built, clock: Clock, device: torch.device, job: Job, hooks: Hooks) -> Taken:
     """Compile, sample, then (untimed) peak memory, outputs for drift and exact counts."""
+    settings, spec, label, progress = job.settings, job.variant, job.label, hooks.progress
     cache = fresh_compile_cache() if built.compiled else contextlib.nullcontext()
     with cache:
         call, compiled = compile_cached(
             built, device, settings.compile_cache, settings.warm_compile, progress
         )
-        outcome = sampler(call, clock, for_device(settings.sampling, device.type), progress)
+        outcome = hooks.sampler(call, clock, for_device(settings.sampling, device.type), progress)
         swept = _sweep(call, spec, settings, clock, progress)
         recompiles = (
             dynamo_counts()[2] - compiled.frames_before_sampling if built.compiled else None

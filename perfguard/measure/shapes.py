@@ -23,26 +23,6 @@ from perfguard.measure.clock import Clock
 from perfguard.measure.sampling import sample_block
 
 Shape = tuple[int, ...]
-MAX_SHAPES = 8  # dynamo's default recompile limit: past it a frame falls back to eager
-
-
-def check_shapes(value: object) -> str | None:
-    """Why `value` is no list of shapes (one line), or None."""
-    if not isinstance(value, list | tuple) or not value:
-        return f"shapes must be a non-empty list of shapes, e.g. [[1, 16], [8, 16]], got {value!r}"
-    for shape in value:
-        if (
-            not isinstance(shape, list | tuple)
-            or not shape
-            or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in shape)
-        ):
-            return f"shapes: each shape is a list of positive whole numbers, got {shape!r}"
-    if len(value) > MAX_SHAPES:
-        return (
-            f"shapes: at most {MAX_SHAPES} (dynamo's recompile limit: past it a frame runs "
-            f"eagerly), got {len(value)}"
-        )
-    return None
 
 
 def label(shape: Shape) -> str:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from perfguard.bounds import SettingError, check
 from perfguard.pytest_plugin.ab.channel import ENV_SIDE
 from perfguard.pytest_plugin.ab.protocol import Result
 from perfguard.pytest_plugin.marker import MarkerSettings
@@ -21,13 +22,13 @@ from perfguard.settings import MARKER_KEYS, THRESHOLD_KEYS
 if TYPE_CHECKING:
     from perfguard.measure.compile_cache import CompileCache
     from perfguard.measure.drift import Reference
+    from perfguard.measure.job import Job, MeasureSettings
     from perfguard.measure.residency import Residency
-    from perfguard.measure.runner import MeasureSettings
     from perfguard.variants.generation import Generation
     from perfguard.variants.training import TrainStep
 
 # the marker keys that `perfguard.run(...)` takes too: how to measure, not how to judge
-ITEM_KEYS = ("variants", "timeout_s")  # marker keys of the item as a whole, not of run()
+ITEM_KEYS = ("variants", "timeout_s", "depends")  # marker keys of the item as a whole, not of run()
 RUN_OPTIONS = tuple(k for k in MARKER_KEYS if k not in ITEM_KEYS and k not in THRESHOLD_KEYS)
 REFERENCE_CACHE = 8
 
@@ -135,43 +136,37 @@ class PerfguardFixture:
         options: Mapping[str, Any],
         training: TrainStep | Generation | None,
     ) -> VariantResult:
+        from perfguard.measure.job import Job
         from perfguard.measure.runner import measure_model
         from perfguard.measure.sampling import sample
-        from perfguard.variants.generation import Generation
-        from perfguard.variants.training import TrainStep
 
-        self._check_call(name, example_inputs, kwargs, batch, options)
-        from torch import nn
-
-        if not isinstance(model, nn.Module):
-            raise TypeError(
-                f"perfguard.{name}() measures a torch.nn.Module, got {type(model).__name__}: "
-                "wrap a function in a Module whose forward calls it"
-            )
-        settings = self._settings(options, batch)
+        options = self._check_call(name, options)
+        job = Job.of(
+            model,
+            example_inputs,
+            self.variant,
+            self._settings(options, batch),
+            kwargs=kwargs,
+            work=training,
+            test=self.test,
+            caller=f"perfguard.{name}()",
+        )
         if self._state.counting is not None:
             if training is not None:
                 pytest.skip(
                     "instruction counts are of forward calls, not training steps or generations"
                 )
-            self._count(model, example_inputs, settings, kwargs)
+            self._count(job)
         progress = self._state.progress
         progress.start(self._nodeid)
         worker = self._state.worker
-        residency = None if worker is None else _residency(model, self.variant, settings, training)
+        residency = None if worker is None else _residency(job)
         result = measure_model(
-            model,
-            example_inputs,
-            self.variant,
-            settings,
-            test=self.test,
-            reference=self._reference(model, example_inputs, kwargs, settings, training),
+            job,
+            reference=self._reference(job),
             progress=progress,
             sampler=sample if worker is None else worker.sampler(residency),
-            kwargs=kwargs,
             turn=None if worker is None else worker.wait_turn,
-            training=training if isinstance(training, TrainStep) else None,
-            generation=training if isinstance(training, Generation) else None,
         )
         if residency is not None:
             result = residency.annotate(result)
@@ -182,14 +177,9 @@ class PerfguardFixture:
         _end_item(self.variant, result)
         return result
 
-    def _check_call(
-        self,
-        name: str,
-        example_inputs: Any,
-        kwargs: Any,
-        batch: Any,
-        options: Mapping[str, Any],
-    ) -> None:
+    def _check_call(self, name: str, options: Mapping[str, Any]) -> dict[str, Any]:
+        """This call's options, checked as the table says (a bad one is a TypeError naming
+        it); the model and its inputs are checked by the job (`Job.of`)."""
         unknown = set(options) - set(RUN_OPTIONS)
         if unknown:
             raise TypeError(
@@ -201,27 +191,16 @@ class PerfguardFixture:
                 f"perfguard.{name}() measures one model per test item; the item already "
                 "measured one (call run or train_step once per test)"
             )
-        if batch is not None and (
-            isinstance(batch, bool) or not isinstance(batch, int) or batch < 1
-        ):
-            raise TypeError(f"batch must be a positive whole number of items, got {batch!r}")
-        if not isinstance(example_inputs, tuple | list):
-            raise TypeError("example_inputs must be a tuple of positional arguments, e.g. (x,)")
-        if kwargs is not None and not isinstance(kwargs, Mapping):
-            raise TypeError("kwargs must be a dict of keyword inputs, e.g. {'attention_mask': m}")
-        from perfguard.measure.drift import check_tolerance
-
-        why = check_tolerance(options.get("drift_tolerance"))
-        if why is None and "shapes" in options:
-            from perfguard.measure.shapes import check_shapes
-
-            why = check_shapes(options["shapes"])
-        if why:
-            raise TypeError(f"perfguard.{name}(): {why}")
+        try:
+            return {
+                k: check(MARKER_KEYS[k], v, f"perfguard.{name}(): {k}") for k, v in options.items()
+            }
+        except SettingError as exc:
+            raise TypeError(str(exc)) from None
 
     def _settings(self, options: Mapping[str, Any], batch: int | None) -> MeasureSettings:
         """The session's settings, then the marker's, then this call's."""
-        from perfguard.measure.runner import MeasureSettings
+        from perfguard.measure.job import MeasureSettings
         from perfguard.measure.sampling import SamplingSettings
 
         o = self._state.options
@@ -236,9 +215,7 @@ class PerfguardFixture:
         merged.update({k: v for k, v in self._marker.options.items() if k in RUN_OPTIONS})
         merged.update(options)
         return MeasureSettings(
-            sampling=SamplingSettings(
-                budget_s=float(merged["budget_s"]), repeats=int(merged["repeats"])
-            ),
+            sampling=SamplingSettings(budget_s=merged["budget_s"], repeats=merged["repeats"]),
             device=str(merged["device"]),
             threads=merged["threads"],
             drift_tolerance=merged["drift_tolerance"],
@@ -266,14 +243,7 @@ class PerfguardFixture:
         folder, mode, lock = use
         return CompileCache(folder, mode, lock, self.test, self.variant)
 
-    def _reference(
-        self,
-        model: Any,
-        example_inputs: Any,
-        kwargs: Mapping[str, Any] | None,
-        settings: MeasureSettings,
-        training: TrainStep | Generation | None = None,
-    ) -> Reference | None:
+    def _reference(self, job: Job) -> Reference | None:
         """The eager reference outputs of this test's model, computed once for its variants
         (None when the model fails: measuring it gives that error its result). It is computed
         with the threads the variants are measured with: another thread count sums in another
@@ -283,20 +253,22 @@ class PerfguardFixture:
         from perfguard.measure.isolation import torch_state
         from perfguard.measure.runner import resolve_device
 
-        state = self._state
+        state, settings = self._state, job.settings
         try:
             where = resolve_device(settings.device)
             # the reference belongs to this test's model: same weights in another test, or
             # another setting of the same class, must not share it
             key = (
-                f"{self.test}:{where}:{settings.threads}:{_workload_key(training)}:"
-                f"{fingerprint(model, example_inputs, kwargs)}"
+                f"{self.test}:{where}:{settings.threads}:{_workload_key(job.work)}:"
+                f"{fingerprint(job.model, job.inputs, job.kwargs)}"
             )
             reference = state.references.get(key)
             if reference is None:
                 state.progress("eager reference")
                 with torch_state(settings.threads):
-                    reference = compute_reference(model, example_inputs, where, kwargs, training)
+                    reference = compute_reference(
+                        job.model, job.inputs, where, job.kwargs, job.work
+                    )
                 state.references[key] = reference
                 while len(state.references) > REFERENCE_CACHE:
                     state.references.popitem(last=False)
@@ -308,46 +280,35 @@ class PerfguardFixture:
             return None
         return reference
 
-    def _count(
-        self,
-        model: Any,
-        example_inputs: Any,
-        settings: Any,
-        kwargs: Mapping[str, Any] | None,
-    ) -> None:
+    def _count(self, job: Job) -> None:
         """Under callgrind: run the counted regions instead of measuring, then end the item."""
         from perfguard.measure.instructions import count_regions
 
         assert self._state.counting is not None
         modes, regions = self._state.counting
         try:
-            count_regions(model, example_inputs, self.variant, settings, modes, regions, kwargs)
+            count_regions(job, modes, regions)
         except Exception as exc:  # the parent reads this line from pytest's summary
             pytest.fail(f"{self.variant}: {type(exc).__name__}: {exc}", pytrace=False)
         pytest.skip("instructions counted under callgrind")
 
 
-def _residency(
-    model: Any, variant: str, settings: MeasureSettings, workload: Any
-) -> Residency | None:
+def _residency(job: Job) -> Residency | None:
     """Where an A/B side's weights wait between its blocks, on a GPU: the model measured in
     place may wait in host memory; a copy (int8, pruning, a training step) or CUDA graphs
     (which hold their weights' addresses) stay resident."""
-    from torch import nn
-
     from perfguard.measure.residency import Residency
     from perfguard.measure.runner import resolve_device
     from perfguard.variants.compile import GRAPHED_ON_CUDA
-    from perfguard.variants.spec import parse_variant
     from perfguard.variants.training import TrainStep
 
     try:
-        device = resolve_device(settings.device)
-        spec = parse_variant(variant)
-    except Exception:  # the measurement says what is wrong with either
+        device = resolve_device(job.settings.device)
+    except Exception:  # the measurement says what is wrong with it
         return None
-    if device.type != "cuda" or not isinstance(model, nn.Module):
+    if device.type != "cuda":
         return None
+    spec, model, workload = job.variant, job.model, job.work
     compile_part = spec.part("compile")
     graphed = compile_part is not None and compile_part.name in GRAPHED_ON_CUDA
     in_place = not isinstance(workload, TrainStep) and not spec.changes_weights

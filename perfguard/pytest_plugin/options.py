@@ -6,7 +6,6 @@ per test where it has a key for it (variants, thresholds, budget, drift toleranc
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -15,8 +14,9 @@ from typing import Any
 
 import pytest
 
+from perfguard.bounds import SettingError, check
 from perfguard.pytest_plugin.ab.channel import ENV_ADDRESS, ENV_TRACES
-from perfguard.settings import BY_NAME, DEVICE, ENABLE_HELP, Setting
+from perfguard.settings import BY_NAME, ENABLE_HELP, Setting
 from perfguard.settings import OPTIONS as SETTINGS_OPTIONS
 from perfguard.variants.spec import UnknownVariantError, parse_variant_list
 
@@ -175,40 +175,18 @@ def _raw(config: pytest.Config, opt: Setting) -> tuple[Any, str]:
     return opt.default, "default"
 
 
-def _number(value: Any, source: str, opt: Setting, root: Path) -> Any:
-    kind = int if opt.read == "int" else float
+def _checked(value: Any, source: str, opt: Setting, root: Path) -> Any:
+    """A value whose check is the table's own (perfguard.bounds): a number within its bounds,
+    a device, globs."""
     try:
-        number = kind(value)
-    except (TypeError, ValueError):
-        raise pytest.UsageError(
-            f"{source}: expected a {'whole ' if kind is int else ''}number, got {value!r}"
-        ) from None
-    if not math.isfinite(number):
-        raise pytest.UsageError(f"{source}: expected a finite number, got {value!r}")
-    if number < opt.low:
-        shown = int(opt.low) if kind is int else opt.low
-        raise pytest.UsageError(f"{source}: must be at least {shown}, got {value!r}")
-    if opt.threshold and opt.marker:  # a verdict rule: its bounds are the gate's own
-        from perfguard.records import RecordError
-        from perfguard.stats.thresholds import check_rule
-
-        try:
-            check_rule(opt.marker, number)
-        except RecordError as exc:
-            message = str(exc).removeprefix(f"thresholds.{opt.marker} ")
-            raise pytest.UsageError(f"{source}: {message}") from None
-    return number
+        return check(opt, value, source, text=True)
+    except SettingError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 def _choice(value: Any, source: str, opt: Setting, root: Path) -> str:
     if value not in opt.choices:
         raise pytest.UsageError(f"{source}: must be one of {', '.join(opt.choices)}, got {value!r}")
-    return str(value)
-
-
-def _device(value: Any, source: str, opt: Setting, root: Path) -> str:
-    if not DEVICE.fullmatch(str(value)):
-        raise pytest.UsageError(f"{source}: must be 'auto', 'cpu' or 'cuda[:N]', got {value!r}")
     return str(value)
 
 
@@ -269,10 +247,10 @@ Reader = Callable[[Any, str, Setting, Path], Any]
 READERS: Mapping[str, Reader] = {
     "text": lambda value, source, opt, root: str(value),
     "switch": lambda value, source, opt, root: bool(value),
-    "int": _number,
-    "float": _number,
+    "number": _checked,
     "choice": _choice,
-    "device": _device,
+    "device": _checked,
+    "globs": _checked,
     "machine": _machine,
     "shard": _shard,
     "instructions": _instructions,

@@ -8,11 +8,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from perfguard.records.base import SCHEMA_VERSION, SHA, RecordError, bounded, text
+from perfguard.bounds import SettingError, check
+from perfguard.records.base import SCHEMA_VERSION, SHA, RecordError, text
 from perfguard.records.comparisons import Comparison
 from perfguard.records.gaps import Gap
 from perfguard.records.results import VariantResult
 from perfguard.records.selection import Selection
+from perfguard.settings import BY_FIELD
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,21 +107,20 @@ def _check_commit(name: str, value: object) -> None:
         raise RecordError(f"{name} must be a full commit sha or null, got {value!r}")
 
 
-_SETTINGS: dict[str, tuple[type, float]] = {  # the run's own settings: (type, lowest)
-    "budget_s": (float, 0.0),
-    "timeout_s": (float, 0.0),
-    "repeats": (int, 1),
-    "seed": (int, -math.inf),
-    "confirm": (int, 0),
-}
+_SETTINGS = ("budget_s", "timeout_s", "repeats", "seed", "confirm")
+"""The run's own settings a results file carries that are numbers (their bounds are the
+table's: perfguard.settings)."""
 
 
 def _check_settings(settings: Mapping[str, Any]) -> None:
     """The settings the report shows and a merge carries on (thresholds are checked where
     the gate reads them): the wrong type is a wrong file, not a figure to print."""
-    for name, (kind, low) in _SETTINGS.items():
+    for name in _SETTINGS:
         if settings.get(name) is not None:
-            bounded(f"settings.{name}", settings[name], kind, low)
+            try:
+                check(BY_FIELD[name], settings[name], f"settings.{name}")
+            except SettingError as exc:
+                raise RecordError(str(exc)) from None
     for name, choices in (("unhealthy", ("warn", "inconclusive")),):
         if settings.get(name) is not None and settings[name] not in choices:
             raise RecordError(f"settings.{name} must be one of {choices}, got {settings[name]!r}")

@@ -6,9 +6,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from perfguard.bounds import Bounds, SettingError, check
 from perfguard.records import Metric, RecordError, VariantResult
-from perfguard.records.base import bounded
-from perfguard.settings import THRESHOLD_KEYS, threshold_default
+from perfguard.settings import MARKER_KEYS, THRESHOLD_KEYS, Setting, threshold_default
 
 LATENCY_METRICS: dict[Metric, float] = {
     "latency_p50_ms": 50.0,
@@ -61,16 +61,15 @@ class Thresholds:
     per_test: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for name, (kind, low, high) in _RULES.items():
-            _check_rule(name, getattr(self, name), kind, low, high)
+        for name in RULES:
+            check_rule(name, getattr(self, name))
         if not isinstance(self.per_test, Mapping):
             raise RecordError(f"thresholds.per_test must be an object, got {self.per_test!r}")
         for test, overrides in self.per_test.items():
             if not isinstance(overrides, Mapping):
                 raise RecordError(f"thresholds.per_test[{test!r}] must be an object")
             for name, value in overrides.items():
-                if name in _RULES:
-                    _check_rule(f"per_test[{test!r}].{name}", value, *_RULES[name])
+                check_rule(name, value, f"thresholds.per_test[{test!r}].{name}")
 
     def for_test(self, test: str) -> Thresholds:
         """These thresholds with one test's overrides (from its marker) applied."""
@@ -106,31 +105,25 @@ class Thresholds:
         }
 
 
-_RULES: dict[str, tuple[type, float, float]] = {  # name: (type, lowest, highest)
-    # the highest: a bar past them is no bar (a +1000% change would pass under 100000%)
-    "alpha": (float, 0.0, 1.0),
-    "min_change_pct": (float, 0.0, 1000.0),
-    "ab_min_change_pct": (float, 0.0, 1000.0),
-    "min_repeats": (int, 1, 1000),
-    "gate_p99": (bool, 0, 1),
-    "gate_ops": (bool, 0, 1),
-    "instructions_pct": (float, 0.0, 1000.0),
-    "memory_tolerance_pct": (float, 0.0, 1000.0),
-    "compile_ratio": (float, 0.0, 100.0),
-    "drift_growth": (float, 0.0, 1000.0),
-    "drift_floor_rel": (float, 0.0, 1.0),
+RULES: Mapping[str, Setting] = {
+    **{key: MARKER_KEYS[key] for key in THRESHOLD_KEYS},
+    # the rules a user does not set, declared as the table's rows are
+    "min_repeats": Setting(name="min_repeats", help="", bounds=Bounds(1, 1000, whole=True)),
+    "drift_growth": Setting(name="drift_growth", help="", bounds=Bounds(0, 1000)),
+    "drift_floor_rel": Setting(name="drift_floor_rel", help="", bounds=Bounds(0, 1)),
 }
+"""Each rule's row: its bounds, as the settings table declares them (perfguard.bounds)."""
 
 
-def check_rule(name: str, value: object) -> None:
-    """A rule's value within its bounds, or RecordError saying which."""
-    if name in _RULES:
-        _check_rule(name, value, *_RULES[name])
-
-
-def _check_rule(name: str, value: object, kind: type, low: float, high: float) -> None:
-    """A threshold read from a file (a shard, a results file) is what the gate will use."""
-    bounded(f"thresholds.{name}", value, kind, low, high)
+def check_rule(name: str, value: object, source: str = "") -> None:
+    """A rule's value within its bounds, or RecordError saying which: a threshold read from a
+    file (a shard, a results file) is what the gate will use."""
+    if name not in RULES:
+        return
+    try:
+        check(RULES[name], value, source or f"thresholds.{name}")
+    except SettingError as exc:
+        raise RecordError(str(exc)) from None
 
 
 NoiseFloor = Mapping[tuple[str, str, str], float]

@@ -1,0 +1,131 @@
+"""One measurement to make: the model and its inputs, the variant, the work each sample does
+(a forward call, a training step, a generation) and the settings. Its inputs are checked here,
+once, for the library and the plugin alike."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from torch import nn
+
+from perfguard.bounds import SettingError, check
+from perfguard.measure.compile_cache import CompileCache
+from perfguard.measure.inputs import DriftTolerance
+from perfguard.measure.sampling import Progress, Sampler, SamplingSettings, sample
+from perfguard.settings import MARKER_KEYS
+from perfguard.variants.generation import Generation
+from perfguard.variants.spec import VariantSpec, parse_variant
+from perfguard.variants.training import TrainStep
+
+if TYPE_CHECKING:
+    from perfguard.measure.clock import Clock
+    from perfguard.measure.drift import Reference
+
+
+@dataclass(frozen=True)
+class MeasureSettings:
+    """Everything that shapes one measurement besides the model, inputs and variant."""
+
+    sampling: SamplingSettings = field(default_factory=SamplingSettings)
+    device: str = "auto"  # "auto" picks CUDA when present
+    threads: int | None = None  # torch intra-op threads during the measurement
+    drift_tolerance: DriftTolerance = None
+    memory_calls: int = 3
+    warm_compile: bool = True  # also time a second compile from the now-warm cache
+    flush_l2: bool = False  # CUDA: evict L2 before each timed call (cold-cache latency)
+    trace_dir: Path | None = None  # write each variant's profiled calls as a Chrome trace
+    trace_side: str = "head"  # in the trace's name: "head", or "base" for the base commit
+    batch: int | None = None  # items per call for throughput_per_s; None: the inputs say
+    shapes: tuple[tuple[int, ...], ...] = ()  # compile-dynamic: the first input's shapes
+    compile_cache: CompileCache | None = None  # main's compiled artifacts (measure.compile_cache)
+
+
+Work = TrainStep | Generation | None
+"""What one sample is besides a forward call (None): a training step, or a generation."""
+
+
+@dataclass(frozen=True)
+class Job:
+    """What to measure: `model(*inputs, **kwargs)` under `variant`, each sample one `work`
+    (None: a forward call), as `settings` say; `test` names it in the result (the model's
+    class where empty). Made by `Job.of`, which checks what it is given."""
+
+    model: nn.Module
+    inputs: tuple[Any, ...]
+    variant: VariantSpec
+    settings: MeasureSettings
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    work: Work = None
+    test: str = ""
+
+    @classmethod
+    def of(
+        cls,
+        model: Any,
+        example_inputs: Any,
+        variant: str | VariantSpec = "eager",
+        settings: MeasureSettings | None = None,
+        *,
+        kwargs: Any = None,
+        work: Work = None,
+        test: str = "",
+        caller: str = "measure_model()",
+    ) -> Job:
+        """The job, or TypeError (ValueError for a bad setting) naming what is wrong, said as
+        `caller` (`perfguard.run()`, ...) was given it. An unknown variant name raises
+        UnknownVariantError."""
+        settings = settings or MeasureSettings()
+        if not isinstance(model, nn.Module):
+            raise TypeError(
+                f"{caller} measures a torch.nn.Module, got {type(model).__name__}: wrap a "
+                "function in a Module whose forward calls it"
+            )
+        if not isinstance(example_inputs, tuple | list):
+            raise TypeError(
+                f"{caller}: example_inputs must be a tuple of positional arguments, e.g. (x,)"
+            )
+        if kwargs is not None and not isinstance(kwargs, Mapping):
+            raise TypeError(
+                f"{caller}: kwargs must be a dict of keyword inputs, e.g. {{'attention_mask': m}}"
+            )
+        batch = settings.batch
+        if batch is not None and (
+            isinstance(batch, bool) or not isinstance(batch, int) or batch < 1
+        ):
+            raise TypeError(
+                f"{caller}: batch must be a positive whole number of items, got {batch!r}"
+            )
+        try:
+            if settings.drift_tolerance is not None:
+                check(MARKER_KEYS["drift_tolerance"], settings.drift_tolerance, "drift_tolerance")
+        except SettingError as exc:
+            raise ValueError(f"{caller}: {exc}") from None
+        spec = parse_variant(variant) if isinstance(variant, str) else variant
+        return cls(model, tuple(example_inputs), spec, settings, dict(kwargs or {}), work, test)
+
+    @property
+    def label(self) -> str:
+        return self.test or type(self.model).__name__
+
+    @property
+    def workload(self) -> str:
+        """The result's `workload`."""
+        if isinstance(self.work, TrainStep):
+            return "train"
+        return "generate" if isinstance(self.work, Generation) else "forward"
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """How a caller drives a measurement: an eager reference shared by a test's variants,
+    a clock (tests script one), progress lines, the sampler (same-job A/B samples a block
+    whenever its driver asks) and a turn to wait for before anything is timed."""
+
+    reference: Reference | None = None
+    clock: Clock | None = None
+    progress: Progress = lambda _: None
+    sampler: Sampler = sample
+    turn: Callable[[], None] | None = None
