@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as _dt
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -84,14 +84,6 @@ class FinishSettings:
     # how the caller's options are spelled in messages: the plugin's `--perfguard-compare`,
     # `perfguard merge`'s `--compare`
     option_prefix: str = "--perfguard-"
-
-    @classmethod
-    def of(cls, options: Any, **given: Any) -> FinishSettings:
-        """The settings of a session whose options (the plugin's `Options`) hold a field of
-        the same name for each setting here that the session reads as it is; `given`: the
-        rest, which the session works out (the root, the machine, the thresholds)."""
-        taken = {f.name: getattr(options, f.name) for f in fields(cls) if hasattr(options, f.name)}
-        return cls(**{**taken, **given})
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,8 @@ The pytest options and ini keys, how each is read and checked into the session's
 (`perfguard.pytest_plugin.marker`), the thresholds' defaults
 (`perfguard.stats.verdicts.Thresholds`) and the options table of docs/reference.md are all
 made from `SETTINGS`. A new setting is a row here and the code that uses it.
-`tools/settings_table.py` writes the docs' table, and a test fails when the page and this
-module disagree. Plain data: no pytest here.
+`tools/settings_table.py` writes the docs' table from it, and a test fails when the page and
+this module disagree. Plain data: no pytest here.
 """
 
 # long module: the one table of every setting, on purpose: one place to read and change them
@@ -51,10 +51,14 @@ class Setting:
     choices: tuple[str, ...] = ()
     optional: bool = False  # empty means None (not the default)
     attribute: str = ""  # the session options' attribute: `name` unless given
-    # passed on to the sessions that measure as this one does: "all" of them, or "ab" (the
-    # A/B workers, which decide when their pairs stop by this session's thresholds)
+    # passed on to the sessions that measure as this one does: "all" of them, "ab" (the A/B
+    # workers, which decide when their pairs stop by this session's thresholds), or "flag"
+    # (only when this session had it from its command line: a child reads the ini file and
+    # the markers itself)
     child: str = ""
     recorded: bool = False  # written into the run's settings (the results file)
+    record_as: str = ""  # how the results file writes a value of several parts ("{0}/{1}")
+    bare: str | None = None  # what the flag given without a value means (an optional value)
 
     @property
     def ini(self) -> str:
@@ -96,7 +100,7 @@ SETTINGS: tuple[Setting, ...] = (
         marker_types=(list, tuple),
         marker_what="a list of variant names",
         read="variants",
-        child="all",
+        child="flag",
     ),
     Setting(
         name="baseline_dir",
@@ -386,6 +390,7 @@ SETTINGS: tuple[Setting, ...] = (
         metavar="K/N",
         read="shard",
         recorded=True,
+        record_as="{0}/{1}",
     ),
     Setting(
         name="confirm",
@@ -434,6 +439,7 @@ SETTINGS: tuple[Setting, ...] = (
         doc="same-job A/B: measure REF (default: the commit `auto` compares with) beside this "
         'tree, interleaved ([method.md](method.md), "Same-job A/B")',
         read="ab",
+        bare="auto",
         recorded=True,
     ),
     Setting(
@@ -561,48 +567,3 @@ def threshold_default(key: str) -> Any:
 
 
 ENABLE_HELP = "measure perf tests (without it they are skipped)"
-
-
-BEGIN = "<!-- settings: written by tools/settings_table.py from perfguard/settings.py -->"
-END = "<!-- settings: end -->"
-
-
-def generated_section() -> str:
-    """What docs/reference.md holds between `BEGIN` and `END`."""
-    return f"{BEGIN}\n{markdown_table()}\n\n{marker_keys_text()}\n{END}"
-
-
-def markdown_table() -> str:
-    """The options table of docs/reference.md."""
-    rows = [
-        "| option | ini | meaning |",
-        "| --- | --- | --- |",
-        "| `--perfguard` | | measure; without it perf items are skipped |",
-    ]
-    for s in OPTIONS:
-        flag = s.flag if s.switch else f"{s.flag}={s.metavar}"
-        if s.name == "ab":
-            flag = f"{s.flag}[={s.metavar}]"
-        text = s.doc or s.help
-        shown = s.default_text
-        if shown and s.doc is None:
-            text += f" (default: {shown})"
-        rows.append(f"| `{flag.replace('|', chr(92) + '|')}` | `{s.ini}` | {text} |")
-    return "\n".join(rows)
-
-
-def marker_keys_text() -> str:
-    """The marker keys' paragraph of docs/reference.md."""
-    parts = []
-    for key, s in MARKER_KEYS.items():
-        shown = s.default_text
-        if s.option:
-            parts.append(f"`{key}`" + (f" (`{s.flag}`)" if key != "variants" else ""))
-        else:
-            parts.append(f"`{key}` ({s.help}" + (f"; default {shown})" if shown else ")"))
-    return (
-        "Marker keys: "
-        + ", ".join(parts)
-        + ". A key with an option beside it sets for one test what the option sets for all. "
-        "An unknown key or a bad value is an error naming the test and the key."
-    )

@@ -410,12 +410,12 @@ def test_records_check_their_field_types() -> None:
 @pytest.mark.parametrize(
     ("option", "says"),
     [
-        ("--perfguard-min-change=nan", "finite"),
-        ("--perfguard-min-change=inf", "finite"),
-        ("--perfguard-budget=nan", "finite"),
-        ("--perfguard-ab-min-change=nan", "finite"),
-        ("--perfguard-confirm-gap=nan", "finite"),
-        ("--perfguard-min-change=-50", "at least"),
+        ("--perfguard-min-change=nan", "between 0 and 1000, got nan"),
+        ("--perfguard-min-change=inf", "between 0 and 1000, got inf"),
+        ("--perfguard-budget=nan", "between 0.001 and 3600, got nan"),
+        ("--perfguard-ab-min-change=nan", "between 0 and 1000, got nan"),
+        ("--perfguard-confirm-gap=nan", "between 0 and 3600, got nan"),
+        ("--perfguard-min-change=-50", "between 0 and 1000, got -50"),
         ("--perfguard-device=tpu", "'auto', 'cpu' or 'cuda"),  # was each test failing
         ("--perfguard-machine=../escape", "not a usable machine key"),  # a folder out of it
     ],
@@ -442,7 +442,7 @@ def test_x(perfguard):
     )
     done = measure(pytester)
     assert done.ret != 0
-    assert "test_x: @pytest.mark.perfguard: min_change_pct must be a finite" in (
+    assert "test_x: @pytest.mark.perfguard: min_change_pct: must be between 0 and 1000, got nan" in (
         done.stdout.str() + done.stderr.str()
     )
 

@@ -355,7 +355,7 @@ def test_a_misused_fixture_says_what_to_do_in_one_line(pytester: pytest.Pytester
     out = result.stdout.str()
     assert "perfguard.run() measures a torch.nn.Module, got function" in out
     assert "NoTokens.generate() returned NoneType, not the token ids" in out
-    assert "drift_tolerance must be from 0 to 1" in out
+    assert "drift_tolerance: must be from 0 to 1" in out
     assert "AttributeError" not in out
 
 

@@ -192,7 +192,7 @@ def test_variant_precedence_default_ini_marker_command_line(pytester: pytest.Pyt
         ),
         ((), "perfguard_variants = fast", "ini perfguard_variants: unknown variant 'fast'"),
         (("--perfguard-fail-on=maybe",), "", "--perfguard-fail-on: must be one of"),
-        (("--perfguard-budget=soon",), "", "--perfguard-budget: expected a number"),
+        (("--perfguard-budget=soon",), "", "--perfguard-budget: must be a number, got 'soon'"),
     ],
 )
 def test_bad_options_are_usage_errors_naming_their_source(
@@ -597,7 +597,7 @@ def test_a_bad_confirm_count_is_a_usage_error(pytester: pytest.Pytester) -> None
     pytester.makepyfile(test_user=USER_SUITE)
     result = run(pytester, "--perfguard", "--perfguard-confirm=twice")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--perfguard-confirm: expected a whole number, got 'twice'*"])
+    result.stderr.fnmatch_lines(["*--perfguard-confirm: must be a whole number, got 'twice'*"])
 
 
 @pytest.mark.slow

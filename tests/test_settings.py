@@ -2,29 +2,23 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from dataclasses import fields
 from pathlib import Path
 
 from perfguard.pytest_plugin.marker import KEYS
 from perfguard.pytest_plugin.options import OPTIONS
-from perfguard.settings import (
-    BEGIN,
-    END,
-    MARKER_KEYS,
-    SETTINGS,
-    THRESHOLD_KEYS,
-    generated_section,
-    threshold_default,
-)
+from perfguard.settings import MARKER_KEYS, SETTINGS, THRESHOLD_KEYS, threshold_default
 from perfguard.stats.verdicts import Thresholds
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_the_reference_page_holds_the_table_the_settings_make() -> None:
-    page = (ROOT / "docs" / "reference.md").read_text(encoding="utf-8")
-    written = page[page.index(BEGIN) : page.index(END) + len(END)]
-    assert written == generated_section(), "run tools/settings_table.py"
+    check = [sys.executable, str(ROOT / "tools" / "settings_table.py"), "--check"]
+    done = subprocess.run(check, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
 
 
 def test_every_setting_has_one_name_one_flag_and_a_help() -> None:
@@ -55,7 +49,7 @@ def test_the_verdict_rules_default_to_the_table() -> None:
 def test_the_session_options_are_the_rows_of_the_table() -> None:
     from perfguard.pytest_plugin.options import READERS, Options
 
-    facts = {"enabled", "variants_source", "worker"}
+    facts = {"enabled", "sources", "worker"}
     assert {f.name for f in fields(Options)} == {s.field for s in OPTIONS} | facts
     assert all(s.read in READERS for s in OPTIONS)
 
@@ -84,7 +78,7 @@ def test_the_child_command_line_comes_from_the_table(tmp_path: Path) -> None:
     assert ab_only == {"--perfguard-min-change", "--perfguard-ab-min-change"}
     options = default_options(
         tmp_path,
-        variants_source="--perfguard-variants",
+        sources={"variants": "--perfguard-variants"},
         save=True,  # never a child's: it does not save
         gate_p99=True,
         **CHILD_VALUES,
@@ -121,12 +115,11 @@ def test_every_rule_with_an_option_reaches_the_verdicts(tmp_path: Path) -> None:
         assert getattr(th, str(s.marker)) == given[s.field], s.name
 
 
-def test_the_end_of_a_session_reads_its_settings_from_the_options_by_name(
-    tmp_path: Path,
-) -> None:
-    """The pipeline's settings take each field the session's options hold by the same name;
-    what the session works out itself is given, and nothing else is left to a default."""
+def test_the_end_of_a_session_takes_each_setting_from_its_option(tmp_path: Path) -> None:
+    """The pipeline's settings take each field from the session's option of that name; what
+    the session works out itself is given, and nothing else is left to a default."""
     from perfguard.pipeline import FinishSettings
+    from perfguard.pytest_plugin.finish import finish_settings
     from perfguard.pytest_plugin.options import default_options
 
     worked_out = {"root", "machine", "unsaved_reason", "traces", "thresholds"}
@@ -147,7 +140,14 @@ def test_the_end_of_a_session_reads_its_settings_from_the_options_by_name(
         "confirm": 3,
     }
     assert set(given) == by_name
-    settings = FinishSettings.of(default_options(tmp_path, **given), root=tmp_path, machine="m")
+    settings = finish_settings(
+        default_options(tmp_path, **given),
+        root=tmp_path,
+        machine="m",
+        compare="abc123",
+        unsaved_reason=None,
+        thresholds=Thresholds(),
+    )
     for name, value in given.items():
         assert getattr(settings, name) == value, name
     assert (settings.root, settings.machine) == (tmp_path, "m")

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from perfguard.errors import PerfguardError
+from perfguard.git_run import run_git
 
 SLOWER, FASTER, SAME, UNCLEAR = "slower", "faster", "same", "unclear"
 DIRECTIONS = ("auto", SLOWER, FASTER)  # auto: the direction GOOD..BAD shows
@@ -199,7 +200,7 @@ def search(
 
 
 def _git(root: Path, *args: str) -> str:
-    done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+    done = run_git(root, *args)
     if done.returncode != 0:
         said = (done.stderr or done.stdout).strip().splitlines()
         raise BisectError(f"git {' '.join(args[:2])}: {said[-1] if said else done.returncode}")
@@ -210,9 +211,7 @@ def commits_between(root: Path, good: str, bad: str) -> list[str]:
     """GOOD, then GOOD..BAD along BAD's first parents, oldest first."""
     good_sha = _git(root, "rev-parse", "--verify", f"{good}^{{commit}}")
     bad_sha = _git(root, "rev-parse", "--verify", f"{bad}^{{commit}}")
-    if subprocess.run(
-        ["git", "merge-base", "--is-ancestor", good_sha, bad_sha], cwd=root
-    ).returncode:
+    if run_git(root, "merge-base", "--is-ancestor", good_sha, bad_sha).returncode:
         raise BisectError(f"{good} is not an ancestor of {bad}: GOOD must come before BAD")
     line = _git(root, "rev-list", "--first-parent", "--reverse", f"{good_sha}..{bad_sha}").split()
     if not line:

@@ -10,7 +10,6 @@ import argparse
 import json
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -91,9 +90,13 @@ def commit_url(explicit: str | None, root: Path | None) -> str | None:
         return f"{server.rstrip('/')}/{repo}/commit/{{sha}}"
     if root is None:
         return None
-    done = subprocess.run(
-        ["git", "remote", "get-url", "origin"], cwd=root, capture_output=True, text=True
-    )
+    from perfguard.git import GitError
+    from perfguard.git_run import run_git
+
+    try:
+        done = run_git(root, "remote", "get-url", "origin")
+    except GitError:
+        return None
     found = re.fullmatch(
         r"(?:https://|git@)(github\.com)[/:]([\w.-]+/[\w.-]+?)(?:\.git)?/?", done.stdout.strip()
     )

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from perfguard.git import GitError
+from perfguard.git_run import run_git
 from perfguard.records import Run
 from perfguard.store.baselines import BaselineError
 
@@ -156,7 +157,7 @@ def load_branch(root: Path, ref: str, metrics: Sequence[str] | None = None) -> S
 
     try:
         return load(root, ref, metrics)
-    except (SyncError, subprocess.CalledProcessError) as exc:
+    except SyncError as exc:
         raise BaselineError(f"{ref}: {exc}") from None
 
 
@@ -169,12 +170,10 @@ def main_line(
         return None
     count = [] if limit is None else [f"--max-count={limit}"]
     for ref in (main_branch, f"origin/{main_branch}"):
-        done = subprocess.run(
-            ["git", "rev-list", "--first-parent", *count, ref, "--"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-        )
+        try:
+            done = run_git(root, "rev-list", "--first-parent", *count, ref, "--")
+        except GitError:  # no git here: no line to order by
+            return None
         if done.returncode == 0 and done.stdout.strip():
             return list(reversed(done.stdout.split()))
     return None

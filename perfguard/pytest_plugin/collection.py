@@ -16,7 +16,7 @@ SKIP_REASON = "perf test: measured only with --perfguard (run `pytest --perfguar
 
 def variants_for(options: Options, marker: MarkerSettings) -> tuple[str, ...]:
     """Command line > marker > ini > built-in default."""
-    if options.variants is not None and options.variants_source.startswith("--"):
+    if options.variants is not None and options.sources.get("variants", "").startswith("--"):
         return options.variants
     if marker.variants is not None:
         return marker.variants

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -15,7 +15,13 @@ from perfguard.pytest_plugin.signals import STOPPED_BY
 from perfguard.pytest_plugin.state import SessionState
 from perfguard.records import VariantResult
 
-outcome_key = pytest.StashKey[Any]()
+if TYPE_CHECKING:
+    from perfguard.confirm import Remeasure
+    from perfguard.pipeline import BaseMeasuredBeside, FinishSettings, PipelineOutcome
+    from perfguard.pytest_plugin.options import Options
+    from perfguard.stats.thresholds import Thresholds
+
+outcome_key = pytest.StashKey["PipelineOutcome"]()
 """The pipeline's `PipelineOutcome`, for the terminal summary."""
 
 
@@ -37,7 +43,7 @@ def finish_session(session: pytest.Session, state: SessionState, exitstatus: int
     environment = state.environment or fallback_environment(o.device)
     health = None if state.monitor is None else state.monitor.stop()
 
-    def finish(status: int, remeasure: Any) -> Any:
+    def finish(status: int, remeasure: Remeasure | None) -> PipelineOutcome:
         return finish_run(
             state.results,
             environment,
@@ -93,7 +99,7 @@ def stopped_by() -> str | None:
 
 def _close_ab(
     config: pytest.Config, state: SessionState, *, interrupted: bool, counting: bool
-) -> Any:
+) -> BaseMeasuredBeside | None:
     """Same-job A/B: stop the workers, remove the base's worktree (after counting its
     instructions there), and hand over the base's side. None when not driving A/B."""
     from perfguard.pipeline import BaseMeasuredBeside
@@ -141,24 +147,57 @@ def _close_ab(
 
 def _settings(
     config: pytest.Config, state: SessionState, exitstatus: int, environment: dict[str, Any]
-) -> Any:
+) -> FinishSettings:
     from perfguard.environment import machine_key
-    from perfguard.pipeline import FinishSettings
 
     o = state.options
-    return FinishSettings.of(
+    return finish_settings(
         o,
         root=Path(config.rootpath),
         machine=o.machine or machine_key(environment),
         # A/B with nothing measured (no perf items) has nothing to compare
         compare="none" if o.ab and state.ab is None else o.compare,
         unsaved_reason=why_not_saved(state, exitstatus),
-        traces=trace_dir(o),
         thresholds=state.thresholds(),
     )
 
 
-def _remeasure(config: pytest.Config, state: SessionState, exitstatus: int) -> Any:
+def finish_settings(
+    o: Options,
+    *,
+    root: Path,
+    machine: str,
+    compare: str,
+    unsaved_reason: str | None,
+    thresholds: Thresholds,
+) -> FinishSettings:
+    """The pipeline's settings: each from the session's option of that meaning, or worked
+    out by the session (the root, the machine, the comparison, the thresholds with the
+    markers'); field by field, so that a renamed option is an error mypy sees, not a default
+    taken in silence."""
+    from perfguard.pipeline import FinishSettings
+
+    return FinishSettings(
+        root=root,
+        baseline_dir=o.baseline_dir,
+        machine=machine,
+        compare=compare,
+        main_branch=o.main_branch,
+        baseline_depth=o.baseline_depth,
+        save=o.save,
+        save_replace=o.save_replace,
+        unsaved_reason=unsaved_reason,
+        allow_dirty=o.allow_dirty,
+        report=o.report,
+        json=o.json,
+        thresholds=thresholds,
+        unhealthy=o.unhealthy,
+        confirm=o.confirm,
+        traces=trace_dir(o),
+    )
+
+
+def _remeasure(config: pytest.Config, state: SessionState, exitstatus: int) -> Remeasure | None:
     """How flagged items are measured again (`--perfguard-confirm`), or None."""
     o = state.options
     # (in EXCLUSIVE_PROCESS compute mode a second process cannot use the GPU: not attempted,
@@ -172,7 +211,7 @@ def _remeasure(config: pytest.Config, state: SessionState, exitstatus: int) -> A
     return remeasurer(config, o, state.nodeids, state.measured_at, state.progress.note)
 
 
-def _explainer(config: pytest.Config, state: SessionState, exitstatus: int) -> Any:
+def _explainer(config: pytest.Config, state: SessionState, exitstatus: int) -> Remeasure | None:
     """How a memory verdict's item is measured once more with allocation recording (child
     sessions, beside the base commit where the checkout has it), or None."""
     import os

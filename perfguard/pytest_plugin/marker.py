@@ -17,7 +17,7 @@ KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     key: (s.marker_types, s.marker_what) for key, s in MARKER_KEYS.items()
 }
 HELP = (
-    f"perfguard({', '.join(k + ('=[...]' if k == 'variants' else '=') for k in KEYS)}): "
+    f"perfguard({', '.join(k + ('=[...]' if list in t else '=') for k, (t, _) in KEYS.items())}): "
     "per-test perfguard settings"
 )
 

@@ -28,12 +28,12 @@ def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("perfguard", "performance regression testing of PyTorch models")
     group.addoption("--perfguard", action="store_true", default=False, help=ENABLE_HELP)
     for opt in OPTIONS:
-        if opt.name == "ab":  # a bare --perfguard-ab means REF=auto
+        if opt.bare is not None:  # the flag alone means `bare` (--perfguard-ab: REF=auto)
             group.addoption(
                 opt.flag,
                 action="store",
                 nargs="?",
-                const="auto",
+                const=opt.bare,
                 default=None,
                 metavar=opt.metavar,
                 help=opt.full_help,
@@ -61,7 +61,7 @@ class Options:
     the attributes and the table to each other."""
 
     enabled: bool  # --perfguard
-    variants_source: str  # where `variants` came from: a flag, an ini key, or "default"
+    sources: Mapping[str, str]  # where each setting came from: its flag, its ini key, "default"
     worker: bool  # this session is an A/B worker, driven from another session
     variants: tuple[str, ...] | None  # None: the built-in default, unless a marker says
     baseline_dir: Path | str  # a folder, or an object store's URL
@@ -116,10 +116,10 @@ class Options:
             "--perfguard-full",  # it measures the items it is given, not a selection of them
         ]
         for opt in OPTIONS:
-            if opt.child != "all" and not (opt.child == "ab" and ab is not None):
+            if not opt.child or (opt.child == "ab" and ab is None):
                 continue
-            value = repeats if opt.name == "repeats" else getattr(self, opt.field)
-            if opt.name == "variants" and not self.variants_source.startswith("--"):
+            value = repeats if opt.field == "repeats" else getattr(self, opt.field)
+            if opt.child == "flag" and not self.sources.get(opt.name, "").startswith("--"):
                 continue  # from the ini or the markers, which the child reads itself
             if opt.switch:
                 args.extend([opt.flag] if value else [])
@@ -134,7 +134,7 @@ class Options:
         for opt in OPTIONS:
             value = getattr(self, opt.field)
             if opt.recorded and value is not None:
-                out[opt.field] = f"{value[0]}/{value[1]}" if opt.name == "shard" else value
+                out[opt.field] = opt.record_as.format(*value) if opt.record_as else value
         return out
 
 
@@ -300,7 +300,7 @@ def read_options(config: pytest.Config) -> Options:
         values[opt.field] = _read(opt, value, sources[opt.name], root)
     if worker:  # a worker measures one side; the driver compares
         values["ab"] = None
-    options = Options(enabled=enabled, variants_source=sources["variants"], worker=worker, **values)
+    options = Options(enabled=enabled, sources=sources, worker=worker, **values)
     _refuse_conflicts(options, sources)
     if enabled and not worker:
         _check_store(options.baseline_dir, BY_NAME["baseline_dir"].flag)
@@ -337,7 +337,7 @@ def paired_save(root: Path, options: Options) -> tuple[Options, str | None]:
 def default_options(root: Path, **given: Any) -> Options:
     """The options of a session with every setting at its default, but `given` (tests)."""
     values = {opt.field: _read(opt, opt.default, "default", root) for opt in OPTIONS}
-    facts = {"enabled": True, "variants_source": "default", "worker": False}
+    facts = {"enabled": True, "sources": {}, "worker": False}
     return Options(**{**facts, **values, **given})
 
 

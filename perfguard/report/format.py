@@ -182,3 +182,8 @@ def row_verdicts(
             found = by_key.get(r.key)
             out[r.key] = worst(found) if found else "–"
     return out
+
+
+def rule(value: object) -> str:
+    """A verdict rule's value as its user writes it: 900, not 900.0; True stays True."""
+    return f"{value:g}" if isinstance(value, float) else str(value)

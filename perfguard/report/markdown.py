@@ -57,6 +57,7 @@ def _environment() -> jinja2.Environment:
         count=fmt.count,
         rate=fmt.rate,
         percent=fmt.percent,
+        rule=fmt.rule,
     )
     # why rows that begin with the kernels' device time (a CUDA run)
     env.tests["device_rows"] = lambda why: bool(why) and why[0][0] == ALL_KERNELS

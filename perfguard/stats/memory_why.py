@@ -24,8 +24,8 @@ LEAST_HELD_BYTES = 1
 
 def explained(c: Comparison) -> bool:
     """Whether `c` is a memory verdict that stands (what allocation sites explain)."""
-    if c.metric == PEAK:  # a gating one: a process's RSS (the CPU's) only moves a figure
-        return c.gating and c.verdict in ("regression", "improvement")
+    if c.metric == PEAK:  # gating or reported only (a CPU's RSS): a figure that moved
+        return c.verdict in ("regression", "improvement")
     return c.metric == GROWTH and c.verdict == "regression"
 
 

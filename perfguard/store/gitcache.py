@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from perfguard.errors import PerfguardError
+from perfguard.git import GitError
+from perfguard.git_run import Done, read_objects
+from perfguard.git_run import run_git as git_command
 
 
 class SyncError(PerfguardError):
@@ -41,16 +43,9 @@ def run_git(
     env: dict[str, str] | None = None,
     check: bool = True,
     stdin: str | None = None,
-) -> subprocess.CompletedProcess[str]:
+) -> Done:
     """`git ARGS` in `root`; with `check`, a failure is a `SyncError` with git's last line."""
-    done = subprocess.run(
-        ["git", *args],
-        cwd=root,
-        env={**os.environ, **(env or {})},
-        input=stdin,
-        capture_output=True,
-        text=True,
-    )
+    done = git_command(root, *args, env=env, stdin=stdin)
     if check and done.returncode != 0:
         what = (done.stderr or done.stdout).strip().splitlines()
         raise SyncError(f"git {' '.join(args[:2])} failed: {what[-1] if what else done.returncode}")
@@ -148,27 +143,12 @@ def blobs(cache: Cache, ids: Sequence[str]) -> dict[str, bytes]:
 
 
 def read_blobs(root: Path, ids: Sequence[str]) -> dict[str, bytes]:
-    """The content of git objects, read by one `git cat-file --batch` process."""
-    if not ids:
-        return {}
-    wanted = list(dict.fromkeys(ids))
-    done = subprocess.run(
-        ["git", "cat-file", "--batch"],
-        cwd=root,
-        input=("\n".join(wanted) + "\n").encode(),
-        capture_output=True,
-        check=True,
-    )
-    out, data, at = {}, done.stdout, 0
-    for oid in wanted:
-        header_end = data.index(b"\n", at)
-        header = data[at:header_end].split()
-        if len(header) != 3:
-            raise subprocess.CalledProcessError(1, "git cat-file", output=data[at:header_end])
-        size = int(header[2])
-        out[oid] = data[header_end + 1 : header_end + 1 + size]
-        at = header_end + 1 + size + 1
-    return out
+    """The content of git objects, read by one `git cat-file` process; a missing one is a
+    SyncError naming it."""
+    try:
+        return read_objects(root, ids)
+    except GitError as exc:
+        raise SyncError(str(exc)) from None
 
 
 def tree_files(root: Path, commit: str | None) -> dict[str, str]:
