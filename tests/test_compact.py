@@ -105,22 +105,20 @@ def test_a_compact_baseline_gives_the_verdicts_of_its_raw_samples(change: float)
             assert b.p_value == pytest.approx(a.p_value, rel=1e-3, abs=1e-12)
 
 
-def _version_4(path: Path, r: Run) -> None:
-    """`r` as perfguard wrote a baseline before compact records: plain JSON, every sample."""
+def _plain(path: Path, r: Run) -> None:
+    """`r` as a results file holds it (`--perfguard-json`), filed as a baseline: plain JSON,
+    every sample (as a baseline folder filled by hand, or an older pull's copy, has it)."""
     doc = r.to_json()
-    doc["schema_version"] = 4
-    for res in doc["results"]:
-        del res["blocks"], res["sketch"]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, indent=1))
 
 
-def test_a_version_4_baseline_loads_and_its_commits_next_save_compacts_it(
+def test_a_plain_baseline_loads_and_its_commits_next_save_compacts_it(
     tmp_path: Path,
 ) -> None:
     old = run([result("t.py::a", "eager", 1.0), result("t.py::b", "eager", 1.0)], commit=SHA)
     plain = tmp_path / MACHINE / f"{SHA}.json"
-    _version_4(plain, old)
+    _plain(plain, old)
     store = BaselineStore(tmp_path)
     loaded = store.load(MACHINE, SHA)
     assert loaded is not None and loaded.results[0].block_stats is not None
@@ -138,7 +136,7 @@ def test_baselines_compact_rewrites_every_plain_file(
     shas = [f"{i:040x}" for i in range(3)]
     runs = [run([_fast_result("t.py::a", seed=i)], commit=sha) for i, sha in enumerate(shas)]
     for sha, r in zip(shas, runs, strict=True):
-        _version_4(tmp_path / MACHINE / f"{sha}.json", r)
+        _plain(tmp_path / MACHINE / f"{sha}.json", r)
     assert main(["baselines", "compact", "--dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "compacted 3 baseline(s)" in out
@@ -156,7 +154,7 @@ def test_a_pushed_compact_file_replaces_the_branchs_plain_copy(
 ) -> None:
     one = clone(remote, tmp_path / "one")
     old = run([result("t.py::a", "eager", 1.0)], commit=SHA)
-    _version_4(one / "baselines" / MACHINE / f"{SHA}.json", old)
+    _plain(one / "baselines" / MACHINE / f"{SHA}.json", old)
     push(one, one / "baselines")
     assert BaselineStore(one / "baselines").compact()
     assert push(one, one / "baselines").added == (f"{MACHINE}/{SHA}.json.gz",)
@@ -166,7 +164,7 @@ def test_a_pushed_compact_file_replaces_the_branchs_plain_copy(
     assert files == [f".summary/{MACHINE}/{SHA}.parquet", f"{MACHINE}/{SHA}.json.gz"]
 
     two = clone(remote, tmp_path / "two")
-    _version_4(two / "baselines" / MACHINE / f"{SHA}.json", old)  # an older pull's copy
+    _plain(two / "baselines" / MACHINE / f"{SHA}.json", old)  # an older pull's copy
     assert pull(two, two / "baselines").added == ()  # the commit is here already
     fresh = clone(remote, tmp_path / "fresh")
     pulled = pull(fresh, fresh / "baselines")

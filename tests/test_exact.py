@@ -15,7 +15,7 @@ from perfguard.report import format as fmt
 from perfguard.report.markdown import render_markdown
 from perfguard.stats.exact import exact_comparisons
 from perfguard.stats.verdicts import compare_runs
-from perfguard.store.baselines import read_run_file
+from perfguard.store.baselines import BaselineError, read_run_file
 from tests.factories import result, run
 from tests.measuring import measure
 from tests.test_measure import FAST
@@ -94,7 +94,7 @@ def test_nothing_is_compared_where_a_side_has_no_counters() -> None:
     assert metrics == ["aten_ops"]  # no graph counters for an eager variant
 
 
-def test_counters_round_trip_and_a_version_1_file_still_loads(tmp_path: Path) -> None:
+def test_counters_round_trip_and_a_pre_release_file_is_refused(tmp_path: Path) -> None:
     r = replace(
         result("t.py::test_m", "eager", 1.0), counters=replace(BASE, break_reasons=((REASON, 1),))
     )
@@ -104,10 +104,10 @@ def test_counters_round_trip_and_a_version_1_file_still_loads(tmp_path: Path) ->
     assert Run.from_json(json.loads(json.dumps(doc))).results[0].counters == r.counters
     old = json.loads(json.dumps(doc))
     old["schema_version"] = 1
-    del old["results"][0]["counters"]
     path = tmp_path / "old.json"
     path.write_text(json.dumps(old))
-    assert read_run_file(path).results[0].counters is None
+    with pytest.raises(BaselineError, match=r"pre-release perfguard .* measure that commit again"):
+        read_run_file(path)
 
 
 def test_counts_are_refused_when_negative_or_not_numbers() -> None:

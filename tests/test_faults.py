@@ -442,8 +442,9 @@ def test_x(perfguard):
     )
     done = measure(pytester)
     assert done.ret != 0
-    assert "test_x: @pytest.mark.perfguard: min_change_pct: must be between 0 and 1000, got nan" in (
-        done.stdout.str() + done.stderr.str()
+    assert (
+        "test_x: @pytest.mark.perfguard: min_change_pct: must be between 0 and 1000, got nan"
+        in (done.stdout.str() + done.stderr.str())
     )
 
 

@@ -23,7 +23,6 @@ from perfguard.records.sketch import BlockStats
 from perfguard.report.markdown import render_markdown
 from perfguard.stats.latency import decide_latency, latency_comparisons
 from perfguard.stats.thresholds import Thresholds
-from perfguard.store.schema import upgrade
 from perfguard.variants.generation import (
     GenerationError,
     PhasedClock,
@@ -240,16 +239,15 @@ def test_a_slower_decode_step_is_a_tpot_regression_while_the_prefill_is_not() ->
     assert {c.metric for c in plain} == {"latency_p50_ms", "latency_p95_ms", "latency_p99_ms"}
 
 
-def test_phases_round_trip_stay_in_a_compact_baseline_and_version_6_reads() -> None:
+def test_phases_round_trip_and_stay_in_a_compact_baseline() -> None:
     r = with_phases(factories.result("gen", "eager", 50.0), 8.0, 6.0)
     doc = json.loads(json.dumps(run_of([r]).to_json()))
     back = Run.from_json(doc).results[0]
     assert back.phases == r.phases and back.workload == "generate"
     compact = back.compact()
     assert compact.phase_quantiles("tpot", 50.0) == r.phase_quantiles("tpot", 50.0)
-    old = dict(doc, schema_version=6)
-    old["results"] = [{k: v for k, v in doc["results"][0].items() if k != "phases"}]
-    assert Run.from_json(upgrade(old)).results[0].phases == ()
+    plain = dict(doc, results=[{k: v for k, v in doc["results"][0].items() if k != "phases"}])
+    assert Run.from_json(plain).results[0].phases == ()  # a forward call's result
 
 
 def test_new_tokens_that_differ_from_eagers_fail_a_compiled_fp32_variant_only() -> None:

@@ -8,7 +8,6 @@ import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -23,9 +22,8 @@ from perfguard.measure.callgrind import (
 from perfguard.pytest_plugin import instructions
 from perfguard.pytest_plugin.instructions import count_instructions, regions_for
 from perfguard.pytest_plugin.options import Options, default_options
-from perfguard.records import SCHEMA_VERSION, Counters, Run
+from perfguard.records import Counters
 from perfguard.stats.exact import exact_comparisons
-from perfguard.store.schema import upgrade
 from tests.factories import result
 from tests.test_plugin import FAST
 
@@ -148,25 +146,6 @@ def test_no_valgrind_is_a_note_on_each_item_not_a_failure(
     )
     assert out[0].counters == results[0].counters
     assert out[0].details.notes == ("instructions not counted: valgrind is not installed",)
-
-
-def test_version_2_files_load_with_no_instruction_counts() -> None:
-    doc: dict[str, Any] = {
-        "schema_version": 2,
-        "machine": "m",
-        "commit": "a" * 40,
-        "results": [
-            {**result("t", "eager", 1.0).to_json(), "counters": {"graphs": None, "flops": 10}},
-            {**result("u", "eager", 1.0).to_json(), "counters": None},
-        ],
-    }
-    up = upgrade(doc)
-    assert up["schema_version"] == SCHEMA_VERSION  # brought up to this version
-    assert up["results"][0]["counters"]["compile_instructions"] is None
-    assert up["results"][0]["counters"]["flops"] == 10
-    run = Run.from_json(up)
-    assert run.results[0].counters == Counters(flops=10)
-    assert run.results[1].counters is None
 
 
 @pytest.mark.slow

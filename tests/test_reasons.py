@@ -1,5 +1,4 @@
-"""Typed reasons: a kind and its figures, the words from one table; a version-8 file's notes
-read back once into them, keeping the words of any part no kind renders again."""
+"""Typed reasons: a kind and its figures, the words from one table, never read back."""
 
 from __future__ import annotations
 
@@ -9,9 +8,9 @@ from typing import Any
 import pytest
 
 from perfguard.records import Comparison, Reason, RecordError, Run, reason
-from perfguard.records.reasons import KINDS, parse_note, render
+from perfguard.records.reasons import KINDS
 from perfguard.stats.verdicts import compare_runs
-from perfguard.store.schema import upgrade
+from perfguard.store.schema import RELEASED, upgrade
 from tests.factories import kinds, result, run
 
 SAMPLE: dict[str, dict[str, Any]] = {
@@ -53,8 +52,6 @@ SAMPLE: dict[str, dict[str, Any]] = {
     "no_leak": {},
     "text": {"text": "anything at all"},
 }
-# words that could be anything, told apart by where they stand (or the record they come from)
-BY_PLACE = {"confirmation", "failed", "op_changes", "text"}
 
 
 def test_every_kind_has_a_sample_renders_and_round_trips_through_json() -> None:
@@ -63,32 +60,6 @@ def test_every_kind_has_a_sample_renders_and_round_trips_through_json() -> None:
         r = reason(kind, **figures)
         assert r.text() and "{" not in r.text()
         assert Reason.from_json(json.loads(json.dumps(r.to_json()))) == r
-
-
-@pytest.mark.parametrize("kind", sorted(set(SAMPLE) - BY_PLACE))
-def test_a_note_is_read_back_into_the_reasons_that_wrote_it(kind: str) -> None:
-    """Where the words hold the figures whole (no more digits than they show, no "; " inside
-    a figure); where not, the words are still kept exactly (below)."""
-    r = reason(kind, **SAMPLE[kind])
-    others = (reason("within_noise"), reason("adjusted", p=0.0031))
-    for reasons in ((r,), (r, *others), (others[0], r, others[1])):
-        assert parse_note(render(reasons)) == reasons
-
-
-@pytest.mark.parametrize(
-    "note",
-    [
-        "",
-        "free words; more free words",
-        "paired tests (mean, trimmed mean) over 6 A/B block pairs; something else",
-        "noise floor 2.34%",  # not what the kind writes (one decimal): kept as words
-        ";;; ; ",
-        "runner health: GPU throttled; 40% of the CPU taken by others",
-        "stored baseline 0123456789: -3.2% (unchanged; context); adjusted (BH) 0.5",
-    ],
-)
-def test_words_no_kind_renders_again_are_kept_as_they_were(note: str) -> None:
-    assert render(parse_note(note)) == note
 
 
 def test_a_reason_is_refused_with_an_unknown_kind_or_the_wrong_figures() -> None:
@@ -123,101 +94,10 @@ def test_item_rows_have_their_own_scope_and_round_trip() -> None:
         Comparison.from_json({**comparisons[0].to_json(), "scope": "suite"})
 
 
-def _v8_comparison(**given: Any) -> dict[str, Any]:
-    return {
-        "test": "t.py::a",
-        "variant": "eager",
-        "metric": "latency_p50_ms",
-        "baseline": 1.0,
-        "current": 1.2,
-        "change_pct": 20.0,
-        "p_value": 0.001,
-        "cohens_d": 2.0,
-        "verdict": "regression",
-        "gating": True,
-        **given,
-    }
-
-
-def test_a_version_8_file_has_its_notes_read_back_once_and_says_the_same() -> None:
-    shown = {"kind": "shown", "where": ["beside the base commit"], "changes": [19.5]}
-    rows = [
-        _v8_comparison(
-            note="paired tests (mean, trimmed mean) over 6 A/B block pairs, sequential (level "
-            "0.0141 at that look); p adjusted (BH) 0.00294; shown again beside the base commit "
-            "(+19.5%)",
-            confirmation=shown,
-        ),
-        _v8_comparison(
-            test="t.py::b",
-            verdict="error",
-            baseline=1.0,
-            current=None,
-            change_pct=None,
-            p_value=None,
-            cohens_d=None,
-            note="RuntimeError: shapes (2, 3); (4, 5)",
-        ),
-        _v8_comparison(
-            test="t.py::c",
-            verdict="missing",
-            current=None,
-            change_pct=None,
-            p_value=None,
-            cohens_d=None,
-            note="skipped here: needs CUDA",
-        ),
-        _v8_comparison(metric="graph_breaks", p_value=None, note="a note of a future kind"),
-        _v8_comparison(
-            metric="aten_ops",
-            p_value=None,
-            note="added aten::gelu (x1); gone aten::relu (x1); no verdict across a hardware "
-            "change (device A -> B)",
-        ),
-        _v8_comparison(metric="graph_breaks", p_value=None, note="new graph break: a; b (x2)"),
-    ]
-    old = {
-        "schema_version": 8,
-        "commit": "a" * 40,
-        "machine": "m",
-        "environment": {},
-        "baseline": {"commit": None, "reason": "r"},
-        "results": [],
-        "comparisons": rows,
-    }
-    up = upgrade(json.loads(json.dumps(old)))
-    assert up["schema_version"] == 11 and up["incomplete"] == []
-    loaded = Run.from_json(up)
-    paired, failed, skipped, future, ops, breaks = loaded.comparisons
-    assert kinds(paired) == ["paired_sequential", "adjusted", "confirmation"]
-    assert paired.reasons[1] == reason("adjusted", p=0.00294)
-    assert (failed.scope, failed.reasons) == (
-        "item",
-        (reason("failed", error="RuntimeError: shapes (2, 3); (4, 5)"),),
-    )
-    assert (skipped.scope, skipped.reasons) == (
-        "item",
-        (reason("skipped_here", error="needs CUDA"),),
-    )
-    assert (future.scope, future.reasons) == (
-        "metric",
-        (reason("text", text="a note of a future kind"),),
-    )
-    # an operator list and a list of graph breaks hold "; " themselves: read by their row
-    assert ops.reasons == (
-        reason("op_changes", changes="added aten::gelu (x1); gone aten::relu (x1)"),
-        reason("hardware_change", changes="device A -> B"),
-    )
-    assert breaks.reasons == (reason("new_graph_breaks", breaks="a; b (x2)"),)
-    for c, row in zip(loaded.comparisons, rows, strict=True):
-        assert c.note == row["note"]  # the same words as the file said
-    again = Run.from_json(json.loads(json.dumps(loaded.to_json())))
-    assert again == loaded  # a version-9 file keeps the reasons, not the words, as the truth
-
-
 def test_every_results_file_kept_in_the_repository_loads_and_says_the_same() -> None:
-    """The studies' results files (schema 7 and 8, some without their samples) are read by
-    today's reader, and each comparison's note reads as the file wrote it."""
+    """The studies' results files (rewritten to the released format once, some without
+    their samples) are read by today's reader, and each comparison's note is the words of
+    its reasons, as the file wrote it."""
     from pathlib import Path
 
     root = Path(__file__).resolve().parent.parent / "benchmarks" / "data"
@@ -228,6 +108,7 @@ def test_every_results_file_kept_in_the_repository_loads_and_says_the_same() -> 
             continue
         words = [c.get("note") or "" for c in doc["comparisons"]]
         loaded = Run.from_json(upgrade(doc))
+        assert doc["schema_version"] == RELEASED, path.name
         assert [c.note for c in loaded.comparisons] == words, path.name
         seen += 1
     assert seen >= 15

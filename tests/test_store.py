@@ -34,7 +34,8 @@ def test_save_load_and_list(tmp_path: Path) -> None:
         ('{"schema_version": 99, "machine": "m", "results": []}', "upgrade perfguard"),
         ('{"schema_version": 0, "machine": "m", "results": []}', "unknown to this perfguard"),
         ('{"machine": "m"}', "no integer schema_version"),
-        ('{"schema_version": 1, "results": []}', "not a perfguard results file"),
+        ('{"schema_version": 1, "results": []}', "pre-release perfguard"),
+        ('{"schema_version": 11, "results": []}', "not a perfguard results file"),
     ],
 )
 def test_bad_files_name_themselves_and_stay_untouched(

@@ -18,7 +18,7 @@ from perfguard.records.base import (
     text,
     texts,
 )
-from perfguard.records.reasons import Reason, parse_note, render
+from perfguard.records.reasons import Reason, render
 from perfguard.records.sites import SiteChange
 
 ConfirmKind = Literal["shown", "not_shown", "unconfirmed", "settled", "unsettled", "not_settled"]
@@ -277,43 +277,14 @@ class Comparison:
 
 
 def _reasons(data: Mapping[str, Any]) -> tuple[Reason, ...]:
-    """The comparison's reasons; one written before they were typed has its note read back
-    (`perfguard.store.schema` does that once for a whole file)."""
-    raw = data.get("reasons")
+    """The comparison's reasons (its note is their words, never read back)."""
+    raw = data.get("reasons") or []
     note = data.get("note")
     if note is not None and not isinstance(note, str):  # written for people: text, or absent
         raise RecordError(f"a comparison's note is text, got {note!r}")
-    if raw is None:
-        return note_reasons(data)
     if not isinstance(raw, list):
         raise RecordError(f"a comparison's reasons are a list, got {raw!r}")
     return tuple(Reason.from_json(r) for r in raw)
-
-
-def old_item_row(data: Mapping[str, Any]) -> bool:
-    """A row about an item as a whole (new, missing, error) in a file from before rows had
-    a scope: the only rows of metric latency_p50_ms with those verdicts and no p-value."""
-    return (
-        data.get("verdict") in ("new", "missing", "error")
-        and data.get("metric") == "latency_p50_ms"
-        and data.get("p_value") is None
-    )
-
-
-def note_reasons(data: Mapping[str, Any]) -> tuple[Reason, ...]:
-    """The reasons of a comparison written before they were typed (a JSON object with its
-    `note`)."""
-    note = data.get("note") or ""
-    if not isinstance(note, str):
-        raise RecordError(f"a comparison's note is text, got {note!r}")
-    confirmation = data.get("confirmation")
-    words = "" if confirmation is None else Confirmation.from_json(confirmation).text()
-    whole = {"graph_breaks": "new_graph_breaks", "aten_ops": "op_changes"}.get(
-        str(data.get("metric")), ""
-    )
-    if data.get("verdict") == "error" and (data.get("scope") == "item" or old_item_row(data)):
-        whole = "failed"
-    return parse_note(note, words, whole)
 
 
 def _why_row(row: Any) -> tuple[str, float | None, float | None]:

@@ -3,19 +3,12 @@
 Code and tests read the kind and the figures; the words come from the one table below
 (`KINDS`), so a sentence is written once and never read back. A comparison's `note` is its
 reasons rendered, joined by "; ", and results files keep both (`reasons` for programs,
-`note` for people and for readers of older files).
-
-Files from before reasons were typed (schema 8 and older) kept the note alone: `parse_note`
-reads it back once, when such a file is read, into the kinds below wherever a part renders
-to the same words again, and into a `text` reason (the words kept as they were) wherever
-it does not.
+`note` for people); the note is never read back.
 """
 
 from __future__ import annotations
 
 import math
-import re
-import string
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -166,118 +159,3 @@ def reason(kind: str, **figures: Figure) -> Reason:
 
 def render(reasons: Sequence[Reason], confirmation: Callable[[], str] | None = None) -> str:
     return "; ".join(r.text(confirmation) for r in reasons)
-
-
-# --- reading an old note back ------------------------------------------------------------
-
-_SEPARATOR = "; "
-
-
-def _pattern(spec: Kind) -> re.Pattern[str]:
-    """A kind's words with each figure a group, matched at a position and followed by the
-    separator or the end."""
-    out = []
-    for literal, name, _, _ in string.Formatter().parse(spec.template):
-        out.append(re.escape(literal))
-        if name is not None:
-            out.append(f"(?P<{name}>.+?)")
-    return re.compile("".join(out) + f"(?={re.escape(_SEPARATOR)}|$)", re.DOTALL)
-
-
-_PARSED = {
-    kind: _pattern(spec)
-    for kind, spec in KINDS.items()
-    # words that begin with a figure, or that are a record's, could be anything: they are
-    # told by where they stand (`LEADS`, an item's error, the confirmation), not by shape
-    if spec.template and not spec.template.startswith("{")
-}
-
-
-def _read_figure(value: str, want: type) -> Figure:
-    if want is int:
-        return int(value.replace(",", ""))
-    if want is float:
-        return float(value)
-    return value
-
-
-def _match(note: str, at: int) -> tuple[Reason, int] | None:
-    """The first kind whose words, read back, render to exactly the same words at `at`."""
-    for kind, pattern in _PARSED.items():
-        found = pattern.match(note, at)
-        if found is None:
-            continue
-        spec = KINDS[kind]
-        try:
-            figures = {
-                name: _read_figure(found.group(name), spec.types[name]) for name in spec.names
-            }
-            candidate = reason(kind, **figures)
-        except (ValueError, RecordError):
-            continue
-        if candidate.text() == found.group(0):
-            return candidate, found.end()
-    return None
-
-
-def parse_note(note: str, confirmation: str = "", whole: str = "") -> tuple[Reason, ...]:
-    """An old note's reasons. `confirmation`: the words of the comparison's confirmation
-    record, if it has one; `whole`: the kind whose words lead the note whatever they hold,
-    told by the row they stand in (`LEADS`)."""
-    if not note:
-        return ()
-    if whole == "failed":  # an item's error: nothing was ever added after it
-        return (reason("failed", error=note),)
-    if whole:
-        # the shortest lead after which everything reads as known kinds (a list of graph
-        # breaks or operators holds "; " itself)
-        cuts = [m.start() for m in re.finditer(re.escape(_SEPARATOR), note)] + [len(note)]
-        for cut in cuts:
-            lead = LEADS[whole](note[:cut])
-            if lead is None:
-                continue
-            rest = _parse(note[cut + len(_SEPARATOR) :], confirmation) if cut < len(note) else ()
-            if all(r.kind != "text" for r in rest):
-                return (lead, *rest)
-    return _parse(note, confirmation)
-
-
-def _breaks(words: str) -> Reason | None:
-    prefix = "new graph break: "
-    return (
-        reason("new_graph_breaks", breaks=words[len(prefix) :])
-        if words.startswith(prefix)
-        else None
-    )
-
-
-def _ops(words: str) -> Reason | None:
-    return None if words in ("", "same operators") else reason("op_changes", changes=words)
-
-
-LEADS: dict[str, Callable[[str], Reason | None]] = {
-    "new_graph_breaks": _breaks,  # a graph_breaks row
-    "op_changes": _ops,  # an aten_ops row
-}
-"""The kinds whose words could hold anything, each read by the row it leads."""
-
-
-def _parse(note: str, confirmation: str) -> tuple[Reason, ...]:
-    out: list[Reason] = []
-    at = 0
-    while at <= len(note):
-        if confirmation and note.startswith(confirmation, at):
-            out.append(reason("confirmation"))
-            at += len(confirmation)
-        elif (found := _match(note, at)) is not None:
-            out.append(found[0])
-            at = found[1]
-        else:
-            end = note.find(_SEPARATOR, at)
-            end = len(note) if end < 0 else end
-            out.append(reason("text", text=note[at:end]))
-            at = end
-        if at >= len(note):
-            break
-        at += len(_SEPARATOR)
-    return tuple(out)
