@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from benchmarks.fault_audit import (
+from benchmarks.fault_harness import (
     MODELS,
     PASSWORD,
     PYTEST_FAST,

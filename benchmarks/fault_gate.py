@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from benchmarks.fault_audit import Case, Ran, Seed, git, perfguard, pytest_session
+from benchmarks.fault_harness import Case, Ran, Seed, git, perfguard, pytest_session
 
 MODEL = """
 import pytest, torch

@@ -131,6 +131,7 @@ def test_real_extra_compute_is_a_regression_found_in_the_same_job(
 
 
 @pytest.mark.slow
+@pytest.mark.realtime  # real compute on both sides: "unchanged" holds by its 30% bar
 def test_identical_trees_are_unchanged_and_a_new_test_is_new(pytester: pytest.Pytester) -> None:
     scratch_repo(pytester, base_depth=4, head_depth=4, bar=30)
     pytester.makepyfile(test_new=NEW_TEST)
