@@ -301,6 +301,7 @@ def test_a_change_that_loosens_its_own_bar_is_judged_by_the_bases(
     assert f"`{rule}` 900, judged by the base's" in report
 
 
+@pytest.mark.slow  # a second or more
 @pytest.mark.parametrize(
     "source",
     [("-p", "no:cacheprovider", "--perfguard-ab-min-change=100000"), ("marker",)],

@@ -346,6 +346,7 @@ def test_no_alert_when_main_has_no_new_regression(
     assert "no alert" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # a second or more
 def test_an_alert_of_a_machine_key_with_a_space_or_an_arrow_is_found_again() -> None:
     from perfguard.github import Client
     from perfguard.history.alert import raise_alerts

@@ -86,6 +86,7 @@ def test_the_fp64_reference_piece_by_piece_equals_a_whole_fp64_copy() -> None:
     assert all(t.dtype == torch.float32 for t in [*model.parameters(), *model.buffers()])
 
 
+@pytest.mark.slow  # a second or more
 def test_tied_weights_run_in_fp64_and_come_back_tied() -> None:
     transformers = pytest.importorskip("transformers")
     config = transformers.GPT2Config(

@@ -321,6 +321,7 @@ def test_a_folder_is_still_a_folder(tmp_path: Path) -> None:
     assert isinstance(open_store(location(str(tmp_path))), BaselineStore)
 
 
+@pytest.mark.slow  # a second or more
 def test_a_store_that_does_not_answer_is_given_up_on_within_its_budget(
     s3_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
