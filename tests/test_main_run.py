@@ -101,6 +101,7 @@ def test_main_writes_the_compile_cache_and_the_base_side_loads_it(
     result = pytester.runpytest_subprocess(
         *FAST, "--perfguard", "--perfguard-ab=HEAD", cache, "--perfguard-json=out.json",
         "--perfguard-full",  # identical trees: a partial run would measure nothing
+        "--perfguard-confirm=0",  # what is asked of the cache, not of a verdict
     )  # fmt: skip
     assert result.ret == 0, result.stdout.str()
     doc = json.loads((pytester.path / "out.json").read_text())

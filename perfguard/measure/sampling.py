@@ -19,7 +19,9 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from typing import Any
 
+from perfguard.bounds import check
 from perfguard.measure.clock import Clock
+from perfguard.settings import BY_FIELD
 
 Progress = Callable[[str], None]
 
@@ -45,10 +47,12 @@ class SamplingSettings:
     budget_s: float = 2.0  # measured time of all repeats together
 
     def __post_init__(self) -> None:
+        # the two a user sets are checked as every source of them is (perfguard.bounds)
+        for name in ("budget_s", "repeats"):
+            check(BY_FIELD[name], getattr(self, name), f"SamplingSettings.{name}")
         positive = {
             "max_warmup": self.max_warmup,
             "warmup_window": self.warmup_window,
-            "repeats": self.repeats,
             "min_samples_per_repeat": self.min_samples_per_repeat,
             "max_samples_per_repeat": self.max_samples_per_repeat,
         }
@@ -61,8 +65,8 @@ class SamplingSettings:
             raise ValueError("max_warmup must be >= min_warmup")
         if self.min_samples_per_repeat > self.max_samples_per_repeat:
             raise ValueError("min_samples_per_repeat must be <= max_samples_per_repeat")
-        if not self.budget_s > 0 or not self.max_warmup_ms >= 0:
-            raise ValueError("budget_s must be > 0 and max_warmup_ms >= 0")
+        if not self.max_warmup_ms >= 0:
+            raise ValueError("max_warmup_ms must be 0 or more")
         if not 0 <= self.min_warmup_wall_ms < float("inf"):
             raise ValueError("min_warmup_wall_ms must be 0 or more")
         if not 0 < self.warmup_tolerance < 1:
