@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from perfguard.measure.memory_sites import cuda_sites, record, user_frame
+from perfguard.measure.memory_sites import callers, cuda_sites, record, user_frame
 from perfguard.records import Comparison
 from perfguard.records.sites import BEFORE, Site, SiteChange, diff
 from perfguard.stats.memory_why import LEAST_BYTES, with_memory_why
@@ -90,6 +90,10 @@ def test_the_user_frame_is_the_innermost_outside_torch_and_perfguard() -> None:
         "/tmp/tmpy40ypkdx/oy/coyo5m4k57nqo2pk2w2somcuvudel4gqmghvm6ndpx375yi4lsni.py(46): call"
     )
     assert user_frame([generated, "models/net.py(12): forward"]) == 1
+    # and pytest's machinery is not the caller a reader wants
+    assert callers(["models/test_net.py(9): test_net", "_pytest/python.py(187): call"]) == (
+        "models/test_net.py(9): test_net",
+    )
 
 
 def test_a_cuda_snapshot_is_replayed_to_its_peak() -> None:

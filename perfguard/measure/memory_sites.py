@@ -30,7 +30,15 @@ from perfguard.records.sites import BEFORE, KEPT, Site, grouped
 
 ENV_SITES = "PERFGUARD_MEMORY_SITES"  # a session asked to record allocation sites
 FRAMES = 4  # frames kept above a site
-OUTSIDE = ("torch/", "perfguard/", "<built-in", "nn.Module: ", "contextlib.py", "pluggy/")
+OUTSIDE = (
+    "torch/",
+    "perfguard/",
+    "<built-in",
+    "nn.Module: ",
+    "contextlib.py",
+    "pluggy/",
+    "_pytest/",
+)
 
 
 def wanted() -> bool:
