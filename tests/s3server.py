@@ -34,7 +34,10 @@ def serve() -> tuple[str, Callable[[], None]]:
         threaded=True,
         request_handler=werkzeug_app.MotoRequestHandler,
     )
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # (shutdown waits for the loop's next poll: half a second by default)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+    )
     thread.start()
 
     def stop() -> None:
