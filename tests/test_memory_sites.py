@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from perfguard.measure.memory_sites import callers, cuda_sites, record, user_frame
-from perfguard.records import Comparison
+from perfguard.records import Comparison, RecordError
 from perfguard.records.sites import BEFORE, Site, SiteChange, diff
 from perfguard.stats.memory_why import LEAST_BYTES, with_memory_why
 from tests.factories import result
@@ -146,6 +146,28 @@ def test_a_memory_verdict_carries_its_site_changes_into_the_json() -> None:
     # a CPU process's RSS is reported only, and its verdict is explained all the same
     reported = Comparison(**{**row.__dict__, "gating": False})
     assert with_memory_why([reported], {}, {("t", "eager"): head})[0].sites
+
+
+@pytest.mark.parametrize(
+    ("sites", "said"),
+    [
+        ([{"base_bytes": "x"}], "sites[].base_bytes must be a whole number, got 'x'"),
+        ([{"head_bytes": -1}], "sites[].head_bytes must be 0 or more, got -1"),
+        (["oops"], "sites[] must be an object, got 'oops'"),
+        (5, "sites must be a list, got 5"),
+        ([{"frames": [1]}], "sites[].frames must be a list of strings, got [1]"),
+    ],
+)
+def test_a_file_with_broken_sites_is_refused_naming_the_field(sites: object, said: str) -> None:
+    """A results file's sites are checked as the rest of it is: one RecordError naming the
+    field, never a traceback from deep inside."""
+    row = Comparison(
+        test="t", variant="eager", metric="peak_memory_bytes", baseline=1.0, current=2.0,
+        change_pct=100.0, p_value=None, cohens_d=None, verdict="regression",
+    ).to_json()  # fmt: skip
+    with pytest.raises(RecordError) as info:
+        Comparison.from_json({**row, "sites": sites})
+    assert str(info.value) == said
 
 
 def test_a_small_leak_is_explained_at_any_size() -> None:

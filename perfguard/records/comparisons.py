@@ -19,7 +19,7 @@ from perfguard.records.base import (
     texts,
 )
 from perfguard.records.reasons import Reason, render
-from perfguard.records.sites import SiteChange
+from perfguard.records.sites import SiteChange, changes_from_json
 
 ConfirmKind = Literal["shown", "not_shown", "unconfirmed", "settled", "unsettled", "not_settled"]
 CONFIRM_KINDS: tuple[ConfirmKind, ...] = (
@@ -270,7 +270,7 @@ class Comparison:
                 accepted=None
                 if data.get("accepted") is None
                 else Accepted.from_json(data["accepted"]),
-                sites=tuple(SiteChange.from_json(c) for c in data.get("sites") or ()),
+                sites=changes_from_json(data.get("sites")),
             )
         except KeyError as exc:
             raise RecordError(f"a comparison lacks the key {exc.args[0]!r}") from exc

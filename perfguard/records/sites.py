@@ -4,9 +4,11 @@ how they changed between base and head (the memory verdict's "where the memory w
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from perfguard.records.base import RecordError, bounded, text, texts
 
 KEPT = 40  # sites a result keeps, largest first
 BEFORE = "(allocated before the call: weights, inputs, caches)"
@@ -44,14 +46,16 @@ class Site:
         }
 
     @classmethod
-    def from_json(cls, data: Any) -> Site:
+    def from_json(cls, data: Any, name: str = "site") -> Site:
+        """A site read from a file; RecordError names the field that is wrong."""
+        found = _object(name, data)
         return cls(
-            where=str(data.get("where", "")),
-            op=str(data.get("op", "")),
-            bytes=int(data.get("bytes", 0)),
-            blocks=int(data.get("blocks", 0)),
-            frames=tuple(str(f) for f in data.get("frames") or ()),
-            code=str(data.get("code", "")),
+            where=text(f"{name}.where", found.get("where", "")),
+            op=text(f"{name}.op", found.get("op", "")),
+            bytes=_count(f"{name}.bytes", found.get("bytes", 0)),
+            blocks=_count(f"{name}.blocks", found.get("blocks", 0)),
+            frames=texts(f"{name}.frames", found.get("frames")),
+            code=text(f"{name}.code", found.get("code", "")),
         )
 
 
@@ -100,18 +104,39 @@ class SiteChange:
         }
 
     @classmethod
-    def from_json(cls, data: Any) -> SiteChange:
+    def from_json(cls, data: Any, name: str = "sites[]") -> SiteChange:
+        """A site's change read from a file; RecordError names the field that is wrong."""
+        found = _object(name, data)
         return cls(
-            where=str(data.get("where", "")),
-            op=str(data.get("op", "")),
-            base_bytes=int(data.get("base_bytes", 0)),
-            head_bytes=int(data.get("head_bytes", 0)),
-            base_blocks=int(data.get("base_blocks", 0)),
-            head_blocks=int(data.get("head_blocks", 0)),
-            frames=tuple(str(f) for f in data.get("frames") or ()),
-            kind=str(data.get("kind", "")),
-            code=str(data.get("code", "")),
+            where=text(f"{name}.where", found.get("where", "")),
+            op=text(f"{name}.op", found.get("op", "")),
+            base_bytes=_count(f"{name}.base_bytes", found.get("base_bytes", 0)),
+            head_bytes=_count(f"{name}.head_bytes", found.get("head_bytes", 0)),
+            base_blocks=_count(f"{name}.base_blocks", found.get("base_blocks", 0)),
+            head_blocks=_count(f"{name}.head_blocks", found.get("head_blocks", 0)),
+            frames=texts(f"{name}.frames", found.get("frames")),
+            kind=text(f"{name}.kind", found.get("kind", "")),
+            code=text(f"{name}.code", found.get("code", "")),
         )
+
+
+def changes_from_json(value: Any) -> tuple[SiteChange, ...]:
+    """A comparison's `sites`, read from a file (absent or null: none)."""
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise RecordError(f"sites must be a list, got {value!r}")
+    return tuple(SiteChange.from_json(c) for c in value)
+
+
+def _object(name: str, data: Any) -> Mapping[str, Any]:
+    if not isinstance(data, Mapping):
+        raise RecordError(f"{name} must be an object, got {data!r}")
+    return data
+
+
+def _count(name: str, value: Any) -> int:
+    return int(bounded(name, value, int, 0))
 
 
 def diff(
