@@ -111,11 +111,27 @@ class Job:
         return self.test or type(self.model).__name__
 
     @property
+    def step(self) -> TrainStep | None:
+        """The training step each sample is, if it is one."""
+        return self.work if isinstance(self.work, TrainStep) else None
+
+    @property
+    def generation(self) -> Generation | None:
+        """The generation each sample is, if it is one."""
+        return self.work if isinstance(self.work, Generation) else None
+
+    @property
+    def in_place(self) -> bool:
+        """Whether the user's model itself is measured (lent, given back as it was): a
+        variant that leaves the weights alone, not a training step (which trains a copy)."""
+        return self.step is None and not self.variant.changes_weights
+
+    @property
     def workload(self) -> str:
         """The result's `workload`."""
-        if isinstance(self.work, TrainStep):
+        if self.step is not None:
             return "train"
-        return "generate" if isinstance(self.work, Generation) else "forward"
+        return "generate" if self.generation is not None else "forward"
 
 
 @dataclass(frozen=True)

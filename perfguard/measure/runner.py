@@ -40,11 +40,11 @@ from perfguard.records import Counters, DriftCheck, VariantResult, trace_file_na
 from perfguard.variants.base import Built, VariantUnavailableError, first_line
 from perfguard.variants.compile import DYNAMIC
 from perfguard.variants.exporting import ExportError
-from perfguard.variants.generation import Generation, GenerationError, PhasedClock
+from perfguard.variants.generation import GenerationError, PhasedClock
 from perfguard.variants.lending import lent_or_copied
 from perfguard.variants.registry import batch_of, build_variant
 from perfguard.variants.spec import VariantSpec
-from perfguard.variants.training import TrainStep, TrainStepError, seeded, training_error
+from perfguard.variants.training import TrainStepError, seeded, training_error
 
 
 def resolve_device(name: str) -> torch.device:
@@ -118,17 +118,15 @@ def measure_model(
     waits there for this side's turn, so the two sides build at once but time one at a time.
     """
     hooks = Hooks(reference, clock, progress or Hooks.progress, sampler, turn)
-    spec, training = job.variant, job.work if isinstance(job.work, TrainStep) else None
+    spec, training = job.variant, job.step
     item: dict[str, Any] = {"test": job.label, "variant": spec.name, "workload": job.workload}
     try:
         device = resolve_device(job.settings.device)
         # a training step draws random numbers (dropout) in every timed step: each variant
         # starts from the same seed, and the caller's generator is left as it was
         rng = seeded(device) if training is not None else contextlib.nullcontext()
-        # a variant that leaves the weights alone measures the user's model itself
-        in_place = training is None and not spec.changes_weights
         model = job.model
-        lending = lent_or_copied(model, device) if in_place else contextlib.nullcontext(model)
+        lending = lent_or_copied(model, device) if job.in_place else contextlib.nullcontext(model)
         with torch_state(job.settings.threads), rng, lending as work:
             return _measure(replace(job, model=work), device, hooks)
     except VariantUnavailableError as exc:
@@ -161,9 +159,8 @@ def _measure(job: Job, device: torch.device, hooks: Hooks) -> VariantResult:
         progress("eager reference")
         reference = drift.compute_reference(model, inputs, device, kwargs, job.work)
     progress("building")
-    generation = job.work if isinstance(job.work, Generation) else None
-    step = job.work if isinstance(job.work, TrainStep) else None
-    built = build_variant(model, inputs, spec, device, kwargs, step, generation, lent=True)
+    generation = job.generation
+    built = build_variant(model, inputs, spec, device, kwargs, job.step, generation, lent=True)
     if built.compiled:
         progress("preparing the compiler")
         prime_compiler(device)
@@ -207,7 +204,7 @@ def _judge_drift(
 ) -> tuple[DriftCheck, drift.DriftFigures, str | None]:
     """The drift check of what `taken` returned, against the eager reference."""
     model, inputs, kwargs, dtype = job.model, job.inputs, job.kwargs, built.autocast_dtype
-    generation = job.work if isinstance(job.work, Generation) else None
+    generation = job.generation
     return drift.check(
         taken.out,
         reference,
@@ -243,19 +240,12 @@ def _sweep(
     return sweep(at, getattr(call, "inputs", ()), settings.shapes, clock, budget_ms)
 
 
-def _record_sites(
-    built: Built,
-    call: Callable[[], Any],
-    device: torch.device,
-    label: str,
-    spec: VariantSpec,
-    settings: MeasureSettings,
-) -> None:
+def _record_sites(built: Built, call: Callable[[], Any], device: torch.device, job: Job) -> None:
     """The allocation sites of one untimed call, into the result's details; on CUDA the
     allocator's snapshot beside the traces (a pickle for pytorch.org/memory_viz)."""
-    snapshot = None
+    snapshot, settings = None, job.settings
     if device.type == "cuda" and settings.trace_dir is not None:
-        name = trace_file_name(label, spec.name, settings.trace_side)
+        name = trace_file_name(job.label, job.variant.name, settings.trace_side)
         snapshot = settings.trace_dir / name.replace(".trace.json", ".memory.pickle")
     peak, held = memory_sites.record(call, device, snapshot)
     built.details["memory_sites"] = [site.to_json() for site in peak]
@@ -293,7 +283,7 @@ def _take(built: Built, clock: Clock, device: torch.device, job: Job, hooks: Hoo
         memory = probe.stop()
         if memory_sites.wanted():  # a memory verdict stands: one more call, recorded
             progress("allocation sites")
-            _record_sites(built, call, device, label, spec, settings)
+            _record_sites(built, call, device, job)
         progress("drift")
         out = drift.flatten_outputs(built.outputs(call))
         progress("exact counters")

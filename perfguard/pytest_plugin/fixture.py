@@ -300,7 +300,6 @@ def _residency(job: Job) -> Residency | None:
     from perfguard.measure.residency import Residency
     from perfguard.measure.runner import resolve_device
     from perfguard.variants.compile import GRAPHED_ON_CUDA
-    from perfguard.variants.training import TrainStep
 
     try:
         device = resolve_device(job.settings.device)
@@ -308,11 +307,9 @@ def _residency(job: Job) -> Residency | None:
         return None
     if device.type != "cuda":
         return None
-    spec, model, workload = job.variant, job.model, job.work
-    compile_part = spec.part("compile")
+    compile_part = job.variant.part("compile")
     graphed = compile_part is not None and compile_part.name in GRAPHED_ON_CUDA
-    in_place = not isinstance(workload, TrainStep) and not spec.changes_weights
-    return Residency(model, device, movable=in_place and not graphed)
+    return Residency(job.model, device, movable=job.in_place and not graphed)
 
 
 def _end_item(variant: str, result: VariantResult) -> None:
