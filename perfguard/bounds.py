@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -80,14 +81,22 @@ class Bounds:
         return self.number(int(value) if whole else value, written)
 
 
-def check(setting: Setting, value: Any, source: str, *, text: bool = False) -> Any:
-    """`value` of `setting` as the code will use it, or SettingError saying
-    "`source`: must be ..., got ...". `text`: the value is written out (an option or an
-    ini key) and numbers are parsed from it first."""
+def check(
+    setting: Setting,
+    value: Any,
+    source: str,
+    *,
+    text: bool = False,
+    error: Callable[[str], Exception] = SettingError,
+) -> Any:
+    """`value` of `setting` as the code will use it, or `error` (SettingError; a source
+    raises its own: pytest's usage error, RecordError for a file) saying "`source`: must be
+    ..., got ...". `text`: the value is written out (an option or an ini key) and numbers
+    are parsed from it first."""
     try:
         return _checked(setting, value, text)
     except ValueError as exc:
-        raise SettingError(f"{source}: {exc}") from None
+        raise error(f"{source}: {exc}") from None
 
 
 def _checked(s: Setting, value: Any, text: bool) -> Any:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
-from perfguard.bounds import SettingError, check
+from perfguard.bounds import check
 from perfguard.measure.compile_cache import CompileCache
 from perfguard.measure.inputs import DriftTolerance
 from perfguard.measure.sampling import Progress, Sampler, SamplingSettings, sample
@@ -98,11 +98,9 @@ class Job:
             raise TypeError(
                 f"{caller}: batch must be a positive whole number of items, got {batch!r}"
             )
-        try:
-            if settings.drift_tolerance is not None:
-                check(MARKER_KEYS["drift_tolerance"], settings.drift_tolerance, "drift_tolerance")
-        except SettingError as exc:
-            raise ValueError(f"{caller}: {exc}") from None
+        if settings.drift_tolerance is not None:
+            tolerance = settings.drift_tolerance
+            check(MARKER_KEYS["drift_tolerance"], tolerance, f"{caller}: drift_tolerance")
         spec = parse_variant(variant) if isinstance(variant, str) else variant
         return cls(model, tuple(example_inputs), spec, settings, dict(kwargs or {}), work, test)
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from perfguard.bounds import SettingError, check
+from perfguard.bounds import check
 from perfguard.pytest_plugin.ab.channel import ENV_SIDE
 from perfguard.pytest_plugin.ab.protocol import Result
 from perfguard.pytest_plugin.marker import MarkerSettings
@@ -191,12 +191,10 @@ class PerfguardFixture:
                 f"perfguard.{name}() measures one model per test item; the item already "
                 "measured one (call run or train_step once per test)"
             )
-        try:
-            return {
-                k: check(MARKER_KEYS[k], v, f"perfguard.{name}(): {k}") for k, v in options.items()
-            }
-        except SettingError as exc:
-            raise TypeError(str(exc)) from None
+        return {
+            k: check(MARKER_KEYS[k], v, f"perfguard.{name}(): {k}", error=TypeError)
+            for k, v in options.items()
+        }
 
     def _settings(self, options: Mapping[str, Any], batch: int | None) -> MeasureSettings:
         """The session's settings, then the marker's, then this call's."""

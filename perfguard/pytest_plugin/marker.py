@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from perfguard.bounds import SettingError, check
+from perfguard.bounds import check
 from perfguard.settings import MARKER_KEYS, THRESHOLD_KEYS
 from perfguard.variants.spec import UnknownVariantError, parse_variant
 
@@ -32,8 +32,11 @@ class MarkerSettings:
         return {k: v for k, v in self.options.items() if k in THRESHOLD_KEYS}
 
 
+MARKER = "@pytest.mark.perfguard"
+
+
 def _fail(test: str, message: str) -> pytest.UsageError:
-    return pytest.UsageError(f"{test}: @pytest.mark.perfguard: {message}")
+    return pytest.UsageError(f"{test}: {MARKER}: {message}")
 
 
 def read_marker(test: str, marker: pytest.Mark | None) -> MarkerSettings:
@@ -45,10 +48,9 @@ def read_marker(test: str, marker: pytest.Mark | None) -> MarkerSettings:
     for key, value in marker.kwargs.items():
         if key not in KEYS:
             raise _fail(test, f"unknown key {key!r}; known keys: {', '.join(sorted(KEYS))}")
-        try:
-            options[key] = check(MARKER_KEYS[key], value, key)
-        except SettingError as exc:
-            raise _fail(test, str(exc)) from None
+        options[key] = check(
+            MARKER_KEYS[key], value, f"{test}: {MARKER}: {key}", error=pytest.UsageError
+        )
     variants = None
     if "variants" in marker.kwargs:
         names = [str(v) for v in marker.kwargs["variants"]]

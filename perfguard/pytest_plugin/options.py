@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from perfguard.bounds import SettingError, check
+from perfguard.bounds import check
 from perfguard.pytest_plugin.ab.channel import ENV_ADDRESS, ENV_TRACES
 from perfguard.settings import BY_NAME, ENABLE_HELP, Setting
 from perfguard.settings import OPTIONS as SETTINGS_OPTIONS
@@ -178,10 +178,7 @@ def _raw(config: pytest.Config, opt: Setting) -> tuple[Any, str]:
 def _checked(value: Any, source: str, opt: Setting, root: Path) -> Any:
     """A value whose check is the table's own (perfguard.bounds): a number within its bounds,
     a device, globs."""
-    try:
-        return check(opt, value, source, text=True)
-    except SettingError as exc:
-        raise pytest.UsageError(str(exc)) from None
+    return check(opt, value, source, text=True, error=pytest.UsageError)
 
 
 def _choice(value: Any, source: str, opt: Setting, root: Path) -> str:

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from perfguard.bounds import SettingError, check
+from perfguard.bounds import check
 from perfguard.records.base import SCHEMA_VERSION, SHA, RecordError, text
 from perfguard.records.comparisons import Comparison
 from perfguard.records.gaps import Gap
@@ -117,10 +117,7 @@ def _check_settings(settings: Mapping[str, Any]) -> None:
     the gate reads them): the wrong type is a wrong file, not a figure to print."""
     for name in _SETTINGS:
         if settings.get(name) is not None:
-            try:
-                check(BY_FIELD[name], settings[name], f"settings.{name}")
-            except SettingError as exc:
-                raise RecordError(str(exc)) from None
+            check(BY_FIELD[name], settings[name], f"settings.{name}", error=RecordError)
     for name, choices in (("unhealthy", ("warn", "inconclusive")),):
         if settings.get(name) is not None and settings[name] not in choices:
             raise RecordError(f"settings.{name} must be one of {choices}, got {settings[name]!r}")
