@@ -4,6 +4,7 @@ so that the project reaches git one way."""
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -31,12 +32,14 @@ def run_git(
         import git
     except ImportError as exc:  # gitpython needs the git executable
         raise GitError(f"git is not usable here: {exc}") from None
-    with tempfile.TemporaryFile() as given:
-        given.write((stdin or "").encode())
-        given.seek(0)
+    # (GitPython hands git a file as its input: made only for a command that is given one)
+    with tempfile.TemporaryFile() if stdin is not None else contextlib.nullcontext() as given:
+        if given is not None:
+            given.write(str(stdin).encode())
+            given.seek(0)
         status, out, err = git.Git(str(root)).execute(
             ["git", *args],
-            istream=given if stdin is not None else None,
+            istream=given,
             env=dict(env or {}),
             with_extended_output=True,
             with_exceptions=False,
