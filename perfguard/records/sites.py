@@ -50,12 +50,9 @@ class Site:
         """A site read from a file; RecordError names the field that is wrong."""
         found = _object(name, data)
         return cls(
-            where=text(f"{name}.where", found.get("where", "")),
-            op=text(f"{name}.op", found.get("op", "")),
+            **_place(name, found),
             bytes=_count(f"{name}.bytes", found.get("bytes", 0)),
             blocks=_count(f"{name}.blocks", found.get("blocks", 0)),
-            frames=texts(f"{name}.frames", found.get("frames")),
-            code=text(f"{name}.code", found.get("code", "")),
         )
 
 
@@ -108,15 +105,12 @@ class SiteChange:
         """A site's change read from a file; RecordError names the field that is wrong."""
         found = _object(name, data)
         return cls(
-            where=text(f"{name}.where", found.get("where", "")),
-            op=text(f"{name}.op", found.get("op", "")),
+            **_place(name, found),
             base_bytes=_count(f"{name}.base_bytes", found.get("base_bytes", 0)),
             head_bytes=_count(f"{name}.head_bytes", found.get("head_bytes", 0)),
             base_blocks=_count(f"{name}.base_blocks", found.get("base_blocks", 0)),
             head_blocks=_count(f"{name}.head_blocks", found.get("head_blocks", 0)),
-            frames=texts(f"{name}.frames", found.get("frames")),
             kind=text(f"{name}.kind", found.get("kind", "")),
-            code=text(f"{name}.code", found.get("code", "")),
         )
 
 
@@ -133,6 +127,17 @@ def _object(name: str, data: Any) -> Mapping[str, Any]:
     if not isinstance(data, Mapping):
         raise RecordError(f"{name} must be an object, got {data!r}")
     return data
+
+
+def _place(name: str, found: Mapping[str, Any]) -> dict[str, Any]:
+    """What a site and a site's change both say of where it is: the frame, the operator,
+    the frames above and the statement."""
+    return {
+        "where": text(f"{name}.where", found.get("where", "")),
+        "op": text(f"{name}.op", found.get("op", "")),
+        "frames": texts(f"{name}.frames", found.get("frames")),
+        "code": text(f"{name}.code", found.get("code", "")),
+    }
 
 
 def _count(name: str, value: Any) -> int:
