@@ -142,6 +142,7 @@ def main() -> None:
         }
         print(f"{name:<8} {summary[name]}", flush=True)
     doc = {"device": str(device), "torch": torch.__version__, "summary": summary, "rows": rows}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=1) + "\n")
 
 

@@ -3,7 +3,8 @@ partial run ever skips what a change reaches.
 
 Run:  .venv/bin/python -m benchmarks.pr_cost cost [--runs 3] [--out benchmarks/data/pr-cost.json]
       .venv/bin/python -m benchmarks.pr_cost study [--out benchmarks/data/pr-selection-study.json]
-      .venv/bin/python -m benchmarks.pr_cost cache [--runs 3] [--out benchmarks/data/pr-cache.json]
+      .venv/bin/python -m benchmarks.pr_cost cache [--runs 3] [--device cpu]
+          [--out benchmarks/data/pr-cache.json]
 
 A scratch repository holds a suite of 10 perf tests (eager), each of its own model of `DEPTH`
 Linear blocks whose depth lives in a different file a test reaches: its model module (five
@@ -21,7 +22,8 @@ in a scratch repository: main's run on the base commit writes the compile cache
 (`--perfguard-save --perfguard-compile-cache`), then a pull request of identical code is run
 A/B beside it `--runs` times without the cache and with it, in turn: wall time, the base
 side's compile (cold against loaded), this tree's cold compile (measured either way) and
-the medians' paired change.
+the medians' paired change. `--device cuda` runs it on a GPU (`make gpu-check`'s `figures`
+stage), where the compiles are Triton's and the cache saves the most.
 
 `study`: 10 heads each making one of the 10 files +10% deeper (real compute; each file a
 different test reaches) must each measure that test and flag it; 10 heads each touching a
@@ -168,13 +170,14 @@ UNRELATED: list[tuple[str, str]] = [
 ]
 
 
-def run_ab(repo: Path, base: str, *extra: str) -> dict[str, Any]:
+def run_ab(repo: Path, base: str, *extra: str, device: str = "cpu") -> dict[str, Any]:
     out = repo / "reports" / "out.json"
     out.unlink(missing_ok=True)
     started = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "--perfguard",
-         f"--perfguard-ab={base}", "--perfguard-device=cpu", f"--perfguard-json={out}", *extra],
+         f"--perfguard-ab={base}", f"--perfguard-device={device}", f"--perfguard-json={out}",
+         *extra],
         cwd=repo, capture_output=True, text=True,
         env={k: v for k, v in os.environ.items() if k != "GITHUB_EVENT_NAME"},
     )  # fmt: skip
@@ -296,7 +299,7 @@ def study(out: Path) -> None:
     print(json.dumps(summary))
 
 
-def cache(runs: int, out: Path) -> None:
+def cache(runs: int, out: Path, device: str = "cpu") -> None:
     example = Path(__file__).resolve().parent.parent / "examples" / "perf" / "test_models.py"
     select = ["--perfguard-variants=compile-default", "-k", "mlp or convnet or encoder",
               "--perfguard-full"]  # fmt: skip
@@ -312,7 +315,8 @@ def cache(runs: int, out: Path) -> None:
         started = time.perf_counter()
         done = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "--perfguard",
-             "--perfguard-save", "--perfguard-device=cpu", "--perfguard-compile-cache=cc", *select],
+             "--perfguard-save", f"--perfguard-device={device}", "--perfguard-compile-cache=cc",
+             *select],
             cwd=repo, capture_output=True, text=True,
         )  # fmt: skip
         print(f"main's run (writes the cache): exit {done.returncode}, "
@@ -323,7 +327,7 @@ def cache(runs: int, out: Path) -> None:
         for i in range(runs):
             for mode in ("cold", "warm"):
                 extra = ["--perfguard-compile-cache=cc"] if mode == "warm" else []
-                row = run_ab(repo, base, *select, *extra)
+                row = run_ab(repo, base, *select, *extra, device=device)
                 doc = json.loads((repo / "reports" / "out.json").read_text())
                 base_side = doc.get("baseline_results", [])
                 row.update(
@@ -349,10 +353,12 @@ def cache(runs: int, out: Path) -> None:
     cold = [r["wall_s"] for r in rows if r["mode"] == "cold"]
     warm = [r["wall_s"] for r in rows if r["mode"] == "warm"]
     summary = {
+        "device": device,
         "cold_wall_s_median": statistics.median(cold),
         "warm_wall_s_median": statistics.median(warm),
         "factor": round(statistics.median(cold) / statistics.median(warm), 2),
     }
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"summary": summary, "rows": rows}, indent=1) + "\n")
     print(json.dumps(summary))
 
@@ -369,11 +375,12 @@ def main() -> None:
     w = sub.add_parser("cache")
     w.add_argument("--runs", type=int, default=3)
     w.add_argument("--out", type=Path, default=data / "pr-cache.json")
+    w.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     args = parser.parse_args()
     if args.command == "cost":
         cost(args.runs, args.out)
     elif args.command == "cache":
-        cache(args.runs, args.out)
+        cache(args.runs, args.out, args.device)
     else:
         study(args.out)
 

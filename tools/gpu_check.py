@@ -1,6 +1,6 @@
 """make gpu-check: perfguard on a GPU, in stages that each fit one call of a lent machine.
 
-    python3 tools/gpu_check.py [--steps env,cuda,timer,variants,autotune,study] [--out DIR]
+    python3 tools/gpu_check.py [--steps env,cuda,figures,variants,autotune,study] [--out DIR]
 
 (`make gpu-check` runs it with `GPU_CHECK_STEPS` and `GPU_CHECK_OUT`, default `$OUT` when set,
 else `gpu-check/`.) On a CUDA machine with this tree. It pins nothing: it uses the machine's
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-STAGES = ("env", "cuda", "timer", "variants", "autotune", "study", "study-gpu")
+STAGES = ("env", "cuda", "figures", "variants", "autotune", "study", "study-gpu")
 AUTOTUNE = ("compile-max-autotune-no-cudagraphs", "compile-max-autotune")
 """The variants with the longest cold compiles (inductor tries kernel configurations): their
 own stage."""
@@ -48,10 +48,11 @@ VARIANTS = (
     "onnxruntime",
     "compile-default",
     "compile-reduce-overhead",
-    "compile-dynamic",
-    "aot-inductor",
 )
-"""The other variants, quickest first, so a stage cut short has measured the most."""
+"""The variants a GPU has measured before, quickest first, so a stage cut short has measured
+the most."""
+NEWEST = ("compile-dynamic", "aot-inductor")
+"""The variants no GPU has measured yet: in the `figures` stage, with the other new items."""
 STUDY_PLAN = ("0:8", "5:8", "20:4")
 """Injected change (%): runs, each level its own step (the runs are kept as they finish)."""
 STUDY_GPU_PLAN = ("0:20", "2:10", "5:10")
@@ -105,16 +106,28 @@ def steps(stage: str) -> list[Step]:
             for name in (
                 "test_health",
                 "test_ort",
+                "test_fingerprint",
                 "test_lending",
                 "test_cuda",
                 "test_cuda_training",
             )
         ]
-    if stage == "timer":
+    if stage == "figures":  # this round's GPU items first, then the timer's accuracy
         return [
+            _cuda_tests("test_memory_sites", pytest, "cuda"),
             Step(
-                "timer accuracy (Timer, do_bench)",
-                ("{py}", "benchmarks/timer_accuracy.py", "--device", "{device}", "--rounds", "5"),
+                "memory sites study",
+                (
+                    "{py}",
+                    "-m",
+                    "benchmarks.memory_sites_study",
+                    "--device",
+                    "{device}",
+                    "--runs",
+                    "3",
+                    "--out",
+                    "{work}/data/memory-sites-study.json",
+                ),
             ),
             Step(  # a bf16 model of 35% of the device, measured in place, stored and A/B
                 "model scale (stored and A/B)",
@@ -125,36 +138,38 @@ def steps(stage: str) -> list[Step]:
                     "--device",
                     "{device}",
                     "--out",
-                    "{work}/model-scale.json",
+                    "{work}/data/model-scale.json",
                 ),
             ),
+            *(_demo(variant, pytest) for variant in NEWEST),
+            Step(  # main's compile cache against none, on identical code A/B
+                "compile cache (A/B, cold and warm)",
+                (
+                    "{py}",
+                    "-m",
+                    "benchmarks.pr_cost",
+                    "cache",
+                    "--device",
+                    "{device}",
+                    "--runs",
+                    "1",
+                    "--out",
+                    "{work}/data/pr-cache.json",
+                ),
+            ),
+            Step(
+                "timer accuracy (Timer, do_bench)",
+                ("{py}", "benchmarks/timer_accuracy.py", "--device", "{device}", "--rounds", "5"),
+            ),
+            _variant_table(),
         ]
     if stage in ("variants", "autotune"):
         # max-autotune's cuda test items compile for a minute each: this stage's, not cuda's
         first = [_cuda_tests("test_cuda", pytest, "max-autotune")]
         return [
             *(first if stage == "autotune" else []),
-            *(
-                Step(
-                    variant,
-                    (
-                        *pytest,
-                        "examples/perf",
-                        "--perfguard",
-                        "--perfguard-device={device}",
-                        f"--perfguard-variants={variant}",
-                        "--perfguard-compare=none",
-                        f"--perfguard-json={{work}}/{variant}.json",
-                        f"--perfguard-report={{work}}/{variant}.md",
-                    ),
-                )
-                for variant in (AUTOTUNE if stage == "autotune" else VARIANTS)
-            ),
-            Step(
-                "the variant table",
-                ("{py}", "benchmarks/variant_table.py", "{work}", "--out", "{work}/table.md"),
-                closing=True,
-            ),
+            *(_demo(v, pytest) for v in (AUTOTUNE if stage == "autotune" else VARIANTS)),
+            _variant_table(),
         ]
     if stage in ("study", "study-gpu"):
         study = ("{py}", "benchmarks/detection.py")
@@ -176,6 +191,32 @@ def steps(stage: str) -> list[Step]:
             Step("paired study, the table", (*study, "analyze", "--ab-dir", where), closing=True),
         ]
     raise ValueError(f"no stage {stage!r}: the stages are {', '.join(STAGES)}")
+
+
+def _demo(variant: str, pytest: tuple[str, ...]) -> Step:
+    """The demo suite (examples/perf) in one variant: its results, report and traces."""
+    return Step(
+        variant,
+        (
+            *pytest,
+            "examples/perf",
+            "--perfguard",
+            "--perfguard-device={device}",
+            f"--perfguard-variants={variant}",
+            "--perfguard-compare=none",
+            f"--perfguard-json={{work}}/{variant}.json",
+            f"--perfguard-report={{work}}/{variant}.md",
+        ),
+    )
+
+
+def _variant_table() -> Step:
+    """A stage's closing step: one row per item and variant of the demo runs it made."""
+    return Step(
+        "the variant table",
+        ("{py}", "benchmarks/variant_table.py", "{work}", "--out", "{work}/table.md"),
+        closing=True,
+    )
 
 
 def _cuda_tests(name: str, pytest: tuple[str, ...], pick: str | None = None) -> Step:
