@@ -170,6 +170,52 @@ def test_a_file_with_broken_sites_is_refused_naming_the_field(sites: object, sai
     assert str(info.value) == said
 
 
+def _at(line: int, code: str, mib: float, blocks: int = 1) -> Site:
+    return Site(f"m.py({line}): forward", "", int(mib * (1 << 20)), blocks, (), code)
+
+
+def test_an_edited_statement_is_one_site_that_grew_not_one_gone_and_one_new() -> None:
+    """On a GPU a site is matched by its statement: the head that edits the line which
+    returns the output must not lead with "gone" and "new" of the output's whole size (seen
+    on an H100: `return self.b(...), None` gone 2.5 MiB, before the 2 MiB really added)."""
+    base = [_at(27, "return self.b(torch.relu(h)), None", 2.5, 2)]
+    head = [
+        _at(32, "kept = h * 2  # one more activation", 2.0),
+        _at(33, "return self.b(torch.relu(h)), kept", 2.5, 2),
+    ]
+    (only,) = diff(base, head, least=LEAST_BYTES)
+    assert (only.where, only.kind, only.change_bytes) == ("m.py(32): forward", "new", 2 << 20)
+    grown = [_at(33, "return self.b(torch.relu(h)).double(), kept", 5.0, 2)]
+    (edited,) = diff(base, grown, least=LEAST_BYTES)
+    assert (edited.where, edited.kind, edited.change_bytes) == (
+        "m.py(33): forward",
+        "grew",
+        5 << 19,
+    )
+    other = [_at(40, "y = torch.cat([a, b])", 2.5, 2)]  # another statement: not the same site
+    assert sorted(c.kind for c in diff(base, other, least=LEAST_BYTES)) == ["gone", "new"]
+
+
+def test_when_the_peak_grew_its_growth_is_listed_before_what_its_moment_left_behind() -> None:
+    """A CNN on an H100: the base's peak falls while a conv's output and its ReLU are both
+    live, the head's (one activation kept) later, when the conv's output is freed. The
+    kept activation (+1 MiB) comes first, not the conv's -1 MiB of the same size."""
+    base = [_at(57, "h = torch.relu(self.c1(x))", 2.0, 2)]
+    head = [
+        _at(57, "h = torch.relu(self.c1(x))", 1.0),
+        _at(58, "kept = h * 2", 1.0),
+        _at(59, "out = self.c2(h)", 0.5),
+    ]
+    changes = diff(base, head, least=LEAST_BYTES)
+    assert [(c.where, c.change_bytes) for c in changes] == [
+        ("m.py(58): forward", 1 << 20),
+        ("m.py(59): forward", 1 << 19),
+        ("m.py(57): forward", -(1 << 20)),
+    ]
+    backwards = diff(head, base, least=LEAST_BYTES)  # the peak fell: the fall first
+    assert backwards[0].change_bytes == -(1 << 20) and backwards[-1].change_bytes == 1 << 20
+
+
 def test_a_small_leak_is_explained_at_any_size() -> None:
     """Growth per call is an exact count: a leak of 16 KiB a call names its site, though a
     peak's site that moved by as little is not shown."""

@@ -147,13 +147,23 @@ def _count(name: str, value: Any) -> int:
 def diff(
     base: Sequence[Site], head: Sequence[Site], *, top: int = 8, least: int = 0
 ) -> list[SiteChange]:
-    """The sites whose live bytes changed by more than `least`, largest change first; a
-    site is named as the head has it (its line there), else as the base had it."""
+    """The sites whose live bytes changed by more than `least`, named as the head has them
+    (its line there), else as the base had them.
+
+    A statement the head edited (same file, function and operator, the code a little
+    different: `return out, None` became `return out, kept`) is one site that grew or shrank,
+    not one gone and one new of its whole size. The changes that moved the peak the way it
+    moved come first (growth when the total grew), largest first: on a GPU the peak's moment
+    can move between base and head, so that a temporary live at the base's peak is gone at
+    the head's, and that shrink must not be read before the growth that made the peak."""
     b = {s.key: s for s in base}
     h = {s.key: s for s in head}
+    pairs: list[tuple[Site | None, Site | None]] = [
+        (b.get(key), h.get(key)) for key in dict.fromkeys([*h, *b])
+    ]
+    pairs = _edited(pairs)
     out = []
-    for key in dict.fromkeys([*h, *b]):
-        old, new = b.get(key), h.get(key)
+    for old, new in pairs:
         before, after = (old.bytes if old else 0), (new.bytes if new else 0)
         if abs(after - before) <= least:
             continue
@@ -170,4 +180,42 @@ def diff(
                 named.code,
             )
         )  # fmt: skip
-    return sorted(out, key=lambda c: (-abs(c.change_bytes), c.where, c.op))[:top]
+    grew = sum(c.change_bytes for c in out) >= 0
+    return sorted(
+        out, key=lambda c: ((c.change_bytes > 0) != grew, -abs(c.change_bytes), c.where, c.op)
+    )[:top]
+
+
+SAME_STATEMENT = 0.6
+"""How alike (difflib's ratio) a base statement and a head statement of the same function
+and operator must be to be taken for one statement the head edited."""
+
+
+def _edited(
+    pairs: list[tuple[Site | None, Site | None]],
+) -> list[tuple[Site | None, Site | None]]:
+    """`pairs` (base, head by key) with each gone site joined to the new site of the same
+    file, function and operator whose statement is most like its own (at least
+    SAME_STATEMENT alike), the likest first."""
+    from difflib import SequenceMatcher
+
+    gone = [old for old, new in pairs if new is None and old is not None and old.code]
+    new = [n for old, n in pairs if old is None and n is not None and n.code]
+    scored = sorted(
+        (
+            (SequenceMatcher(None, g.code, n.code).ratio(), i, j)
+            for i, g in enumerate(gone)
+            for j, n in enumerate(new)
+            if g.key[:3] == n.key[:3]
+        ),
+        reverse=True,
+    )
+    joined: dict[int, int] = {}
+    for ratio, i, j in scored:
+        if ratio >= SAME_STATEMENT and i not in joined and j not in joined.values():
+            joined[i] = j
+    if not joined:
+        return pairs
+    taken = {id(gone[i]) for i in joined} | {id(new[j]) for j in joined.values()}
+    kept = [(o, n) for o, n in pairs if id(o) not in taken and id(n) not in taken]
+    return [*kept, *((gone[i], new[j]) for i, j in joined.items())]
