@@ -41,8 +41,8 @@ test-fast: $(STAMP)
 package-check: $(STAMP)
 	PY=$(PY) bash tools/package-check.sh
 
-# on a CUDA machine: the cuda tests, timers against Timer and do_bench, every variant of the
-# demo models and a short paired study, all figures in one folder (exit 2 without CUDA)
+# on a CUDA machine: the cuda tests, the newest GPU figures and the timers, every variant of
+# the demo models and the paired studies, all figures in one folder (exit 2 without CUDA)
 # on a GPU machine, in stages (GPU_CHECK_STEPS=env,cuda,...): see docs/runner-setup.md
 gpu-check:
 	$(PYTHON) tools/gpu_check.py

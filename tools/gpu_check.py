@@ -14,7 +14,7 @@ Each stage ends by itself within `--stage-seconds` (default 450: a 10-minute cal
 for the machine's start and the transfers); a step that would start after that is listed as
 not run, with the command that runs it alone. What a stage writes goes into one archive,
 `<stage>.tar.gz`, rewritten whole after every step (a kill loses only the step in flight),
-and one line per step goes into `summary.txt`: at most 7 files for all six stages, every
+and one line per step goes into `summary.txt`: at most 8 files for all seven stages, every
 name plain.
 """
 
