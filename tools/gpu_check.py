@@ -112,7 +112,7 @@ def steps(stage: str) -> list[Step]:
                 "test_cuda_training",
             )
         ]
-    if stage == "figures":  # this round's GPU items first, then the timer's accuracy
+    if stage == "figures":  # the newest GPU items, quickest first; the timer's accuracy last
         return [
             _cuda_tests("test_memory_sites", pytest, "cuda"),
             Step(
@@ -129,18 +129,6 @@ def steps(stage: str) -> list[Step]:
                     "{work}/data/memory-sites-study.json",
                 ),
             ),
-            Step(  # a bf16 model of 35% of the device, measured in place, stored and A/B
-                "model scale (stored and A/B)",
-                (
-                    "{py}",
-                    "-m",
-                    "benchmarks.model_scale",
-                    "--device",
-                    "{device}",
-                    "--out",
-                    "{work}/data/model-scale.json",
-                ),
-            ),
             *(_demo(variant, pytest) for variant in NEWEST),
             Step(  # main's compile cache against none, on identical code A/B
                 "compile cache (A/B, cold and warm)",
@@ -155,6 +143,18 @@ def steps(stage: str) -> list[Step]:
                     "1",
                     "--out",
                     "{work}/data/pr-cache.json",
+                ),
+            ),
+            Step(  # a bf16 model of 35% of the device, measured in place, stored and A/B
+                "model scale (stored and A/B)",
+                (
+                    "{py}",
+                    "-m",
+                    "benchmarks.model_scale",
+                    "--device",
+                    "{device}",
+                    "--out",
+                    "{work}/data/model-scale.json",
                 ),
             ),
             Step(
