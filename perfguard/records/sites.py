@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from difflib import SequenceMatcher
 from typing import Any
 
 from perfguard.records.base import RecordError, bounded, text, texts
@@ -197,25 +198,25 @@ def _edited(
     """`pairs` (base, head by key) with each gone site joined to the new site of the same
     file, function and operator whose statement is most like its own (at least
     SAME_STATEMENT alike), the likest first."""
-    from difflib import SequenceMatcher
-
-    gone = [old for old, new in pairs if new is None and old is not None and old.code]
-    new = [n for old, n in pairs if old is None and n is not None and n.code]
+    gone = [i for i, (old, new) in enumerate(pairs) if new is None and old is not None and old.code]
+    made = [j for j, (old, new) in enumerate(pairs) if old is None and new is not None and new.code]
     scored = sorted(
         (
             (SequenceMatcher(None, g.code, n.code).ratio(), i, j)
-            for i, g in enumerate(gone)
-            for j, n in enumerate(new)
-            if g.key[:3] == n.key[:3]
+            for i in gone
+            for j in made
+            if (g := pairs[i][0]) is not None
+            and (n := pairs[j][1]) is not None
+            and g.key[:3] == n.key[:3]
         ),
         reverse=True,
     )
-    joined: dict[int, int] = {}
+    joined: dict[int, int] = {}  # a gone pair's index -> its new pair's
     for ratio, i, j in scored:
         if ratio >= SAME_STATEMENT and i not in joined and j not in joined.values():
             joined[i] = j
-    if not joined:
-        return pairs
-    taken = {id(gone[i]) for i in joined} | {id(new[j]) for j in joined.values()}
-    kept = [(o, n) for o, n in pairs if id(o) not in taken and id(n) not in taken]
-    return [*kept, *((gone[i], new[j]) for i, j in joined.items())]
+    used = {*joined, *joined.values()}
+    return [
+        *(pair for k, pair in enumerate(pairs) if k not in used),
+        *((pairs[i][0], pairs[j][1]) for i, j in joined.items()),
+    ]
