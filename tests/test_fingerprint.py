@@ -52,7 +52,9 @@ def test_a_cuda_models_fingerprint_is_taken_on_the_device() -> None:
     torch.manual_seed(0)
     model = nn.Linear(4096, 4096, dtype=torch.bfloat16, device="cuda")
     x = torch.randn(2, 4096, dtype=torch.bfloat16, device="cuda")
+    held = torch.cuda.memory_allocated()
     key = fingerprint(model, (x,))
+    assert torch.cuda.memory_allocated() == held  # nothing kept: it would be in every peak
     assert fingerprint(model, (x,)) == key
     with torch.no_grad():
         model.weight[0, 0] += 1

@@ -61,27 +61,29 @@ def fingerprint(
 
 WORDS = 1 << 22
 """The 32-bit words a device checksum takes at a time (its transients: 3 x 32 MiB)."""
+SEED = 0x5EED
 _ODD = 0x9E3779B97F4A7C15  # odd: multiplying by it mod 2**64 loses nothing
-_weights: dict[torch.device, torch.Tensor] = {}
 
 
 def checksum(t: torch.Tensor) -> bytes:
     """A 64-bit checksum of a tensor's bytes, computed where the tensor lies.
 
     The fingerprint hashed a GPU model's weights on the host: each copied across, then
-    blake2b on one core (about 1.4 GB/s), some 25 s a call for a model of 28 GB. Here the
+    blake2b on one core (about 1.4 GB/s), some 20 s a call for a model of 28 GB. Here the
     bytes, as 32-bit words, are summed times fixed random odd weights mod 2**64 on the
     device, and only the sum crosses: a changed word always changes it (an odd weight times a
     nonzero word is never 0 mod 2**64), and two different tensors of one shape share it with
-    a chance of at most 2**-33. The bytes past the last whole word are hashed as they are."""
+    a chance of at most 2**-33. The bytes past the last whole word are hashed as they are.
+    The weights are drawn afresh from a fixed seed on each call, not kept: a block held on
+    the device would sit in every later measurement's peak."""
     flat = t.contiguous().reshape(-1).view(torch.uint8)
     whole = flat.numel() // 4 * 4
     words = flat[:whole].view(torch.int32)
-    weights = _weights.get(t.device)
-    if weights is None:
-        g = torch.Generator().manual_seed(0x5EED)
-        weights = torch.randint(-(2**62), 2**62, (WORDS,), generator=g, dtype=torch.int64) * 2 + 1
-        weights = _weights.setdefault(t.device, weights.to(t.device))
+    drawn = torch.Generator(t.device).manual_seed(SEED)
+    weights = torch.randint(
+        -(2**62), 2**62, (min(WORDS, words.numel()),), generator=drawn, dtype=torch.int64,
+        device=t.device,
+    ) * 2 + 1  # fmt: skip
     sums = [
         (words[at : at + WORDS].to(torch.int64) * weights[: min(WORDS, words.numel() - at)]).sum()
         for at in range(0, words.numel(), WORDS)
