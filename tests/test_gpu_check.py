@@ -121,10 +121,10 @@ def test_every_stage_fits_the_files_a_call_brings_back() -> None:
     for stage in gpu_check.STAGES:
         for number, step in enumerate(gpu_check.steps(stage), 1):
             assert PLAIN.match(f"{number:02d}-{gpu_check._plain(step.name)}.log"), step.name
-    demos = [st.name for s in gpu_check.STAGES for st in gpu_check.steps(s)]
+    names = [st.name for s in gpu_check.STAGES for st in gpu_check.steps(s)]
     from perfguard.variants.spec import BASE_VARIANTS
 
-    assert sorted(n for n in demos if n in BASE_VARIANTS) == sorted(BASE_VARIANTS)  # once each
+    assert sorted(n for n in names if n in BASE_VARIANTS) == sorted(BASE_VARIANTS)  # once each
     for stage in ("figures", "variants", "autotune"):  # each ends with its table
         last = gpu_check.steps(stage)[-1]
         assert last.closing and "benchmarks/variant_table.py" in last.argv

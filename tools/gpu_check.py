@@ -115,48 +115,21 @@ def steps(stage: str) -> list[Step]:
     if stage == "figures":  # the newest GPU items, quickest first; the timer's accuracy last
         return [
             _cuda_tests("test_memory_sites", pytest, "cuda"),
-            Step(
-                "memory sites study",
-                (
-                    "{py}",
-                    "-m",
-                    "benchmarks.memory_sites_study",
-                    "--device",
-                    "{device}",
-                    "--runs",
-                    "3",
-                    "--out",
-                    "{work}/data/memory-sites-study.json",
-                ),
+            _figures(
+                "memory sites study", "memory-sites-study.json", "memory_sites_study", "--runs", "3"
             ),
             *(_demo(variant, pytest) for variant in NEWEST),
-            Step(  # main's compile cache against none, on identical code A/B
+            # main's compile cache against none, on identical code A/B
+            _figures(
                 "compile cache (A/B, cold and warm)",
-                (
-                    "{py}",
-                    "-m",
-                    "benchmarks.pr_cost",
-                    "cache",
-                    "--device",
-                    "{device}",
-                    "--runs",
-                    "1",
-                    "--out",
-                    "{work}/data/pr-cache.json",
-                ),
+                "pr-cache.json",
+                "pr_cost",
+                "cache",
+                "--runs",
+                "1",
             ),
-            Step(  # a bf16 model of 35% of the device, measured in place, stored and A/B
-                "model scale (stored and A/B)",
-                (
-                    "{py}",
-                    "-m",
-                    "benchmarks.model_scale",
-                    "--device",
-                    "{device}",
-                    "--out",
-                    "{work}/data/model-scale.json",
-                ),
-            ),
+            # a bf16 model of 35% of the device, measured in place, stored and A/B
+            _figures("model scale (stored and A/B)", "model-scale.json", "model_scale"),
             Step(
                 "timer accuracy (Timer, do_bench)",
                 ("{py}", "benchmarks/timer_accuracy.py", "--device", "{device}", "--rounds", "5"),
@@ -207,6 +180,15 @@ def _demo(variant: str, pytest: tuple[str, ...]) -> Step:
             f"--perfguard-json={{work}}/{variant}.json",
             f"--perfguard-report={{work}}/{variant}.md",
         ),
+    )
+
+
+def _figures(name: str, data: str, module: str, *args: str) -> Step:
+    """A benchmark of `benchmarks/` on this device, its figures in `data/<data>` (not beside
+    the demo runs' results, which the variant table reads)."""
+    out = f"{{work}}/data/{data}"
+    return Step(
+        name, ("{py}", "-m", f"benchmarks.{module}", *args, "--device", "{device}", "--out", out)
     )
 
 
