@@ -11,7 +11,11 @@ Linear blocks whose depth lives in a different file a test reaches: its model mo
 tests), a helper module its model imports (three), a config file its test declares with
 `depends` (one), a module of a package imported relatively (one).
 
-`cost`: a pull request that touches one model's file, run as CI runs it (`pytest --perfguard
+Each scratch repository's base commit is first measured as main's run measures it
+(`--perfguard-save`), which stores the record of what each test ran that partial runs select
+against.
+
+`cost`: a pull request that touches one model's code, run as CI runs it (`pytest --perfguard
 --perfguard-ab=<base>` on the head), once in full (`--perfguard-full`) and once partial, in
 turn, `--runs` times: wall time, the items measured, the seconds spent in timed calls (both
 sides: samples times their mean), compile and the rest (processes, imports, building, the
@@ -128,12 +132,28 @@ def write_suite(repo: Path, depths: dict[int, int]) -> None:
 
 
 def scratch(repo: Path) -> str:
+    """The suite committed, and main's run on it: its baseline, with the record of what each
+    test ran that a pull request's partial run selects against."""
     repo.mkdir(parents=True)
     write_suite(repo, {})
     git(repo, "init", "-q", "-b", "main")
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "base")
+    record(repo)
     return git(repo, "rev-parse", "HEAD")
+
+
+def record(repo: Path, *extra: str) -> None:
+    """Main's run on the checked-out commit (`--perfguard-save`: measured beside its parent
+    where it has one, and recorded)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "--perfguard",
+         "--perfguard-save", "--perfguard-confirm=0", *extra],
+        cwd=repo, capture_output=True, text=True,
+        env={k: v for k, v in os.environ.items() if k != "GITHUB_EVENT_NAME"},
+    )  # fmt: skip
+    if done.returncode not in (0, 1):
+        raise SystemExit(f"main's run failed: {done.stdout[-2000:]}")
 
 
 def head_commit(repo: Path, base: str, edit: dict[str, str], message: str) -> None:
@@ -230,8 +250,12 @@ def cost(runs: int, out: Path) -> None:
     with tempfile.TemporaryDirectory(prefix="perfguard-pr-cost-") as folder:
         repo = Path(folder) / "repo"
         base = scratch(repo)
-        head_commit(repo, base, {"models/m2.py": (repo / "models/m2.py").read_text() + "# tuned\n"},
-                    "touch one model's file")  # fmt: skip
+        tuned = (
+            (repo / "models/m2.py")
+            .read_text()
+            .replace("    return build(DEPTH)", "    assert DEPTH > 0\n    return build(DEPTH)")
+        )  # code, not a comment: a comment changes no block
+        head_commit(repo, base, {"models/m2.py": tuned}, "touch one model's code")
         rows = []
         for i in range(runs):
             for mode in ("full", "partial"):

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from perfguard.records import Comparison, Metrics, Run, VariantResult
-
 __version__ = "0.1.0"
 
 
@@ -26,10 +24,17 @@ if TYPE_CHECKING:
     from perfguard.measure.job import Job, MeasureSettings
     from perfguard.measure.runner import measure_model
     from perfguard.measure.sampling import SamplingSettings
+    from perfguard.records import Comparison, Metrics, Run, VariantResult
     from perfguard.variants.generation import Generation
     from perfguard.variants.training import TrainStep
 
 _LAZY = {
+    # the records load on first use too: the pytest plugin imports this package in every
+    # session, asked for or not, and the records bring numpy
+    "Comparison": "perfguard.records",
+    "Metrics": "perfguard.records",
+    "Run": "perfguard.records",
+    "VariantResult": "perfguard.records",
     "measure_model": "perfguard.measure.runner",
     "MeasureSettings": "perfguard.measure.job",
     "Job": "perfguard.measure.job",

@@ -136,17 +136,19 @@ def first_parent(path: Path) -> tuple[str | None, str]:
     return parent, ""
 
 
-def changes_since(path: Path, base: str) -> tuple[Path, list[str], list[str]]:
+def changes_since(path: Path, base: str) -> tuple[Path, list[str], list[str], list[str]]:
     """(the repository's top folder, the paths that differ between commit `base` and the
-    working tree, the untracked paths git does not ignore), both relative to the top."""
+    working tree, the untracked paths git does not ignore, the paths added since `base`), all
+    relative to the top."""
     repo = _repo(path)
     try:
         diff = repo.git.diff("--name-only", "--no-renames", base, "--")
+        added = repo.git.diff("--name-only", "--no-renames", "--diff-filter=A", base, "--")
         others = repo.git.ls_files("--others", "--exclude-standard", "--full-name")
     except Exception as exc:  # GitPython's command error: git's own words
         raise GitError(f"cannot list the changes since {base[:10]}: {exc}") from None
     top = Path(repo.working_tree_dir or path)
-    return top, str(diff).splitlines(), str(others).splitlines()
+    return top, str(diff).splitlines(), str(others).splitlines(), str(added).splitlines()
 
 
 def _main_ref(repo: Any, main_branch: str) -> str | None:

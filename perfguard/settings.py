@@ -162,11 +162,29 @@ SETTINGS: tuple[Setting, ...] = (
         flag="--perfguard-full",
         help="on a pull request, measure every perf item, not only those the change can affect",
         doc="on a pull request, measure every perf item, not only those the change can affect "
-        "(a partial run measures the perf tests whose module imports, transitively, a file "
-        "the change touched, or that declare one with `depends`; main's run, a schedule and a "
-        'manual run measure everything: [ci.md](ci.md), "Partial runs")',
+        "(a partial run skips a perf test only when the base's record of what it ran says "
+        "nothing it ran changed; main's run, a schedule and a manual run measure everything "
+        'and record: [ci.md](ci.md), "Partial runs")',
         default=False,
         read="switch",
+    ),
+    Setting(
+        name="record",
+        flag="--perfguard-record",
+        help="record what each perf test runs (the code blocks it executes and the files it "
+        "opens, from collection to one untimed call of its work), stored with the baseline: "
+        "what a pull request's partial run selects against. 'auto' records on a full run "
+        "(--perfguard-save, --perfguard-full, a push or scheduled run)",
+        doc="record what each perf test runs (the code blocks it executes, by coverage.py, "
+        "and the files it opens, from collection to one untimed call of its work; never a "
+        "timed call), stored with the baseline: a pull request's partial run measures a test "
+        "unless this record says nothing it ran changed. `auto` records on a full run "
+        "(`--perfguard-save`, `--perfguard-full`, a push or scheduled run) ([ci.md](ci.md), "
+        '"Partial runs")',
+        default="auto",
+        metavar="auto|yes|no",
+        read="choice",
+        choices=("auto", "yes", "no"),
     ),
     Setting(
         name="depends",

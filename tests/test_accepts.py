@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from perfguard.cli import main
-from perfguard.pipeline import FinishSettings, PipelineOutcome, finish_run
+from perfguard.pipeline import FinishSettings, Measured, PipelineOutcome, finish_run
 from perfguard.records import Comparison, Run, reason
 from perfguard.stats import accepts
 from perfguard.store.baselines import BaselineStore
@@ -171,8 +171,7 @@ def _pr(root: Path, store_dir: Path, accept: str | None, *, save: bool = False) 
         git(root, "add", accepts.ACCEPT_FILE)
     commit(root, "widen the MLP")
     return finish_run(
-        [result(T, "eager", 2.0, seed=2)],
-        run([]).environment,
+        Measured([result(T, "eager", 2.0, seed=2)], run([]).environment),
         FinishSettings(
             root=root,
             baseline_dir=store_dir,
@@ -194,10 +193,12 @@ def test_a_run_says_what_it_cost_on_the_runner(repo: tuple[Path, Path]) -> None:
     root, store_dir = repo
     commit(root, "head")
     outcome = finish_run(
-        [result(T, "eager", 1.0, seed=2)],
-        run([]).environment,
+        Measured(
+            [result(T, "eager", 1.0, seed=2)],
+            run([]).environment,
+            started=time.monotonic() - 125.0,  # measuring began two minutes ago
+        ),
         FinishSettings(root=root, baseline_dir=store_dir, machine=MACHINE, report=root / "r.md"),
-        started=time.monotonic() - 125.0,  # measuring began two minutes ago
     )
     cost = outcome.run.cost
     assert cost is not None and cost.items == 1 and cost.shards == 1

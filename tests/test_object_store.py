@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from perfguard.cli import main
-from perfguard.pipeline import FinishSettings, finish_run
+from perfguard.pipeline import FinishSettings, Measured, finish_run
 from perfguard.store import BaselineError, BaselineStore
 from perfguard.store.history import load_history
 from perfguard.store.location import location
@@ -235,7 +235,7 @@ def test_a_run_compares_with_and_saves_to_the_bucket(s3_url: str, tmp_path: Path
         root=repo, baseline_dir=location(s3_url), machine=MACHINE, save=True, confirm=0
     )
     head = [result("t.py::a", "eager", 3.0)]
-    outcome = finish_run(head, {"device": "Test GPU"}, settings)
+    outcome = finish_run(Measured(head, {"device": "Test GPU"}), settings)
     assert outcome.error is None
     assert outcome.run.baseline is not None and outcome.run.baseline.commit == base
     verdicts = {c.metric: c.verdict for c in outcome.run.comparisons}

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from perfguard.confirm import ConfirmRound
-from perfguard.pipeline import FinishSettings, finish_run
+from perfguard.pipeline import FinishSettings, Measured, Steps, finish_run
 from perfguard.records import BESIDE, Comparison
 from perfguard.store.baselines import BaselineStore
 from tests.factories import kinds, result, run
@@ -38,10 +38,9 @@ def _finish(
 ) -> tuple[str, Comparison, list[str]]:
     repo, store_dir, _ = history
     outcome = finish_run(
-        [result(T, "eager", head_ms, seed=9)],
-        run([]).environment,
+        Measured([result(T, "eager", head_ms, seed=9)], run([]).environment),
         FinishSettings(root=repo, baseline_dir=store_dir, machine=MACHINE),
-        remeasure=remeasure,  # type: ignore[arg-type]
+        Steps(remeasure=remeasure),  # type: ignore[arg-type]
     )
     assert outcome.error is None
     p50 = next(c for c in outcome.run.comparisons if c.metric == "latency_p50_ms")
@@ -174,10 +173,14 @@ def test_same_job_notes_the_stored_baseline_as_context(steady: tuple[Path, Path,
     repo, store_dir, _ = steady
     base = git(repo, "rev-parse", "HEAD~1")
     outcome = finish_run(
-        [result(T, "eager", 1.02, seed=9)],
-        run([]).environment,
+        Measured(
+            [result(T, "eager", 1.02, seed=9)],
+            run([]).environment,
+            same_job=BaseMeasuredBeside(
+                base, "same-job A/B", (result(T, "eager", 1.0, seed=5),), {}
+            ),
+        ),
         FinishSettings(root=repo, baseline_dir=store_dir, machine=MACHINE),
-        same_job=BaseMeasuredBeside(base, "same-job A/B", (result(T, "eager", 1.0, seed=5),), {}),
     )
     p50 = next(c for c in outcome.run.comparisons if c.metric == "latency_p50_ms")
     assert outcome.run.baseline.mode == "ab"
@@ -208,11 +211,15 @@ def test_same_job_flags_stand_only_when_a_fresh_pair_of_processes_shows_them_aga
         )
 
     outcome = finish_run(
-        [result(T, "eager", 1.5, seed=9)],
-        run([]).environment,
+        Measured(
+            [result(T, "eager", 1.5, seed=9)],
+            run([]).environment,
+            same_job=BaseMeasuredBeside(
+                base, "same-job A/B", (result(T, "eager", 1.0, seed=5),), {}
+            ),
+        ),
         FinishSettings(root=repo, baseline_dir=store_dir, machine=MACHINE),
-        same_job=BaseMeasuredBeside(base, "same-job A/B", (result(T, "eager", 1.0, seed=5),), {}),
-        remeasure=remeasure,
+        Steps(remeasure=remeasure),
     )
     assert asked == [(((T, "eager"),), base, ())]  # beside the same base commit, once
     p50 = next(c for c in outcome.run.comparisons if c.metric == "latency_p50_ms")
@@ -234,11 +241,15 @@ def test_a_disturbed_same_job_round_names_the_figure_it_was_checked_against(
     base = git(repo, "rev-parse", "HEAD~1")
     asked, remeasure = _rounds(40.0, 9.0)
     outcome = finish_run(
-        [result(T, "eager", 3.0, seed=9)],
-        run([]).environment,
+        Measured(
+            [result(T, "eager", 3.0, seed=9)],
+            run([]).environment,
+            same_job=BaseMeasuredBeside(
+                base, "same-job A/B", (result(T, "eager", 1.0, seed=5),), {}
+            ),
+        ),
         FinishSettings(root=repo, baseline_dir=store_dir, machine=MACHINE),
-        same_job=BaseMeasuredBeside(base, "same-job A/B", (result(T, "eager", 1.0, seed=5),), {}),
-        remeasure=remeasure,  # type: ignore[arg-type]
+        Steps(remeasure=remeasure),  # type: ignore[arg-type]
     )
     assert asked == [40.0, 9.0]
     p50 = next(c for c in outcome.run.comparisons if c.metric == "latency_p50_ms")

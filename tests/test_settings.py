@@ -90,7 +90,13 @@ def test_the_child_command_line_comes_from_the_table(tmp_path: Path) -> None:
         text = ",".join(value) if isinstance(value, tuple) else str(value)
         assert (flag if value is True else f"{flag}={text}") in args, field
     given = {a.split("=")[0] for a in args if a.startswith("--perfguard-")}
-    fixed = {"--perfguard-ab", "--perfguard-confirm", "--perfguard-progress", "--perfguard-full"}
+    fixed = {
+        "--perfguard-ab",
+        "--perfguard-confirm",
+        "--perfguard-progress",
+        "--perfguard-full",
+        "--perfguard-record",
+    }
     assert given == {s.flag for s in children} | fixed  # nothing else: not save, not gate_p99
     # variants from the ini or the default are left to the child, which reads them itself
     # and a re-measure in a fresh process is given nothing of A/B's

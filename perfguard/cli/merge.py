@@ -79,7 +79,7 @@ def _finish_merged(args: argparse.Namespace, merged: Run, runs: Sequence[tuple[P
     from perfguard.confirm import replay
     from perfguard.git import GitError, git_state
     from perfguard.health import Health
-    from perfguard.pipeline import finish_run
+    from perfguard.pipeline import Measured, Steps, finish_run
 
     state = git_state(Path.cwd())
     if state is None or state.head is None:
@@ -94,26 +94,27 @@ def _finish_merged(args: argparse.Namespace, merged: Run, runs: Sequence[tuple[P
     except GitError as exc:
         raise InputError(f"--compare: {exc}") from None
     settings = _merged_settings(args, merged, state.root)
-    outcome = finish_run(
-        merged.results,
-        merged.environment,
-        settings,
+    measured = Measured(
+        results=merged.results,
+        environment=merged.environment,
         extra_settings={
             k: v for k, v in merged.settings.items() if k not in ("thresholds", "shard")
         },
         health=Health.from_json(merged.health),
         same_job=same_job,
-        # the shards measured their flagged items again on the GPU; the verdicts of the
-        # whole run are confirmed with those re-measures (beside the base commit in A/B)
-        remeasure=(
-            replay(merged.confirm_results, merged.confirm_base_results)
-            if merged.confirm_results
-            else None
-        ),
         cost=merged.cost,  # the runners' time; joining them here costs no GPU time
         incomplete=merged.incomplete,
         selection=merged.selection,  # every shard selected alike, before it took its share
+        reach=merged.reach,
     )
+    # the shards measured their flagged items again on the GPU; the verdicts of the whole
+    # run are confirmed with those re-measures (beside the base commit in A/B)
+    steps = Steps(
+        remeasure=replay(merged.confirm_results, merged.confirm_base_results)
+        if merged.confirm_results
+        else None
+    )
+    outcome = finish_run(measured, settings, steps)
     for message in outcome.messages:
         print(message, file=sys.stderr)
     print(f"merged {len(merged.results)} results: {args.output}", file=sys.stderr)

@@ -1,132 +1,104 @@
 """pytest glue: options, the `perfguard` fixture and marker, one item per variant.
 
-Registered through the `pytest11` entry point `perfguard`. `pytest_configure` reads the
-options and registers the plugin object of the session's role (`roles`): skipping perf
-items, measuring them, driving same-job A/B, being an A/B worker, or counting instructions.
-Importing this module is cheap: torch and the measuring library load only when a perf item
-runs with `--perfguard`.
+Registered through the `pytest11` entry point `perfguard`, so it is loaded into every pytest
+session of an environment where perfguard is installed, asked for or not. Without
+`--perfguard` it registers its options, ini keys and marker, makes each perf test's items (one
+per variant) and skips them: that is all it imports (no numpy, no torch, no records). With
+`--perfguard`, `pytest_configure` registers the plugin object of the session's role
+(`startup`, `roles`): measuring, driving same-job A/B, being an A/B worker, or counting
+instructions.
 """
 
 from __future__ import annotations
 
-import random
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from perfguard.pytest_plugin.collection import VARIANT_PARAM, test_id, test_name, variants_for
-from perfguard.pytest_plugin.fixture import PerfguardFixture
+from perfguard.pytest_plugin.collection import VARIANT_PARAM, test_name, variant_of, variants_for
+from perfguard.pytest_plugin.keys import (
+    options_key,
+    recording_key,
+    state_key,
+    tests_key,
+    undo_key,
+)
 from perfguard.pytest_plugin.marker import HELP as MARKER_HELP
-from perfguard.pytest_plugin.marker import read_marker
-from perfguard.pytest_plugin.options import add_options, paired_save, read_options
-from perfguard.pytest_plugin.progress import ProgressWriter
-from perfguard.pytest_plugin.roles import role_for
-from perfguard.pytest_plugin.signals import HeldImport, interrupt_on_sigterm
-from perfguard.pytest_plugin.state import SessionState
+from perfguard.pytest_plugin.marker import ItemSettings, item_settings_key, read_marker
+from perfguard.pytest_plugin.options import add_options, read_options
 
-state_key = pytest.StashKey[SessionState]()
-undo_key = pytest.StashKey[list[Callable[[], None]]]()
-"""What `pytest_configure` changed in the process (signal handlers, import hooks)."""
+if TYPE_CHECKING:
+    from perfguard.pytest_plugin.fixture import PerfguardFixture
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
 
 
-def _under_xdist(config: pytest.Config) -> bool:
-    """A pytest-xdist worker, or a session that starts them (`-n N`, or `--dist` with
-    `--tx`, xdist's own rule once it has read its options)."""
-    if hasattr(config, "workerinput"):
-        return True
-    try:
-        return config.getoption("dist") != "no" and bool(config.getoption("tx"))
-    except ValueError:  # xdist is not installed
-        return False
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
+    """A session that records starts before the initial conftests load: what they run is
+    part of every test's record."""
+    if not getattr(early_config.known_args_namespace, "perfguard", False):
+        return
+    from perfguard.pytest_plugin.recording import Recorder, Recording, wants_record
+
+    if wants_record(early_config):
+        recorder = Recorder(Path(early_config.rootpath))
+        recorder.start()
+        early_config.stash[recording_key] = Recording(recorder)
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER_HELP)
     options = read_options(config)
-    if options.enabled and _under_xdist(config):
-        raise pytest.UsageError(
-            "--perfguard cannot run under pytest-xdist (-n, --dist): measurements on one "
-            "device must not overlap. Run the perf tests in one process (drop -n and --dist, "
-            "or add -p no:xdist), and shard across machines instead (--perfguard-shard=K/N; "
-            "docs/ci.md, 'Use it in CI')"
-        )
-    if options.enabled and options.save and not options.worker:
-        from perfguard.git import GitRefused, git_state
-        from perfguard.pipeline import check_can_save
+    config.stash[options_key] = options
+    config.stash[tests_key] = {}
+    if not options.enabled:
+        from perfguard.pytest_plugin.skipping import Skipping
 
-        try:
-            refusal = check_can_save(git_state(Path(config.rootpath)), options.allow_dirty)
-        except GitRefused as exc:
-            refusal = f"--perfguard-save: {exc}"
-        if refusal:
-            raise pytest.UsageError(refusal)
-    options, unpaired = paired_save(Path(config.rootpath), options)
-    state = SessionState(
-        options,
-        ProgressWriter(config, options.progress),
-        root=Path(config.rootpath),
-        notes=[unpaired] if unpaired else [],
-    )
-    from perfguard.measure.callgrind import CallgrindError, build_shim, regions_from_env
+        config.pluginmanager.register(Skipping(), "perfguard-session")
+        return
+    from perfguard.pytest_plugin.startup import configure
 
-    state.counting = regions_from_env()
-    if options.enabled and options.instructions and state.counting is None:
-        try:  # asked for and impossible here: say so before anything is measured
-            build_shim()
-        except CallgrindError as exc:
-            raise pytest.UsageError(f"--perfguard-instructions: {exc}") from None
-    if options.worker:
-        from perfguard.pytest_plugin.ab.worker import WorkerLink
-
-        state.worker = WorkerLink.from_env()
-    if options.enabled:
-        undo = [HeldImport("torch").install()]
-        if options.save and options.compile_cache is not None and not options.worker:
-            undo.append(_compile_cache_writer())
-        if not options.worker and state.counting is None:
-            undo.append(interrupt_on_sigterm())
-        config.stash[undo_key] = undo
-    config.stash[state_key] = state
-    config.pluginmanager.register(role_for(state), "perfguard-session")
-
-
-def _compile_cache_writer() -> Callable[[], None]:
-    """Main's run writes the compile cache, its paired run's workers included (they never
-    save themselves): told through the environment they inherit; undone at the end."""
-    import os
-
-    from perfguard.measure.compile_cache import ENV_WRITE
-
-    os.environ[ENV_WRITE] = "1"
-
-    def undo() -> None:
-        os.environ.pop(ENV_WRITE, None)
-
-    return undo
+    configure(config, options)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     for undo in config.stash.get(undo_key, []):
         undo()
+    recording = config.stash.get(recording_key, None)
+    if recording is not None:
+        recording.recorder.stop()  # a session ended early: the tracer goes with it
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """One item per variant; the marker read here, once, into the test's `ItemSettings`."""
     if "perfguard" not in metafunc.fixturenames:
         return
-    state = metafunc.config.stash[state_key]
+    options = metafunc.config.stash[options_key]
     test = test_name(metafunc)
     marker = read_marker(test, metafunc.definition.get_closest_marker("perfguard"))
-    variants = variants_for(state.options, marker)
-    if marker.thresholds:
-        state.per_test_thresholds[test] = marker.thresholds
+    variants = variants_for(options, marker)
+    metafunc.config.stash[tests_key][test] = ItemSettings(
+        test=test,
+        variants=variants,
+        marker=marker,
+        timeout_s=float(marker.options.get("timeout_s", options.timeout_s)),
+        depends=tuple(str(g) for g in marker.options.get("depends") or ()),
+    )
     metafunc.parametrize(VARIANT_PARAM, variants, ids=list(variants))
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """A perf item keeps its test's settings (`settings_of`)."""
+    if variant_of(item) is not None:
+        found = item.config.stash[tests_key].get(item.nodeid.partition("[")[0])
+        if found is not None:
+            item.stash[item_settings_key] = found
 
 
 @pytest.fixture(name=VARIANT_PARAM)
@@ -139,30 +111,9 @@ def _perfguard_variant() -> str:
 def perfguard(request: pytest.FixtureRequest, _perfguard_variant: str) -> PerfguardFixture:
     """Measure a model under this item's variant: `perfguard.run(model, (x,))`, or a training
     step: `perfguard.train_step(model, (x,), loss_fn=..., optimizer=...)`."""
-    item = request.node
-    state = request.config.stash[state_key]
-    variant = str(_perfguard_variant)
-    marker = read_marker(
-        test_name(item.getparent(pytest.Function) or item), item.get_closest_marker("perfguard")
-    )
-    if state.ab is None:  # an A/B driver leaves the measuring to its workers
-        _seed(state.options.seed)
-    state.used_fixture.add(item.nodeid)
-    return PerfguardFixture(test_id(item, variant), variant, marker, state, item.nodeid)
+    from perfguard.pytest_plugin.fixture import for_item
 
-
-def _seed(seed: int) -> None:
-    """The same random weights in every variant and every run."""
-    random.seed(seed)
-    try:
-        import numpy as np
-
-        np.random.seed(seed)
-    except ImportError:  # pragma: no cover - numpy comes with torch
-        pass
-    import torch
-
-    torch.manual_seed(seed)
+    return for_item(request.node, request.config.stash[state_key], str(_perfguard_variant))
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -17,8 +17,9 @@ from perfguard.records import VariantResult
 
 if TYPE_CHECKING:
     from perfguard.confirm import Remeasure
-    from perfguard.pipeline import BaseMeasuredBeside, FinishSettings, PipelineOutcome
+    from perfguard.pipeline import Baseline, BaseMeasuredBeside, FinishSettings, PipelineOutcome
     from perfguard.pytest_plugin.options import Options
+    from perfguard.records.reach import Reach
     from perfguard.stats.thresholds import Thresholds
 
 outcome_key = pytest.StashKey["PipelineOutcome"]()
@@ -27,7 +28,7 @@ outcome_key = pytest.StashKey["PipelineOutcome"]()
 
 def finish_session(session: pytest.Session, state: SessionState, exitstatus: int) -> None:
     """Compare, write and save what this session measured; set the exit status."""
-    from perfguard.pipeline import finish_run
+    from perfguard.pipeline import Measured, Steps, finish_run
 
     config = session.config
     interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
@@ -42,16 +43,15 @@ def finish_session(session: pytest.Session, state: SessionState, exitstatus: int
     o = state.options
     environment = state.environment or fallback_environment(o.device)
     health = None if state.monitor is None else state.monitor.stop()
+    reach = _reach(state)
 
     def finish(status: int, remeasure: Remeasure | None) -> PipelineOutcome:
-        return finish_run(
-            state.results,
-            environment,
-            _settings(config, state, status, environment),
+        measured = Measured(
+            results=state.results,
+            environment=environment,
             extra_settings=o.recorded(),
             health=health,
             same_job=same,
-            remeasure=remeasure,
             started=state.started,
             incomplete=state.tally.gaps(
                 state.nodeids.values(), status == pytest.ExitCode.INTERRUPTED, stopped_by()
@@ -61,8 +61,11 @@ def finish_session(session: pytest.Session, state: SessionState, exitstatus: int
             if same is not None or state.tally.collection
             else frozenset(state.tally.collected),
             selection=state.selection,
-            explain=_explainer(config, state, status),
+            reach=reach,
         )
+        steps = Steps(remeasure=remeasure, explain=_explainer(config, state, status))
+        settings = _settings(config, state, status, environment)
+        return finish_run(measured, settings, steps, baseline=_baseline(state, settings))
 
     try:
         outcome = finish(exitstatus, _remeasure(config, state, exitstatus))
@@ -74,6 +77,13 @@ def finish_session(session: pytest.Session, state: SessionState, exitstatus: int
     if state.notes:
         outcome = replace(outcome, messages=(*state.notes, *outcome.messages))
     config.stash[outcome_key] = outcome
+    _set_exit(session, state, outcome, exitstatus)
+
+
+def _set_exit(
+    session: pytest.Session, state: SessionState, outcome: PipelineOutcome, exitstatus: int
+) -> None:
+    """The session's exit status as the run says: an error, a gap or a regression fails."""
     if exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED and _partial(state):
         session.exitstatus = pytest.ExitCode.OK  # the change reaches no perf test: a pass
     if outcome.error is not None:
@@ -81,11 +91,30 @@ def finish_session(session: pytest.Session, state: SessionState, exitstatus: int
     elif not outcome.run.complete and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED  # it did not measure it all
     elif (
-        o.fail_on == "regression"
+        state.options.fail_on == "regression"
         and outcome.run.has_regression
         and session.exitstatus == pytest.ExitCode.OK
     ):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _reach(state: SessionState) -> Reach | None:
+    """What each perf test ran, when this run records: this process's recording, or this
+    tree's A/B worker's (read when the workers stopped)."""
+    if state.recording is not None:
+        return state.recording.finish()
+    if state.records and state.ab_reach is not None:
+        return state.ab_reach
+    return None
+
+
+def _baseline(state: SessionState, settings: FinishSettings) -> Baseline | None:
+    """The baseline the selection step resolved, when it was for this comparison (the same
+    commit and machine); None: the pipeline resolves it."""
+    known = state.baseline
+    if known is None or known.machine != settings.machine or settings.compare == "none":
+        return None
+    return known
 
 
 def _partial(state: SessionState) -> bool:
@@ -128,6 +157,7 @@ def _close_ab(
         )
     # before the monitor stops: the workers' CPU time is then ours
     ab.close(interrupted=interrupted, before_removal=count_base if counting else None)
+    state.ab_reach = ab.driver.reach
     base = tuple(ab.base_results)
     # a test the base has beside ones this tree runs is this tree's deletion; one the driver
     # ran on the base side and this tree lacks is not (it has its own result)
@@ -148,6 +178,17 @@ def _close_ab(
 def _settings(
     config: pytest.Config, state: SessionState, exitstatus: int, environment: dict[str, Any]
 ) -> FinishSettings:
+    return replace(
+        session_settings(config, state, environment),
+        unsaved_reason=why_not_saved(state, exitstatus),
+    )
+
+
+def session_settings(
+    config: pytest.Config, state: SessionState, environment: dict[str, Any]
+) -> FinishSettings:
+    """The pipeline's settings of this session (the selection step resolves the baseline
+    with them, the finish compares with them)."""
     from perfguard.environment import machine_key
 
     o = state.options
@@ -157,7 +198,7 @@ def _settings(
         machine=o.machine or machine_key(environment),
         # A/B with nothing measured (no perf items) has nothing to compare
         compare="none" if o.ab and state.ab is None else o.compare,
-        unsaved_reason=why_not_saved(state, exitstatus),
+        unsaved_reason=None,
         thresholds=state.thresholds(),
     )
 

@@ -4,7 +4,9 @@ training step."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import random
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -13,7 +15,8 @@ import pytest
 from perfguard.bounds import check
 from perfguard.pytest_plugin.ab.channel import ENV_SIDE
 from perfguard.pytest_plugin.ab.protocol import Result
-from perfguard.pytest_plugin.marker import MarkerSettings
+from perfguard.pytest_plugin.collection import test_id
+from perfguard.pytest_plugin.marker import MarkerSettings, settings_of
 from perfguard.pytest_plugin.options import trace_dir
 from perfguard.pytest_plugin.state import SessionState
 from perfguard.records import VariantResult
@@ -31,6 +34,31 @@ if TYPE_CHECKING:
 ITEM_KEYS = ("variants", "timeout_s", "depends")  # marker keys of the item as a whole, not of run()
 RUN_OPTIONS = tuple(k for k in MARKER_KEYS if k not in ITEM_KEYS and k not in THRESHOLD_KEYS)
 REFERENCE_CACHE = 8
+
+
+def for_item(item: pytest.Item, state: SessionState, variant: str) -> PerfguardFixture:
+    """The fixture's object for one perf item (its settings read where its test's items
+    were made); the seeds set, so that random weights match in every variant and run."""
+    settings = settings_of(item)
+    marker = settings.marker if settings is not None else MarkerSettings(None, {})
+    if state.ab is None:  # an A/B driver leaves the measuring to its workers
+        _seed(state.options.seed)
+    state.used_fixture.add(item.nodeid)
+    return PerfguardFixture(test_id(item, variant), variant, marker, state, item.nodeid)
+
+
+def _seed(seed: int) -> None:
+    """The same random weights in every variant and every run."""
+    random.seed(seed)
+    try:
+        import numpy as np
+
+        np.random.seed(seed)
+    except ImportError:  # pragma: no cover - numpy comes with torch
+        pass
+    import torch
+
+    torch.manual_seed(seed)
 
 
 class PerfguardFixture:
@@ -161,13 +189,16 @@ class PerfguardFixture:
         progress.start(self._nodeid)
         worker = self._state.worker
         residency = None if worker is None else _residency(job)
-        result = measure_model(
-            job,
-            reference=self._reference(job),
-            progress=progress,
-            sampler=sample if worker is None else worker.sampler(residency),
-            turn=None if worker is None else worker.wait_turn,
-        )
+        reference = self._reference(job)  # the untimed call a recording session records
+        recording = self._state.recording
+        with contextlib.nullcontext() if recording is None else recording.recorder.paused():
+            result = measure_model(
+                job,
+                reference=reference,
+                progress=progress,
+                sampler=sample if worker is None else worker.sampler(residency),
+                turn=None if worker is None else worker.wait_turn,
+            )
         if residency is not None:
             result = residency.annotate(result)
         if worker is not None:

@@ -1,4 +1,9 @@
-"""`@pytest.mark.perfguard(...)`: per-test settings, validated with errors naming the test."""
+"""`@pytest.mark.perfguard(...)`: per-test settings, validated with errors naming the test.
+
+The marker is read once per test function, where its items are generated, and merged with
+the session's options into `ItemSettings`, kept on each of its items (`settings_of`): the
+fixture, the time limit and the selection step read that, never the marker again.
+"""
 
 from __future__ import annotations
 
@@ -33,6 +38,25 @@ class MarkerSettings:
 
 
 MARKER = "@pytest.mark.perfguard"
+
+
+@dataclass(frozen=True)
+class ItemSettings:
+    """A perf test's settings: its marker, checked, merged with the session's options."""
+
+    test: str  # the test function's node id (every variant and parameter of it)
+    variants: tuple[str, ...]
+    marker: MarkerSettings
+    timeout_s: float  # the marker's `timeout_s`, else the session's `--perfguard-timeout`
+    depends: tuple[str, ...] = ()  # the marker's globs of files the test reads
+
+
+item_settings_key = pytest.StashKey[ItemSettings]()
+
+
+def settings_of(item: pytest.Item) -> ItemSettings | None:
+    """The settings kept on a perf item (None for any other item)."""
+    return item.stash.get(item_settings_key, None)
 
 
 def _fail(test: str, message: str) -> pytest.UsageError:

@@ -70,6 +70,7 @@ class Options:
     save_replace: bool  # replace HEAD's stored baseline whole, not update it
     save_unpaired: bool  # save without measuring beside HEAD's first parent
     full: bool  # measure every perf item, not only those the change can affect
+    record: str  # record what each perf test runs: auto (on a full run), yes, no
     depends: str | None  # globs every perf test reads besides its imports
     compile_cache: Path | None  # main's compiled artifacts (perfguard.measure.compile_cache)
     allow_dirty: bool
@@ -114,6 +115,7 @@ class Options:
             "--perfguard-confirm=0",
             "--perfguard-progress=no",
             "--perfguard-full",  # it measures the items it is given, not a selection of them
+            "--perfguard-record=no",  # its parent records (an A/B worker: when told to)
         ]
         for opt in OPTIONS:
             if not opt.child or (opt.child == "ab" and ab is None):
@@ -152,10 +154,10 @@ def _shard(value: Any, source: str, opt: Setting, root: Path) -> tuple[int, int]
 
 
 def _instructions(value: Any, source: str, opt: Setting, root: Path) -> tuple[str, ...]:
-    from perfguard.measure.callgrind import parse_modes
-
     if not value:
         return ()
+    from perfguard.measure.callgrind import parse_modes
+
     try:
         return parse_modes(str(value))
     except ValueError as exc:
@@ -189,10 +191,10 @@ def _choice(value: Any, source: str, opt: Setting, root: Path) -> str:
 
 def _machine(value: Any, source: str, opt: Setting, root: Path) -> str | None:
     """The machine key names a folder of the baselines: no path out of it."""
-    from perfguard.store.baselines import machine_problem
-
     if not value:
         return None
+    from perfguard.store.baselines import machine_problem
+
     problem = machine_problem(str(value))
     if problem:
         raise pytest.UsageError(f"{source}: {problem}")

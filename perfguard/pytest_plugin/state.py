@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from perfguard.pytest_plugin.gaps import Tally
+from perfguard.pytest_plugin.marker import ItemSettings
 from perfguard.pytest_plugin.options import Options
 from perfguard.pytest_plugin.progress import ProgressWriter
 from perfguard.records import Selection, VariantResult
@@ -18,8 +19,11 @@ if TYPE_CHECKING:
     from perfguard.health import Monitor
     from perfguard.measure.callgrind import Regions
     from perfguard.measure.drift import Reference
+    from perfguard.pipeline import Baseline
     from perfguard.pytest_plugin.ab.session import AbSession
     from perfguard.pytest_plugin.ab.worker import WorkerLink
+    from perfguard.pytest_plugin.recording import Recording
+    from perfguard.records.reach import Reach
     from perfguard.stats.thresholds import Thresholds
 
 
@@ -31,7 +35,7 @@ class SessionState:
     progress: ProgressWriter
     results: list[VariantResult] = field(default_factory=list)
     references: OrderedDict[str, Reference] = field(default_factory=OrderedDict)
-    per_test_thresholds: dict[str, dict[str, Any]] = field(default_factory=dict)
+    item_settings: dict[str, ItemSettings] = field(default_factory=dict)  # test -> its settings
     environment: dict[str, Any] | None = None
     used_fixture: set[str] = field(default_factory=set)
     monitor: Monitor | None = None
@@ -48,6 +52,10 @@ class SessionState:
     notes: list[str] = field(default_factory=list)  # lines for the terminal summary
     selection: Selection | None = None  # a pull request's selection step (partial runs)
     root: Path = field(default_factory=Path.cwd)  # the session's rootdir
+    records: bool = False  # this run records what each perf test runs (a full run)
+    recording: Recording | None = None  # ... in this process (not an A/B driver's)
+    ab_reach: Reach | None = None  # ... or in this tree's A/B worker, read at its end
+    baseline: Baseline | None = None  # resolved once, where the session starts comparing
 
     def thresholds(self) -> Thresholds:
         """The verdict rules this session's options and markers set."""
@@ -59,7 +67,8 @@ class SessionState:
             for s in SETTINGS
             if s.threshold and s.flag and s.marker
         }
-        return Thresholds(**given, per_test=self.per_test_thresholds)
+        per_test = {t: s.marker.thresholds for t, s in self.item_settings.items()}
+        return Thresholds(**given, per_test={t: v for t, v in per_test.items() if v})
 
     def record(self, result: VariantResult, nodeid: str) -> None:
         self.results = [r for r in self.results if r.key != result.key]

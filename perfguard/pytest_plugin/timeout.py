@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+from perfguard.pytest_plugin.marker import settings_of
+
 
 class ItemTimeout(BaseException):
     """An item past its time limit. A BaseException: no `except Exception` on the way (a
@@ -32,10 +34,10 @@ def message(seconds: float) -> str:
 
 
 def limit_of(item: pytest.Item, default: float) -> float:
-    """The item's limit: its marker's `timeout_s`, else the session's."""
-    marker = item.get_closest_marker("perfguard")
-    value = None if marker is None else marker.kwargs.get("timeout_s")
-    return float(value) if isinstance(value, int | float) and value > 0 else default
+    """The item's limit: its marker's `timeout_s` (checked where the marker was read), else
+    the session's."""
+    settings = settings_of(item)
+    return default if settings is None else settings.timeout_s
 
 
 @contextlib.contextmanager

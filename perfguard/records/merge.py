@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from perfguard.errors import InputError
+from perfguard.records.reach import Reach
 from perfguard.records.results import VariantResult
 from perfguard.records.runs import Run, RunCost
 
@@ -92,7 +93,20 @@ def merge_runs(runs: Sequence[tuple[Path, Run]]) -> Run:
         confirm_base_results=tuple(map(tuple, confirm_base)),
         cost=_summed([r.cost for _, r in runs]),
         incomplete=tuple(gaps),
+        reach=joined_reach([r.reach for _, r in runs]),
     )
+
+
+def joined_reach(records: Sequence[Reach | None]) -> Reach | None:
+    """The shards' records of what each test ran, as one (a shard without one adds none:
+    its tests then have no record, and a pull request measures them)."""
+    found = [r for r in records if r is not None]
+    if not found:
+        return None
+    joined = found[0]
+    for more in found[1:]:
+        joined = joined.merged(more)
+    return joined
 
 
 def _summed(costs: Sequence[RunCost | None]) -> RunCost | None:

@@ -12,6 +12,7 @@ from perfguard.bounds import check
 from perfguard.records.base import SCHEMA_VERSION, SHA, RecordError, text
 from perfguard.records.comparisons import Comparison
 from perfguard.records.gaps import Gap
+from perfguard.records.reach import Reach
 from perfguard.records.results import VariantResult
 from perfguard.records.selection import Selection
 from perfguard.settings import BY_FIELD
@@ -167,6 +168,7 @@ class Run:
     cost: RunCost | None = None  # what the run cost on its runner(s)
     incomplete: tuple[Gap, ...] = ()  # what it was asked to measure and did not
     selection: Selection | None = None  # a pull request's partial run: what it left out
+    reach: Reach | None = None  # a full run's record of what each perf test ran
 
     def __post_init__(self) -> None:
         _check_commit("commit", self.commit)
@@ -250,6 +252,7 @@ class Run:
             **({"accept_error": self.accept_error} if self.accept_error else {}),
             **({"cost": self.cost.to_json()} if self.cost is not None else {}),
             **({"selection": self.selection.to_json()} if self.selection is not None else {}),
+            **({"reach": self.reach.to_json()} if self.reach is not None else {}),
             **(
                 {"baseline_results": [r.to_json() for r in self.baseline_results]}
                 if self.baseline_results
@@ -301,6 +304,7 @@ class Run:
                 selection=None
                 if data.get("selection") is None
                 else Selection.from_json(data["selection"]),
+                reach=None if data.get("reach") is None else Reach.from_json(data["reach"]),
                 settings=data.get("settings") or {},
                 health=data.get("health") or {},
                 baseline_results=tuple(

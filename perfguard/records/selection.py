@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from perfguard.records.base import RecordError, finite_or_none, flag, text, texts
@@ -52,6 +52,12 @@ class Selection:
     changed: tuple[str, ...] = ()
     changed_count: int = 0
     unaffected: tuple[Unaffected, ...] = ()
+    # a partial run's measured tests: what of the change reached each (a changed function,
+    # a file it read, no record of it)
+    reached: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "reached", dict(self.reached))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -61,6 +67,7 @@ class Selection:
             "changed": list(self.changed[:MAX_CHANGED]),
             "changed_count": self.changed_count,
             "unaffected": [u.to_json() for u in self.unaffected],
+            "reached": dict(sorted(self.reached.items())),
         }
 
     @classmethod
@@ -75,4 +82,16 @@ class Selection:
             changed=texts("selection.changed", data.get("changed")),
             changed_count=int(data.get("changed_count") or 0),
             unaffected=tuple(Unaffected.from_json(u) for u in data.get("unaffected") or ()),
+            reached=_reached(data.get("reached")),
         )
+
+
+def _reached(value: Any) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise RecordError(f"selection.reached must be an object, got {value!r}")
+    return {
+        text("selection.reached key", k): text(f"selection.reached[{k!r}]", v)
+        for k, v in value.items()
+    }

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from perfguard.errors import PerfguardError
 from perfguard.records import SHA, RecordError, Run, VariantResult
+from perfguard.records.merge import joined_reach
 from perfguard.store.atomic import remove_stale_temp_files, write_bytes_atomic
 from perfguard.store.schema import SchemaError, upgrade
 from perfguard.store.summary import (
@@ -147,7 +148,8 @@ def merge_into(stored: Run, run: Run) -> tuple[Run, int]:
         else:
             results.append(r)
     results.extend(old.values())  # what this run did not measure
-    return replace(run, results=tuple(results)), kept + len(old)
+    reach = joined_reach([stored.reach, run.reach])  # this run's tests replace the stored's
+    return replace(run, results=tuple(results), reach=reach), kept + len(old)
 
 
 def key_problem(machine: str, commit: str) -> str | None:

@@ -24,6 +24,12 @@ History:
   `scope` ("item" for a row about an item as a whole), `confirmation`, `accepted`,
   `change_ci` (a paired change's interval) and `sites` (a memory verdict's allocation sites).
 
+- 12: a run has `reach`, the record of what each perf test ran (a full run's: its files'
+  and blocks' table, each test's blocks, whole-file dependencies and package folders, the
+  distributions it imported; `perfguard/records/reach.py`), and a selection has `reached`
+  (what of the change reached each measured test). An 11 file has neither: a partial run
+  against it measures everything.
+
 Before the release (kept for the record; not read): 1 the results format; 2 counters; 3
 instruction counts; 4 confirmation records; 5 blocks and sketches instead of raw samples in
 baselines, gzip; 6 workloads, throughput, the device clock; 7 generations; 8 accepted
@@ -46,9 +52,14 @@ from perfguard.records import SCHEMA_VERSION
 RELEASED = 11
 """The first released format: older versions were pre-release, and are refused."""
 
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
-"""version N -> a function turning a version-N document into a version-(N+1) one (none yet:
-the released format is the current one)."""
+
+def _11_to_12(doc: dict[str, Any]) -> dict[str, Any]:
+    """12 only adds keys (`reach`, `selection.reached`): an 11 file has no record."""
+    return {**doc, "schema_version": 12}
+
+
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {11: _11_to_12}
+"""version N -> a function turning a version-N document into a version-(N+1) one."""
 
 
 class SchemaError(PerfguardError, ValueError):

@@ -20,6 +20,7 @@ ENV_KEY = "PERFGUARD_AB_KEY"
 ENV_SIDE = "PERFGUARD_AB_SIDE"
 ENV_TRACES = "PERFGUARD_TRACES"  # where every process of a session writes its Chrome traces
 ENV_ITEMS = "PERFGUARD_AB_ITEMS"  # file: the node ids to run, in the driver's order
+ENV_REACH = "PERFGUARD_AB_REACH"  # file: where a worker writes what each test ran (its record)
 
 
 SOCKET_PATH_MAX = 103

@@ -21,6 +21,7 @@ from typing import Any
 
 from perfguard import scratch
 from perfguard.pytest_plugin.ab.side import Launch, Side, SideOutcome, WorkerExitedError
+from perfguard.records.reach import Reach
 from perfguard.stats.sequential import LOOKS, should_stop
 
 __all__ = ["Design", "Driver", "Pairing", "Side", "SideOutcome", "WorkerExitedError"]
@@ -66,9 +67,11 @@ class Driver:
         *,
         seed: int = 0,
         traces: Path | None = None,
+        record: bool = False,
     ) -> None:
         """`worker_args(rootdir)`: the pytest arguments of a worker in that tree; `traces`:
-        where both workers write their Chrome traces (beside the session's report)."""
+        where both workers write their Chrome traces (beside the session's report);
+        `record`: this tree's worker records what each test runs (`reach`, read at close)."""
         self._logs = scratch.make(f"{scratch.PREFIX}logs-")
         self.a = Side(
             "A", base_label, base_rootdir, worker_args(base_rootdir), self._logs / "base.log"
@@ -80,6 +83,10 @@ class Driver:
         self.crashed = False
         self._pending: list[tuple[Side, Launch]] = []  # launched, not yet connected
         self.a.traces = self.b.traces = traces
+        self._record = record
+        if record:
+            self.b.reach = self._logs / "head.reach"
+        self.reach: Reach | None = None  # this tree's record, read when the workers stop
 
     def measure(
         self,
@@ -239,6 +246,7 @@ class Driver:
             side.hang_up()
         for side in (self.a, self.b):
             side.stop(at_once=at_once)
+        self.reach = self.b.read_reach() if self._record and not at_once else None
         if self.crashed:
             scratch.give_up(self._logs)
         else:

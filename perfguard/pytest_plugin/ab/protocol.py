@@ -4,7 +4,7 @@ worker tells the driver.
 One session of one worker, in order:
 
     worker                      driver
-    Collected(items, cuda)  ->                 (after Items(items), when launched early)
+    Collected(items, cuda, env) ->             (after Items(items), when launched early)
     Next(item)              ->
                             <-  Go | Skip
     Built                   ->                 (the item's variant is built)
@@ -102,6 +102,7 @@ class Collected(_Message):
     errors: tuple[str, ...] = ()
     others: tuple[tuple[str, str], ...] = ()
     thresholds: dict[str, Any] | None = None  # its tree's rules (`Thresholds.to_json`)
+    environment: dict[str, Any] | None = None  # what it measures on (torch, the device)
 
 
 @dataclass(frozen=True)

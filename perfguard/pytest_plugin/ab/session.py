@@ -75,11 +75,17 @@ def session_paths(config: pytest.Config) -> list[str] | None:
 
 
 def start(
-    root: Path, options: Options, items: list[str] | None, paths: Sequence[str] = ()
+    root: Path,
+    options: Options,
+    items: list[str] | None,
+    paths: Sequence[str] = (),
+    *,
+    record: bool = False,
 ) -> AbSession:
     """Find REF, check it out, prepare the driver, launch the workers. A usage error says
     what went wrong. `items` None: this session has not collected yet; the workers collect
-    `paths` (`session_paths`) meanwhile and are sent the items later."""
+    `paths` (`session_paths`) meanwhile and are sent the items later. `record`: this tree's
+    worker records what each test runs."""
     from perfguard.git import GitError, ab_reference, resolve_commit
     from perfguard.pytest_plugin.ab.driver import Driver
     from perfguard.pytest_plugin.options import PARENT, trace_dir
@@ -120,6 +126,7 @@ def start(
         lambda rootdir: worker_args(options, rootdir),
         seed=options.seed,
         traces=trace_dir(options),
+        record=record,
     )
     driver.launch_both(items, paths)  # they get ready while this session does
     return AbSession(driver, worktree, commit, reason, list(items or ()))

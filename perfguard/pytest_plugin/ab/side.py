@@ -7,6 +7,7 @@ local connection, and is stopped within 30 s, or killed, when the driver is done
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import subprocess
@@ -24,8 +25,15 @@ import perfguard
 from perfguard.errors import PerfguardError
 from perfguard.measure.sampling import TIMED
 from perfguard.pytest_plugin.ab import protocol
-from perfguard.pytest_plugin.ab.channel import ENV_ITEMS, ENV_SIDE, ENV_TRACES, open_listener
-from perfguard.records import VariantResult
+from perfguard.pytest_plugin.ab.channel import (
+    ENV_ITEMS,
+    ENV_REACH,
+    ENV_SIDE,
+    ENV_TRACES,
+    open_listener,
+)
+from perfguard.records import RecordError, VariantResult
+from perfguard.records.reach import Reach
 
 LIMIT_GRACE_S = 60.0  # past an item's limit, the worker's own alarm's time to end it
 CONNECT_TIMEOUT_S = 300.0  # importing torch and collecting on a cold runner can be slow
@@ -109,9 +117,11 @@ class Side:
     repeats: int = 0  # blocks the worker's settings ask for, learnt from its `ready`
     cuda: bool | None = None  # whether CUDA is available there (None: not known)
     traces: Path | None = None  # where the worker writes its Chrome traces
+    reach: Path | None = None  # where its workers write what each test ran (one file each)
     collection_errors: tuple[str, ...] = ()  # modules of its tree that did not collect
     others: tuple[tuple[str, str], ...] = ()  # (test, variant) of its tree the driver lacks
     thresholds: dict[str, Any] | None = None  # its tree's rules, as its worker read them
+    environment: dict[str, Any] | None = None  # what its worker measures on
     _limit: float | None = field(default=None, repr=False)  # the item's time limit (s)
     _deadline: float | None = field(default=None, repr=False)  # time.monotonic() to kill at
 
@@ -147,6 +157,7 @@ class Side:
             ENV_SIDE: self.name,
             "PYTHONPATH": os.pathsep.join(imports),
             **({ENV_TRACES: str(self.traces)} if self.traces is not None else {}),
+            **({ENV_REACH: str(self.reach)} if self.reach is not None else {}),
         }
         if items is not None:
             listing = self.log.with_suffix(".items")
@@ -199,6 +210,8 @@ class Side:
         self.others = tuple(dict.fromkeys(others))
         if hello.thresholds is not None:
             self.thresholds = dict(hello.thresholds)
+        if hello.environment is not None:
+            self.environment = dict(hello.environment)
 
     def _why(self, what: str) -> str:
         code = None
@@ -257,8 +270,10 @@ class Side:
         if nodeid not in self.collected:
             return SideOutcome(None, "absent", f"not collected in {self.label}")
         while True:
-            message = protocol.expect(self.recv(), protocol.Next)
-            if message.item == nodeid:
+            message = self.recv()
+            if isinstance(message, protocol.Ended):
+                continue  # how an item skipped below ended there
+            if protocol.expect(message, protocol.Next).item == nodeid:
                 self.send(protocol.Go())
                 return None
             self.send(protocol.Skip())  # an item the driver did not run: skip it there
@@ -309,6 +324,21 @@ class Side:
         outcome = self._until_ended(until=None)
         assert outcome is not None  # only an `until` message gives None
         return outcome
+
+    def read_reach(self) -> Reach | None:
+        """What each test ran, as this side's workers recorded it (a worker restarted after
+        a crash wrote its own file: they are joined); None where none wrote one, or one is
+        unreadable (the run then carries no record: the next pull request measures all)."""
+        if self.reach is None:
+            return None
+        found: Reach | None = None
+        for path in sorted(self.reach.parent.glob(f"{self.reach.name}.*")):
+            try:
+                read = Reach.from_json(json.loads(path.read_text(encoding="utf-8")))
+            except (OSError, ValueError, RecordError):
+                return None
+            found = read if found is None else found.merged(read)
+        return found
 
     def hang_up(self) -> None:
         """Close the connection: the worker finishes its item and exits (`stop` waits)."""

@@ -1,23 +1,19 @@
-"""Partial runs: which perf tests a change can affect, from the files it touched.
+"""The static reading of a change: the files it touched, the files whose change can move
+every perf test, the files no perf test reads, and the import closure of a module read from
+its source (`ast`, every `import` at any depth, so an import inside a function counts too,
+with the `__init__.py` of every package on the way).
 
-A pull request measures only the perf tests whose files it changed. What a test depends on:
-the files its module imports, transitively, within the repository (read from the source with
-`ast`, every `import` at any depth of the module, so an import inside a function counts too),
-with the `__init__.py` of every package on the way; plus the globs the user declares for what
-imports cannot show (data, configs, native code): the ini key `perfguard_depends` for every
-test, the marker key `depends` for one. A change to anything that can move every test forces a
-full run (`FORCING`: the build and lock files, pytest's and perfguard's settings, any
-`conftest.py`, the workflows), as does a file the import reading could not parse.
-
-Nothing here imports torch or pytest: the plugin's selection step (`pytest_plugin.selection`)
-asks, and the benchmark `benchmarks/pr_cost.py` and the tests call the same functions.
+No static reading of Python is sound (fixtures, registries, `importlib` and package paths
+reach models no import statement names), so a partial run never skips a test on this alone:
+the record of what each test ran decides (`perfguard.selection.decide`), and the import
+closure only adds the tests that import a changed file the record never saw.
 """
 
 from __future__ import annotations
 
 import ast
 import fnmatch
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -29,7 +25,6 @@ FORCING = (
     "setup.cfg",
     "pytest.ini",
     "tox.ini",
-    "conftest.py",
     "*.lock",
     "requirements*.txt",
     "requirements/*",
@@ -42,7 +37,9 @@ FORCING = (
     ".github/workflows/*",
     "CMakeLists.txt",
 )
-"""Files whose change can move every perf test (matched against the path and its name)."""
+"""Files whose change can move every perf test (matched against the path and its name);
+what changed in each is judged by `perfguard.selection.forcing`. A conftest.py is not among
+them: it is in the record of every test below it."""
 INERT = (
     "*.md",
     "*.rst",
@@ -65,22 +62,31 @@ not Python (data, configs, native code) is read by whoever declares it (`depends
 undeclared one forces a full run."""
 
 
-def changed_files(root: Path, base: str) -> list[str]:
+@dataclass(frozen=True)
+class Changes:
+    """The rootdir-relative paths a change touched, and which of them are new."""
+
+    paths: tuple[str, ...]
+    added: frozenset[str] = frozenset()
+
+
+def changed_files(root: Path, base: str) -> Changes:
     """The rootdir-relative paths that differ between commit `base` and the working tree at
     `root`: committed, staged and unstaged changes, and new Python files git does not ignore
     (`GitError` where git cannot say)."""
-    top, names, untracked = changes_since(root, base)
+    top, names, untracked, added = changes_since(root, base)
     # new Python files count (a test may import one); other untracked files are a working
     # tree's outputs (reports, caches), which a checkout in CI does not have
-    names += [name for name in untracked if name.endswith(".py")]
-    # paths relative to the rootdir, which may lie below the repository's top
-    out = []
-    for name in sorted(set(filter(None, names))):
+    new = [name for name in untracked if name.endswith(".py")]
+
+    def relative(name: str) -> str:
         try:
-            out.append((top / name).resolve().relative_to(root.resolve()).as_posix())
+            return (top / name).resolve().relative_to(root.resolve()).as_posix()
         except ValueError:
-            out.append(f"../{name}")  # outside the rootdir: matched by the forcing rules alone
-    return out
+            return f"../{name}"  # outside the rootdir: matched by the forcing rules alone
+
+    paths = tuple(relative(n) for n in sorted(set(filter(None, [*names, *new]))))
+    return Changes(paths, frozenset(relative(n) for n in (*added, *new) if n))
 
 
 def listed(path: str, patterns: Iterable[str]) -> bool:
@@ -195,73 +201,6 @@ def search_roots(root: Path, test_files: Iterable[Path]) -> tuple[Path, ...]:
     return tuple(roots)
 
 
-@dataclass(frozen=True)
-class Decision:
-    """What a run measures: everything (`full`, with why) or the tests `affected`."""
-
-    full: bool
-    reason: str
-    changed: tuple[str, ...] = ()
-    affected: frozenset[str] = frozenset()  # the tests the change reaches
-
-
 def inert(path: str) -> bool:
     """Whether `path` is a file no perf test can read to measure (documentation, images)."""
     return listed(path, INERT)
-
-
-def decide(
-    root: Path,
-    changed: Sequence[str],
-    tests: Mapping[str, tuple[Path, tuple[str, ...]]],
-    *,
-    every_test: Sequence[str] = (),
-) -> Decision:
-    """Which `tests` (test id -> its module's file and its declared dependencies, marker
-    `depends`) the `changed` paths (rootdir-relative) reach; `every_test`: the dependencies
-    of every test (ini `perfguard_depends`). Full where a forcing file changed, or a file
-    neither Python (read for its imports), nor inert, nor declared by any test: nothing says
-    who reads it."""
-
-    def shown(paths: Sequence[str]) -> str:
-        more = f" and {len(paths) - 3} more" if len(paths) > 3 else ""
-        return ", ".join(paths[:3]) + more
-
-    def matches(path: str, patterns: Iterable[str]) -> bool:
-        return any(fnmatch.fnmatch(path, g) for g in patterns)
-
-    changed = list(changed)
-    forced = [p for p in changed if forcing(p)]
-    if forced:
-        why = f"{shown(forced)} changed, which can move every perf test"
-        return Decision(True, why, tuple(changed))
-    if any(matches(p, every_test) for p in changed):
-        why = "a file every perf test depends on (ini perfguard_depends) changed"
-        return Decision(True, why, tuple(changed))
-    gone = [p for p in changed if p.endswith(".py") and not (root / p).exists()]
-    if gone:  # a deleted test is a gap to report, a deleted module breaks who imported it
-        why = f"{shown(gone)} deleted: the tests it held, or that imported it, must be seen"
-        return Decision(True, why, tuple(changed))
-    declared = {g for _, patterns in tests.values() for g in patterns}
-    unknown = [
-        p
-        for p in changed
-        if (not p.endswith(".py") or p.startswith("../")) and not inert(p)
-        and not matches(p, declared)
-    ]  # fmt: skip
-    if unknown:
-        why = (
-            f"{shown(unknown)} changed, and no perf test declares it (marker `depends`, ini "
-            "perfguard_depends): any test may read it"
-        )
-        return Decision(True, why, tuple(changed))
-    imports = Imports(search_roots(root, [f for f, _ in tests.values()]))
-    touched = {(root / p).resolve() for p in changed if p.endswith(".py")}
-    affected = set()
-    for test, (test_file, patterns) in tests.items():
-        deps = imports.closure(test_file)
-        # a module whose source could not be read hides its own imports: measured
-        reads = any(matches(p, patterns) for p in changed)
-        if deps & touched or deps & imports.unreadable or reads:
-            affected.add(test)
-    return Decision(False, f"{len(changed)} file(s) changed", tuple(changed), frozenset(affected))
