@@ -51,7 +51,7 @@ ROOT = "ROOT = __import__('pathlib').Path(__file__).resolve().parents[1]\n"
 
 FILES: dict[str, str] = {
     "pytest.ini": "[pytest]\npythonpath = lib\n",
-    "sitecustomize.py": "import os\nos.environ.setdefault('ZOO_SITE_REPEAT', '1')\n",
+    "sitecustomize.py": "import os\n\nos.environ['ZOO_SITE_REPEAT'] = '1'\n",
     "conftest.py": (
         "import pytest\n\npytest_plugins = ['fixtures.models']\n\n\n"
         "@pytest.fixture\ndef fixture_model():\n"

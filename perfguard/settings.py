@@ -59,6 +59,11 @@ class Setting:
     recorded: bool = False  # written into the run's settings (the results file)
     record_as: str = ""  # how the results file writes a value of several parts ("{0}/{1}")
     bare: str | None = None  # what the flag given without a value means (an optional value)
+    # which way a value softens or withholds a verdict, when a pull request changes it (it is
+    # then judged by the base's value: perfguard.stats.bars): "higher", "lower", "later" (a
+    # choice further along `choices`), "changed" (any change that is not stricter in every
+    # part: a drift tolerance's); "" for a setting that cannot soften one
+    loosens: str = ""
 
     @property
     def ini(self) -> str:
@@ -245,15 +250,18 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         name="fail_on",
+        loosens="later",
         flag="--perfguard-fail-on",
         help="'regression': exit non-zero when a verdict is regression; 'never'",
         default="regression",
         metavar="regression|never",
         read="choice",
         choices=("regression", "never"),
+        recorded=True,
     ),
     Setting(
         name="budget",
+        loosens="lower",
         flag="--perfguard-budget",
         help="seconds of sampling per test item",
         default="2.0",
@@ -269,6 +277,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         name="repeats",
+        loosens="lower",
         flag="--perfguard-repeats",
         help="independent repeat blocks per item",
         default="5",
@@ -347,6 +356,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         name="min_change",
+        loosens="higher",
         flag="--perfguard-min-change",
         help=(
             "smallest latency change, in percent, that can be a regression; in same-job A/B,"
@@ -365,6 +375,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         name="gate_p99",
+        loosens="lower",
         flag="--perfguard-gate-p99",
         help="let p99 latency gate the verdict",
         default=False,
@@ -412,6 +423,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         name="confirm",
+        loosens="higher",
         flag="--perfguard-confirm",
         help="re-measure each item with a latency regression or improvement N times (0: "
         "off); the verdict stands only if every re-measure shows it again. Against a stored "
@@ -437,6 +449,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         name="unhealthy",
+        loosens="later",
         flag="--perfguard-unhealthy",
         help="when runner health checks warn (busy GPU or CPU, clocks not locked, "
         "throttling): 'warn' notes it in the report; 'inconclusive' also withholds speed "
@@ -462,6 +475,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         name="ab_min_change",
+        loosens="higher",
         flag="--perfguard-ab-min-change",
         help="same-job A/B: smallest median latency change, in percent, that can be a regression "
         "(p95 and p99: twice that)",
@@ -495,6 +509,7 @@ SETTINGS: tuple[Setting, ...] = (
     # marker keys only
     Setting(
         name="alpha",
+        loosens="lower",
         help="the significance level of the latency tests",
         default=0.05,
         option=False,
@@ -506,6 +521,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         name="gate_ops",
+        loosens="lower",
         help="let a change in the ATen operators or FLOPs of a call gate",
         default=False,
         shown_default="reported",
@@ -517,6 +533,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         name="instructions_pct",
+        loosens="higher",
         help="the tolerance of instruction counts, in percent",
         default=1.5,
         option=False,
@@ -528,6 +545,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         name="memory_tolerance_pct",
+        loosens="higher",
         help="the tolerance of peak memory, in percent",
         default=5.0,
         option=False,
@@ -539,6 +557,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         name="compile_ratio",
+        loosens="higher",
         help="the compile-time ratio that is a regression",
         default=1.5,
         option=False,
@@ -560,6 +579,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         name="drift_tolerance",
+        loosens="changed",
         help="the drift tolerance: a relative tolerance, or {class: tolerance}",
         option=False,
         marker="drift_tolerance",
@@ -574,6 +594,10 @@ OPTIONS: tuple[Setting, ...] = tuple(s for s in SETTINGS if s.option)
 BY_FIELD: Mapping[str, Setting] = {s.field: s for s in SETTINGS}
 MARKER_KEYS: Mapping[str, Setting] = {s.marker: s for s in SETTINGS if s.marker}
 THRESHOLD_KEYS: tuple[str, ...] = tuple(s.marker for s in SETTINGS if s.threshold and s.marker)
+GUARDED: Mapping[str, Setting] = {
+    key: s for s in SETTINGS if s.loosens for key in {s.field, s.marker or s.field}
+}
+"""The settings a pull request may not loosen for its own verdict, by field and marker key."""
 
 
 def threshold_default(key: str) -> Any:

@@ -257,15 +257,22 @@ def test_mlp(perfguard):
 
 
 def loosening_repo(pytester: pytest.Pytester) -> None:
-    """A base at 1 ms a call, its head at 17.5 ms (+1650%) that also raises its own bars."""
+    """A base at 1 ms a call, its head at 17.5 ms (+1650%) that also raises its own bars,
+    takes fewer repeats in its marker, and in its ini withholds speed verdicts on an
+    unhealthy runner, confirms three times and never fails on a regression."""
     pytester.makeconftest(SCRIPTED_CLOCK)
     pytester.makepyfile(mymodels=MODEL, test_loose=LOOSE.format(marker=""))
     (pytester.path / "latency_ms.txt").write_text("1.0")
     git(pytester.path, "init", "-q", "-b", "main")
     git(pytester.path, "add", "-A")
     git(pytester.path, "commit", "-q", "-m", "base")
-    marker = ", ab_min_change_pct=900, min_change_pct=900"
+    marker = ", ab_min_change_pct=900, min_change_pct=900, repeats=2"
     pytester.makepyfile(test_loose=LOOSE.format(marker=marker))
+    pytester.makeini(
+        "[pytest]\nperfguard_unhealthy = inconclusive\nperfguard_fail_on = never\n"
+        "perfguard_confirm = 3\n"
+    )
+    git(pytester.path, "add", "-A")
     (pytester.path / "latency_ms.txt").write_text("17.5")
     git(pytester.path, "commit", "-q", "-am", "head: slower, and its bar loosened")
 
@@ -290,15 +297,30 @@ def test_a_change_that_loosens_its_own_bar_is_judged_by_the_bases(
     p50 = next(c for c in doc["comparisons"] if c["metric"] == "latency_p50_ms")
     assert p50["verdict"] == "regression" and p50["change_pct"] > 1000
     rule = "ab_min_change_pct" if mode == "ab" else "min_change_pct"
+    loosened = doc["settings"]["loosened"]
     assert {
         "test": "test_loose.py::test_mlp",
         "rule": rule,
         "head": 900,
         "base": 5.0 if (mode == "ab") else 10.0,
-    } in doc["settings"]["loosened"]
+    } in loosened
+    # the settings that withhold a verdict or take the power to see it, judged by the base's
+    # (its base took the command line's 3: FAST)
+    assert {"test": "test_loose.py::test_mlp", "rule": "repeats", "head": 2, "base": 3} in loosened
+    run_level = {(x["rule"], x["head"], x["base"]) for x in loosened if x["test"] == "*"}
+    assert run_level == {
+        ("unhealthy", "inconclusive", "warn"),
+        ("fail_on", "never", "regression"),
+        # stored: the command line's --perfguard-confirm=0 is stricter than the base's 1
+        *([("confirm", 3, 1)] if mode == "ab" else []),
+    }
+    assert doc["settings"]["unhealthy"] == "warn" and doc["settings"]["fail_on"] == "regression"
+    [result_of] = doc["results"]
+    assert result_of["metrics"]["latency_samples"] > 0
     report = (pytester.path / "reports" / "perfguard.md").read_text()
     assert "This change loosens its own bars" in report and "perfguard-accept.toml" in report
     assert f"`{rule}` 900, judged by the base's" in report
+    assert "`unhealthy` inconclusive, judged by the base's warn" in report
 
 
 @pytest.mark.slow  # a second or more
@@ -417,3 +439,177 @@ def test_an_a_b_worker_waiting_for_its_driver_does_not_spend_its_items_time() ->
         assert not fired
         time.sleep(5)  # the item's own time runs out
     assert fired
+
+
+@pytest.mark.parametrize(
+    ("rule", "head", "base", "looser"),
+    [
+        ("unhealthy", "inconclusive", "warn", True),
+        ("unhealthy", "warn", "inconclusive", False),
+        ("fail_on", "never", "regression", True),
+        ("confirm", 3, 1, True),  # more rounds to withdraw a verdict
+        ("confirm", 0, 1, False),
+        ("repeats", 2, 5, True),
+        ("budget_s", 0.5, 2.0, True),
+        ("budget_s", 4.0, 2.0, False),
+        ("drift_tolerance", 0.5, 0.1, True),
+        ("drift_tolerance", 0.05, 0.1, False),
+        ("drift_tolerance", None, 0.1, True),  # dropped: the class's own may be looser
+        ("drift_tolerance", 0.05, None, True),  # set where the base left the class's own
+        ("drift_tolerance", {"int8": 0.1}, {"int8": 0.2, "pruned": 0.3}, True),
+        ("drift_tolerance", {"int8": 0.1, "pruned": 0.3}, {"int8": 0.2, "pruned": 0.3}, False),
+        ("alpha", 0.01, 0.05, True),
+        ("min_change_pct", 20.0, 10.0, True),
+    ],
+)
+def test_each_setting_loosens_the_way_its_row_says(
+    rule: str, head: object, base: object, looser: bool
+) -> None:
+    from perfguard.stats import bars
+
+    assert bars.looser(rule, head, base) is looser
+
+
+def test_an_items_settings_are_floored_at_the_bases_and_a_file_cannot_set_them() -> None:
+    from perfguard.stats import bars
+
+    found, loosened = bars.floors(
+        {"budget_s": 2.0, "repeats": 5, "drift_tolerance": None},
+        {"t.py::a": {"repeats": 2, "budget_s": 0.01}, "t.py::new": {"repeats": 1}},
+        {"budget_s": 2.0, "repeats": 5},
+        {"t.py::a": {}},
+    )
+    assert found == {"t.py::a": {"repeats": 5, "budget_s": 2.0}}  # a new test is its own
+    assert {(x.test, x.rule) for x in loosened} == {("t.py::a", "repeats"), ("t.py::a", "budget_s")}
+    # a record's values are checked as the table says: one out of bounds is dropped
+    read = bars.read_guarded(
+        {
+            "run": {"budget_s": 1e9, "repeats": 5, "unhealthy": "<script>"},
+            "tests": {"t": {"repeats": -1}},
+        }
+    )
+    assert read == ({"repeats": 5}, {"t": {}})
+    assert bars.read_guarded({"nothing": 1}) is None
+
+
+SPIN = "void spin(void) { volatile unsigned long x = 0; for (;;) { x++; } }\n"
+NATIVE_HANG = """
+import ctypes, pathlib, pytest, torch
+from mymodels import mlp
+
+@pytest.mark.perfguard(variants=["eager"])
+def test_first(perfguard):
+    model, inputs = mlp()
+    perfguard.run(model, inputs)
+
+class Spins(torch.nn.Module):
+    def forward(self, x):
+        ctypes.CDLL(str(pathlib.Path(__file__).parent / "spin.so")).spin()  # never returns
+
+@pytest.mark.perfguard(variants=["eager"], timeout_s=2)
+def test_spins(perfguard):
+    perfguard.run(Spins(), (torch.randn(2, 2),))
+
+@pytest.mark.perfguard(variants=["eager"])
+def test_after(perfguard):
+    model, inputs = mlp()
+    perfguard.run(model, inputs)
+"""
+
+
+@pytest.mark.slow
+def test_a_hang_in_native_code_ends_at_its_limit_with_what_was_measured_written(
+    pytester: pytest.Pytester,
+) -> None:
+    """A C loop no signal reaches: the session's watchdog writes the results file and the
+    report (the first item's result, the hung item a timeout gap, the last not measured)
+    and ends the session, a grace after the limit."""
+    import shutil
+
+    if shutil.which("cc") is None:
+        pytest.skip("needs a C compiler for the native loop")
+    (pytester.path / "spin.c").write_text(SPIN)
+    subprocess.run(
+        ["cc", "-shared", "-fPIC", "-o", "spin.so", "spin.c"], cwd=pytester.path, check=True
+    )
+    pytester.makepyfile(mymodels=MODEL, test_native=NATIVE_HANG)
+    started = time.monotonic()
+    result = pytester.runpytest_subprocess(
+        *FAST, "--perfguard", "--perfguard-compare=none", "--perfguard-json=out.json", timeout=120
+    )
+    took = time.monotonic() - started
+    assert result.ret == -signal.SIGKILL or result.ret == 128 + signal.SIGKILL, result.stderr.str()
+    assert took < 60, took  # its limit (2 s) and a grace (5 s), after the first item
+    found = gaps(pytester.path / "out.json")
+    assert found["timeout"].items == ("test_native.py::test_spins[eager]",)
+    assert "hung in native code" in found["timeout"].detail
+    assert found["not_measured"].items == ("test_native.py::test_after[eager]",)
+    doc = json.loads((pytester.path / "out.json").read_text())
+    assert [r["test"] for r in doc["results"]] == ["test_native.py::test_first"]
+    report = (pytester.path / "reports" / "perfguard.md").read_text()
+    assert "incomplete run" in report and "hung in native code" in report
+
+
+IMPORT_HANG = """
+import time
+time.sleep(600)  # importing this module never ends
+"""
+
+
+@pytest.mark.slow
+def test_a_module_that_hangs_while_imported_is_a_collection_error_at_the_limit(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(mymodels=MODEL, test_good=GOOD, test_import_hang=IMPORT_HANG)
+    started = time.monotonic()
+    result = pytester.runpytest_subprocess(
+        *FAST,
+        "--perfguard",
+        "--perfguard-compare=none",
+        "--perfguard-json=out.json",
+        "--perfguard-timeout=2",
+        "--continue-on-collection-errors",
+        timeout=120,
+    )
+    assert time.monotonic() - started < 60
+    assert result.ret == 1, result.stdout.str()
+    found = gaps(pytester.path / "out.json")
+    assert found["collection_error"].items == ("test_import_hang.py",)
+    assert "time limit of 2 s" in found["collection_error"].detail
+    doc = json.loads((pytester.path / "out.json").read_text())
+    assert [r["status"] for r in doc["results"]] == ["ok"]  # the other module was measured
+
+
+@pytest.mark.slow
+def test_the_limit_holds_beside_pytest_timeout_and_each_rerun_gets_its_own(
+    pytester: pytest.Pytester,
+) -> None:
+    """pytest-timeout owns SIGALRM (its --timeout is far away here); perfguard's limit still
+    ends the hang at 2 s. Under pytest-rerunfailures, an attempt past its limit is run again
+    with a limit of its own, and a rerun that measures is the item's result: no gap."""
+    pytest.importorskip("pytest_timeout")
+    pytest.importorskip("pytest_rerunfailures")
+    pytester.makepyfile(mymodels=MODEL, test_hangs=HANGS)
+    started = time.monotonic()
+    result = pytester.runpytest_subprocess(
+        *FAST, "--perfguard", "--perfguard-compare=none", "--perfguard-json=out.json",
+        "--timeout=300", timeout=120,
+    )  # fmt: skip
+    assert time.monotonic() - started < 60, result.stdout.str()
+    assert set(gaps(pytester.path / "out.json")) == {"timeout"}
+
+    pytester.makepyfile(
+        test_hangs=HANGS.replace(
+            "        while True:",
+            "        import pathlib\n        flag = pathlib.Path('hung-once')\n"
+            "        while not flag.exists():\n            flag.write_text('')",
+        ).replace("            time.sleep(0.05)", "            time.sleep(30)\n        return x")
+    )
+    result = pytester.runpytest_subprocess(
+        *FAST, "--perfguard", "--perfguard-compare=none", "--perfguard-json=out.json",
+        "--timeout=300", "--reruns=1", timeout=120,
+    )  # fmt: skip
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["*1 passed, 1 rerun*"])
+    doc = json.loads((pytester.path / "out.json").read_text())
+    assert not doc["incomplete"] and [r["status"] for r in doc["results"]] == ["ok"]

@@ -27,6 +27,7 @@ SAMPLE: dict[str, dict[str, Any]] = {
     "beyond_accepted": {"bound": "+200 MiB"},
     "no_baseline": {},
     "baseline_status": {"status": "error"},
+    "baseline_error": {"error": "RuntimeError: boom"},
     "in_base_only": {},
     "skipped_here": {"error": "needs CUDA"},
     "failed": {"error": "RuntimeError: boom; then more"},

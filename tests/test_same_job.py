@@ -150,6 +150,9 @@ def test_identical_trees_are_unchanged_and_a_new_test_is_new(pytester: pytest.Py
 def test_a_base_that_crashes_or_raises_loses_nothing_on_the_head_side(
     pytester: pytest.Pytester,
 ) -> None:
+    """An item the base tree had and could not measure (it crashed, it raised) is no `new`
+    test: it is a gap of the run, named with the base's error, and the run fails; the head's
+    results are all kept."""
     pytester.makepyfile(mymodels=MODELS.format(depth=2))
     pytester.makepyfile(
         test_models="""
@@ -169,6 +172,11 @@ def test_raises(perfguard):
         raise RuntimeError("broken at the base")
     model, inputs = mlp()
     perfguard.run(model, inputs)
+
+@pytest.mark.perfguard(variants=["eager"])
+def test_fine(perfguard):
+    model, inputs = mlp()
+    perfguard.run(model, inputs)
 """
     )
     git(pytester.path, "init", "-q", "-b", "main")
@@ -180,8 +188,11 @@ def test_raises(perfguard):
     result = pytester.runpytest_subprocess(
         *FAST, "--perfguard", "--perfguard-ab=HEAD~1", "--perfguard-json=out.json"
     )
-    assert result.ret == 0, result.stdout.str()
-    result.assert_outcomes(passed=2)
+    assert result.ret == 1, result.stdout.str()  # not a pass: two items were not compared
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(
+        ["*incomplete run: the base tree could not measure 2 perf item(s)*"]
+    )
     doc = json.loads((pytester.path / "out.json").read_text())
     base = {r["test"]: r for r in doc["baseline_results"]}
     assert base["test_models.py::test_crash"]["status"] == "error"
@@ -189,7 +200,18 @@ def test_raises(perfguard):
     assert base["test_models.py::test_raises"]["status"] == "error"
     assert "broken at the base" in base["test_models.py::test_raises"]["error"]
     assert {r["status"] for r in doc["results"]} == {"ok"}
-    assert {c["verdict"] for c in doc["comparisons"] if c["metric"] == "latency_p50_ms"} == {"new"}
+    [gap] = [g for g in doc["incomplete"] if g["kind"] == "base_failed"]
+    assert set(gap["items"]) == {
+        "test_models.py::test_crash[eager]",
+        "test_models.py::test_raises[eager]",
+    }
+    raises = next(
+        c for c in doc["comparisons"]
+        if c["test"] == "test_models.py::test_raises" and c["metric"] == "latency_p50_ms"
+    )  # fmt: skip
+    assert raises["verdict"] == "new" and "broken at the base" in raises["note"]
+    report = (pytester.path / "reports" / "perfguard.md").read_text()
+    assert "could not measure 2 perf item(s)" in report
 
 
 @pytest.mark.slow

@@ -188,7 +188,7 @@ class FakeSide:
     def limit(self, seconds: float | None) -> None:
         self.time_limit = seconds
 
-    def begin(self, nodeid: str, remaining: Any) -> None:
+    def begin(self, nodeid: str, remaining: Any, floor: Any = None) -> None:
         self.log.append(f"{self.name} begin")
 
     def built(self) -> SideOutcome | None:

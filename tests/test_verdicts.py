@@ -280,7 +280,8 @@ def test_an_ab_round_without_the_base_side_leaves_the_verdict_unconfirmed() -> N
     assert c.verdict == "regression" and c.confirm_change_pct == (None,)
     assert c.confirmation is not None and c.confirmation.kind == "unconfirmed"
     assert c.confirmation.reason == (
-        "re-measure error: the base commit's side: new (baseline was error)"
+        "re-measure error: the base commit's side: new (the baseline could not measure it: "
+        "ImportError: no module named model)"
     )
     # a fresh-process round beside an A/B round: each judged its own way, both must show it
     mixed = confirm_verdicts(
@@ -360,5 +361,6 @@ def test_only_a_round_beside_the_base_commit_settles_an_undecided_item() -> None
     assert gone.confirmation == Confirmation(
         kind="not_settled",
         changes=(gone.confirm_change_pct[0],),
-        reason="the base commit's side: new (baseline was error)",
+        reason="the base commit's side: new (the baseline could not measure it: ImportError: "
+        "no module named model)",
     )

@@ -7,11 +7,14 @@ design decisions that no linter knows about.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+
+from tests import actions_graph
 
 WORKFLOW = Path(__file__).resolve().parent.parent / ".github" / "workflows" / "perfguard.yml"
 RUNS_CODE = re.compile(r"pip install[^\n]* \.(\[|\s|$)|pytest|perfguard merge")
@@ -154,3 +157,85 @@ def test_the_history_job_fetches_the_branch_of_a_private_repository(
     assert fetch["env"]["GITHUB_TOKEN"] == "${{ github.token }}"
     assert 'GIT_CONFIG_VALUE_0="AUTHORIZATION: basic $auth"' in fetch["run"]
     assert "git -c" not in fetch["run"] and "GITHUB_ENV" not in fetch["run"]
+
+
+def _rendered(store: str | None) -> dict[Any, Any]:
+    from perfguard.init import InitOptions, render_workflow
+
+    doc: dict[Any, Any] = yaml.safe_load(
+        render_workflow(InitOptions(store=store), Path(__file__).parent)
+    )
+    return doc
+
+
+GRAPHS: dict[str, Callable[[], dict[Any, Any]]] = {
+    "shipped": lambda: yaml.safe_load(WORKFLOW.read_text()),
+    "init": lambda: _rendered(None),
+    "init --store s3": lambda: _rendered("s3://bucket/perf"),
+}
+FAIL = {
+    "Fail the check on a regression, an incomplete run or broken input": actions_graph.Step(
+        fails=True
+    )
+}
+"""The step that fails the check: it runs `exit 1` whenever its condition lets it run."""
+OUTCOMES = {
+    # the merge step's exit status, and whether it wrote main's record
+    "clean": actions_graph.Step(outputs={"status": "0", "saved": "true"}),
+    "regression": actions_graph.Step(outputs={"status": "1", "saved": "true"}),
+    "incomplete": actions_graph.Step(outputs={"status": "1", "saved": "true"}),
+    "merge failed": actions_graph.Step(outputs={"status": "2"}),
+}
+
+
+@pytest.mark.parametrize("graph", list(GRAPHS))
+@pytest.mark.parametrize("outcome", list(OUTCOMES))
+def test_main_stores_and_alerts_every_commit_it_measured_whatever_the_verdict(
+    graph: str, outcome: str
+) -> None:
+    """A regression that lands on main, a deleted test or a parent that did not import (an
+    incomplete run) is stored in main's record and reaches the alert, and the check is red;
+    a merge that failed stores nothing (it wrote nothing) and is red."""
+    jobs = actions_graph.play(
+        GRAPHS[graph](), event="push", steps={"compare": OUTCOMES[outcome], **FAIL}
+    )
+    assert jobs["compare"].result == ("success" if outcome == "clean" else "failure")
+    stored = outcome != "merge failed"
+    assert jobs["compare"].outputs["saved"] == ("true" if stored else "")
+    assert jobs["baselines"].result == ("success" if stored else "skipped")
+    assert jobs["history"].result == ("success" if stored else "skipped")  # the alert's job
+    assert jobs["pages"].result == ("success" if stored else "skipped")
+    if graph != "init --store s3":  # the record's artifact, which the baselines job pushes
+        uploads = [s for s in jobs["compare"].steps if s.startswith("actions/upload-artifact")]
+        assert len(uploads) == (2 if stored else 1)  # the report's, and the record's
+    assert jobs["comment"].result == "skipped"  # no pull request
+
+
+@pytest.mark.parametrize("graph", list(GRAPHS))
+@pytest.mark.parametrize("outcome", list(OUTCOMES))
+def test_a_pull_request_is_commented_and_red_unless_clean_and_stores_nothing(
+    graph: str, outcome: str
+) -> None:
+    step = OUTCOMES[outcome]
+    pr_step = actions_graph.Step(outputs={"status": step.outputs["status"]})
+    jobs = actions_graph.play(
+        GRAPHS[graph](), event="pull_request", steps={"compare": pr_step, **FAIL}
+    )
+    assert jobs["compare"].result == ("success" if outcome == "clean" else "failure")
+    assert jobs["comment"].result == "success"  # posted even when the check is red
+    for job in ("baselines", "history", "pages"):
+        assert jobs[job].result == "skipped"
+    assert jobs["fork-gate"].result == "skipped"
+
+
+DOWNLOAD = "actions/download-artifact@d3f86a106a0bac45b974a628896c90dbdf5c8093"
+
+
+def test_a_missing_shard_stops_the_compare_and_stores_nothing() -> None:
+    jobs = actions_graph.play(
+        GRAPHS["shipped"](),
+        event="push",
+        jobs={"measure": "failure"},
+        steps={DOWNLOAD: actions_graph.Step(fails=True)},
+    )
+    assert jobs["compare"].result == "failure" and jobs["baselines"].result == "skipped"

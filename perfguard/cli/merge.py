@@ -128,6 +128,7 @@ def _finish_merged(args: argparse.Namespace, merged: Run, runs: Sequence[tuple[P
 def _merged_settings(args: argparse.Namespace, merged: Run, root: Path) -> Any:
     """The pipeline's settings for the merged run: the shards' own thresholds and health."""
     from perfguard.pipeline import FinishSettings
+    from perfguard.stats.bars import GUARDED_RUN
     from perfguard.stats.verdicts import Thresholds
 
     return FinishSettings(
@@ -145,6 +146,8 @@ def _merged_settings(args: argparse.Namespace, merged: Run, root: Path) -> Any:
         unhealthy=str(merged.settings.get("unhealthy", "warn")),
         confirm=len(merged.confirm_results),
         option_prefix="--",  # this command's --compare and --save
+        # the shards judged their own settings against the base's: their values stand
+        given=frozenset(GUARDED_RUN),
     )
 
 

@@ -3,7 +3,9 @@ and the confirmation rounds), or against the base measured beside it in the same
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
+from typing import Any
 
 from perfguard.confirm import Remeasure, confirm, confirm_same_job, with_rounds
 from perfguard.pipeline.baseline import Baseline
@@ -11,7 +13,8 @@ from perfguard.pipeline.inputs import BaseMeasuredBeside, FinishSettings, Pipeli
 from perfguard.records import BaselineRef, RecordError, Run, Selection, VariantResult, reason
 from perfguard.records.gaps import deleted_gap
 from perfguard.records.selection import SHOWN_METRICS
-from perfguard.stats.bars import RUN, guard
+from perfguard.report.format import rule
+from perfguard.stats.bars import GUARDED_RUN, RUN, Loosened, guard, guard_values, read_guarded
 from perfguard.stats.verdicts import Thresholds, compare_runs, missing_row
 from perfguard.stats.why import with_why
 from perfguard.store.baselines import BaselineStore
@@ -104,6 +107,61 @@ def compare_stored(
     return settings, run
 
 
+def guard_run(
+    settings: FinishSettings, run: Run, base: Mapping[str, Any] | None, messages: list[str]
+) -> tuple[FinishSettings, Run]:
+    """The run's settings that withhold or soften a verdict (`unhealthy`, `confirm`,
+    `fail_on`), judged by the base's where this run loosened them (`perfguard.stats.bars`);
+    what was put back is recorded and said, and the run records the values it was judged
+    by."""
+    mine = {
+        "unhealthy": settings.unhealthy,
+        "confirm": settings.confirm,
+        "fail_on": settings.fail_on,
+    }
+    names = tuple(n for n in GUARDED_RUN if n not in settings.given)
+    values, loosened = guard_values(mine, base, names)
+    say_loosened(loosened, messages)
+    settings = replace(
+        settings,
+        unhealthy=values["unhealthy"],
+        confirm=values["confirm"],
+        fail_on=values["fail_on"],
+    )
+    recorded = {
+        **run.settings,
+        "unhealthy": settings.unhealthy,
+        "fail_on": settings.fail_on,
+        **(
+            {"loosened": [*run.settings.get("loosened", ()), *(i.to_json() for i in loosened)]}
+            if loosened
+            else {}
+        ),
+    }
+    return settings, replace(run, settings=recorded)
+
+
+def say_loosened(loosened: Iterable[Loosened], messages: list[str]) -> None:
+    for item in loosened:
+        where = "the run" if item.test == RUN else item.test
+        messages.append(
+            f"{where}: {item.rule} {rule(item.head)} is looser than the base commit's "
+            f"{rule(item.base)}: judged by the base's (a slower change is accepted in "
+            "perfguard-accept.toml)"
+        )
+
+
+def base_guarded(
+    baseline: Baseline, same_job: BaseMeasuredBeside | None
+) -> Mapping[str, Any] | None:
+    """The base's run-level guarded settings: its tree's as its A/B worker said them, or its
+    stored record's."""
+    if same_job is not None:
+        return same_job.settings
+    said = None if baseline.run is None else read_guarded(baseline.run.settings.get("guarded"))
+    return None if said is None else said[0]
+
+
 def guard_bars(
     settings: FinishSettings, run: Run, base: Thresholds | None, messages: list[str]
 ) -> tuple[FinishSettings, Run]:
@@ -112,12 +170,7 @@ def guard_bars(
     guarded, loosened = guard(settings.thresholds, base)
     if not loosened:
         return settings, run
-    for item in loosened:
-        where = "the run" if item.test == RUN else item.test
-        messages.append(
-            f"{where}: {item.rule} {item.head} is looser than the base commit's {item.base}: "
-            "judged by the base's (a slower change is accepted in perfguard-accept.toml)"
-        )
+    say_loosened(loosened, messages)
     recorded = {
         **run.settings,
         "thresholds": guarded.to_json(),

@@ -11,8 +11,10 @@ from perfguard.accept import with_accepts
 from perfguard.git import GitError, GitState, git_state_or_refusal
 from perfguard.pipeline.baseline import Baseline, resolve_baseline
 from perfguard.pipeline.compare import (
+    base_guarded,
     compare_beside,
     compare_stored,
+    guard_run,
     with_base_figures,
     with_deleted,
     without_unaffected,
@@ -29,8 +31,8 @@ from perfguard.pipeline.write import save, write_outputs
 from perfguard.records import BaselineRef, Run, RunCost, reason
 from perfguard.report.outputs import keep_regressed_traces
 from perfguard.stats.verdicts import withhold_speed_verdicts
-from perfguard.store.baselines import BaselineError
-from perfguard.store.objects import open_store
+from perfguard.store.baselines import BaselineError, BaselineStore
+from perfguard.store.objects import ObjectStore, open_store
 
 
 def finish_run(
@@ -62,25 +64,7 @@ def finish_run(
                 measured.environment,
                 beside=None if beside is None else (beside.commit, beside.reason),
             )
-        if run.selection is not None:
-            run = replace(run, selection=with_base_figures(run.selection, baseline))
-        if measured.same_job is not None:
-            settings, run = compare_beside(
-                run, measured.same_job, baseline, settings, messages, steps.remeasure
-            )
-        else:
-            settings, run = compare_stored(
-                run, baseline, settings, store, messages, steps.remeasure
-            )
-        run = without_unaffected(run)
-        if measured.collected is not None:
-            run = with_deleted(run, measured.collected)
-        if settings.unhealthy == "inconclusive" and run.health_warnings:
-            unhealthy = reason("runner_health", warnings="; ".join(run.health_warnings))
-            withheld = withhold_speed_verdicts(run.comparisons, unhealthy)
-            run = replace(run, comparisons=withheld)
-        run = with_accepts(run, settings.root, messages)
-        run = explain_memory(run, steps.explain, messages)
+        settings, run = _compare(run, measured, settings, steps, baseline, store, messages)
     except (BaselineError, PipelineError, GitError) as exc:
         error = f"comparison stopped: {exc}"
         run = replace(run, baseline=BaselineRef(commit=None, reason=error))
@@ -100,6 +84,39 @@ def finish_run(
         saved = save(run, settings, state, store, messages, failures, error is not None)
     error = "; ".join(failures) or None
     return PipelineOutcome(run, report_path, json_path, saved, tuple(messages), error)
+
+
+def _compare(
+    run: Run,
+    measured: Measured,
+    settings: FinishSettings,
+    steps: Steps,
+    baseline: Baseline,
+    store: BaselineStore | ObjectStore,
+    messages: list[str],
+) -> tuple[FinishSettings, Run]:
+    """The comparing steps, in order: the base's figures for what was left out, the run's
+    settings judged by the base's, the comparison (and confirmation), the gaps, the runner's
+    health, the accept file, the memory verdicts explained."""
+    if run.selection is not None:
+        run = replace(run, selection=with_base_figures(run.selection, baseline))
+    settings, run = guard_run(settings, run, base_guarded(baseline, measured.same_job), messages)
+    confirmed = settings.confirm if steps.remeasure else 0  # the rounds it is judged by
+    run = replace(run, settings={**run.settings, "confirm": confirmed})
+    if measured.same_job is not None:
+        settings, run = compare_beside(
+            run, measured.same_job, baseline, settings, messages, steps.remeasure
+        )
+    else:
+        settings, run = compare_stored(run, baseline, settings, store, messages, steps.remeasure)
+    run = without_unaffected(run)
+    if measured.collected is not None:
+        run = with_deleted(run, measured.collected)
+    if settings.unhealthy == "inconclusive" and run.health_warnings:
+        unhealthy = reason("runner_health", warnings="; ".join(run.health_warnings))
+        run = replace(run, comparisons=withhold_speed_verdicts(run.comparisons, unhealthy))
+    run = with_accepts(run, settings.root, messages)
+    return settings, explain_memory(run, steps.explain, messages)
 
 
 def _new_run(

@@ -40,6 +40,10 @@ class FinishSettings:
     thresholds: Thresholds = field(default_factory=Thresholds)
     history_length: int = 20  # baselines the noise floor is learned from
     unhealthy: str = "warn"  # "inconclusive": health warnings withhold speed verdicts
+    fail_on: str = "regression"  # "never": a regression does not fail the run (the caller's)
+    # the guarded settings the caller gave on its command line (the workflow's, not the
+    # tree's): a change of the tree cannot have loosened them (`perfguard.stats.bars`)
+    given: frozenset[str] = frozenset()
     confirm: int = 1  # re-measures a latency verdict must survive
     traces: Path | None = None  # the Chrome traces' folder: only the regressions' are kept
     # how the caller's options are spelled in messages: the plugin's `--perfguard-compare`,

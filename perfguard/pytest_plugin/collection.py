@@ -50,6 +50,11 @@ def test_id(item: pytest.Item, variant: str) -> str:
     return nodeid
 
 
+def test_of(nodeid: str) -> str:
+    """The test function's node id of an item's (every variant and parameter together)."""
+    return nodeid.partition("[")[0]
+
+
 def variant_of(item: pytest.Item) -> str | None:
     """The variant of a perf item; None for any other item."""
     callspec = getattr(item, "callspec", None)

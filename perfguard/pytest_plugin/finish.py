@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from perfguard.pytest_plugin.options import trace_dir
+from perfguard.pytest_plugin.options import OPTIONS, trace_dir
 from perfguard.pytest_plugin.signals import STOPPED_BY
 from perfguard.pytest_plugin.state import SessionState
 from perfguard.records import VariantResult
@@ -49,7 +49,7 @@ def finish_session(session: pytest.Session, state: SessionState, exitstatus: int
         measured = Measured(
             results=state.results,
             environment=environment,
-            extra_settings=o.recorded(),
+            extra_settings=_recorded(state),
             health=health,
             same_job=same,
             started=state.started,
@@ -74,6 +74,9 @@ def finish_session(session: pytest.Session, state: SessionState, exitstatus: int
         # still written, unconfirmed and unsaved, and the run says it was stopped
         exitstatus = session.exitstatus = pytest.ExitCode.INTERRUPTED
         outcome = finish(exitstatus, None)
+    from perfguard.pipeline.compare import say_loosened
+
+    say_loosened(state.loosened, state.notes)  # an item's settings, put back to the base's
     if state.notes:
         outcome = replace(outcome, messages=(*state.notes, *outcome.messages))
     config.stash[outcome_key] = outcome
@@ -91,11 +94,20 @@ def _set_exit(
     elif not outcome.run.complete and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED  # it did not measure it all
     elif (
-        state.options.fail_on == "regression"
+        outcome.run.settings.get("fail_on", state.options.fail_on) == "regression"
         and outcome.run.has_regression
         and session.exitstatus == pytest.ExitCode.OK
     ):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _recorded(state: SessionState) -> dict[str, Any]:
+    """The settings the results record: the options', the guarded ones a next change is
+    judged against, and what this tree loosened and was put back."""
+    out = {**state.options.recorded(), "guarded": state.guarded()}
+    if state.loosened:
+        out["loosened"] = [item.to_json() for item in state.loosened]
+    return out
 
 
 def _reach(state: SessionState) -> Reach | None:
@@ -150,10 +162,10 @@ def _close_ab(
             f"the base tree ({ab.commit[:10]}) did not collect {len(base_side.collection_errors)} "
             f"module(s), so its side of those items is missing ({base_side.collection_errors[0]})"
         )
-    elif state.tally.base_crashes and len(state.tally.base_crashes) >= len(ab.items):
+    elif state.tally.base_errors and len(state.tally.base_errors) >= len(ab.items):
         state.tally.base_failure = (
             f"the base tree's ({ab.commit[:10]}) worker failed on every item "
-            f"({state.tally.base_crashes[0]})"
+            f"({next(iter(state.tally.base_errors.values()))})"
         )
     # before the monitor stops: the workers' CPU time is then ours
     ab.close(interrupted=interrupted, before_removal=count_base if counting else None)
@@ -172,6 +184,7 @@ def _close_ab(
         ab.base_environment or {},
         deleted=deleted,
         thresholds=ab_session.base_thresholds(ab),
+        settings=ab_session.base_run(state, ab),
     )
 
 
@@ -233,6 +246,10 @@ def finish_settings(
         json=o.json,
         thresholds=thresholds,
         unhealthy=o.unhealthy,
+        fail_on=o.fail_on,
+        given=frozenset(
+            s.field for s in OPTIONS if s.loosens and o.sources.get(s.name, "").startswith("--")
+        ),
         confirm=o.confirm,
         traces=trace_dir(o),
     )

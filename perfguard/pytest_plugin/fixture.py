@@ -243,6 +243,8 @@ class PerfguardFixture:
         }
         merged.update({k: v for k, v in self._marker.options.items() if k in RUN_OPTIONS})
         merged.update(options)
+        # where this tree loosened the base's (its ini, marker or this call), the base's
+        merged.update(self._state.floor_of(self._nodeid))
         return MeasureSettings(
             sampling=SamplingSettings(budget_s=merged["budget_s"], repeats=merged["repeats"]),
             device=str(merged["device"]),

@@ -26,7 +26,9 @@ class Tally:
     unused: set[str] = field(default_factory=set)  # passed without measuring anything
     timed_out: dict[str, float] = field(default_factory=dict)  # item -> its limit (s)
     base_failure: str | None = None  # same-job A/B: why the base tree failed as a whole
-    base_crashes: list[str] = field(default_factory=list)  # A/B: the base worker's crashes
+    # A/B: items this tree measured and the base tree had but could not measure (failed,
+    # crashed, past its time limit): item -> the base's error
+    base_errors: dict[str, str] = field(default_factory=dict)
     collected: set[tuple[str, str]] = field(default_factory=set)  # (test, variant), before -k
     deleted: tuple[tuple[str, str], ...] = ()  # A/B: the base's perf tests this tree lacks
 
@@ -53,6 +55,17 @@ class Tally:
             )
         if self.base_failure:
             found.append(Gap(kind="base_failed", detail=self.base_failure))
+        elif self.base_errors:
+            first, why = next(iter(self.base_errors.items()))
+            found.append(
+                Gap(
+                    kind="base_failed",
+                    detail=f"the base tree could not measure {len(self.base_errors)} perf "
+                    f"item(s) this tree measured, so they are not compared (the first, "
+                    f"{first}: {why})",
+                    items=tuple(self.base_errors),
+                )
+            )
         if self.deleted:
             found.append(deleted_gap(self.deleted))
         if self.timed_out:

@@ -130,6 +130,17 @@ class Options:
                 args.append(f"{opt.flag}={text}")
         return args
 
+    def guarded(self) -> dict[str, Any]:
+        """The session's values of the settings a pull request may not loosen for its own
+        verdict (`perfguard.stats.bars`: the run's, and the items' defaults)."""
+        from perfguard.stats.bars import GUARDED_ITEM, GUARDED_RUN
+
+        return {
+            name: getattr(self, name)
+            for name in (*GUARDED_RUN, *GUARDED_ITEM)
+            if name in OPTION_FIELDS
+        }
+
     def recorded(self) -> dict[str, Any]:
         """The settings a results file records (the table's `recorded` rows that are set)."""
         out: dict[str, Any] = {}
@@ -284,6 +295,29 @@ def _refuse_conflicts(options: Options, sources: Mapping[str, str]) -> None:
         raise pytest.UsageError(
             f"{sources['ab']} and --perfguard-compare choose two different baselines; use one"
         )
+
+
+OPTION_FIELDS = frozenset(opt.field for opt in OPTIONS)
+
+
+def configured(config: pytest.Config, root: Path) -> dict[str, Any]:
+    """The guarded settings as this tree's ini file (or the default) sets them, whatever the
+    command line says: what an A/B base worker reports of its tree (both workers are given
+    the driver's command line; the base's own file is what a change would have loosened)."""
+    from perfguard.stats.bars import GUARDED_ITEM, GUARDED_RUN
+
+    out: dict[str, Any] = {}
+    for opt in OPTIONS:
+        if opt.field not in (*GUARDED_RUN, *GUARDED_ITEM):
+            continue
+        raw = config.getini(opt.ini)
+        text = str(raw).strip() if not opt.switch else raw
+        value, source = (text, f"ini {opt.ini}") if text else (opt.default, "default")
+        try:
+            out[opt.field] = _read(opt, value, source, root)
+        except pytest.UsageError:
+            continue  # a value its own session refuses: it judges nothing
+    return out
 
 
 def read_options(config: pytest.Config) -> Options:

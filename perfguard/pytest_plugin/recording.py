@@ -300,7 +300,9 @@ class Recording:
 
 def test_key(item: pytest.Item) -> str:
     """The test function's node id (every variant and parameter of it together)."""
-    return item.nodeid.partition("[")[0]
+    from perfguard.pytest_plugin.collection import test_of
+
+    return test_of(item.nodeid)
 
 
 def _fixtures_of(item: pytest.Item) -> list[Any]:

@@ -19,15 +19,16 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from perfguard import PerfguardWarning
+from perfguard.pytest_plugin import timeout
 from perfguard.pytest_plugin.benchmark_bridge import result_from_benchmark
 from perfguard.pytest_plugin.collection import shard_items, test_id, variant_of
 from perfguard.pytest_plugin.finish import finish_session, terminal_summary
 from perfguard.pytest_plugin.fixture import PerfguardFixture
 from perfguard.pytest_plugin.gaps import first_line
+from perfguard.pytest_plugin.guard import guard_items
 from perfguard.pytest_plugin.selection import select
 from perfguard.pytest_plugin.state import SessionState
-from perfguard.pytest_plugin.timeout import limit_of, time_limit
-from perfguard.pytest_plugin.timeout import message as timeout_message
+from perfguard.pytest_plugin.timeout import limit_of
 from perfguard.records import VariantResult
 
 if TYPE_CHECKING:
@@ -61,13 +62,31 @@ class Measuring:
         ask for is not listed as unaffected), and before the shard (every shard selects
         alike)."""
         select(self.state, config, items)
+        guard_items(self.state, config, items)
         keep_shard(self.state, config, items)
 
+    def measures_here(self) -> bool:
+        """Whether this session runs its perf items itself (an A/B driver's workers do)."""
+        return True
+
+    @pytest.hookimpl(hookwrapper=True, tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> Generator[None, Any, None]:
+        """Each attempt of a perf item within its time limit (`--perfguard-timeout`), from
+        its set-up to its teardown; one past it is an error result naming the limit, and the
+        session goes on."""
+        if self.measures_here():
+            begin_item(self.state, item)
+        yield
+
+    @pytest.hookimpl(hookwrapper=True, trylast=True)
+    def pytest_runtest_teardown(self, item: pytest.Item) -> Generator[None, Any, None]:
+        yield
+        if self.measures_here():
+            end_item(self.state, item, record=True)
+
     @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_protocol(self, item: pytest.Item) -> Generator[None, Any, None]:
-        """A perf item within its time limit (`--perfguard-timeout`); one past it is an
-        error result naming the limit, and the session goes on."""
-        yield from within_limit(self.state, item, record=True)
+    def pytest_make_collect_report(self, collector: pytest.Collector) -> Generator[None, Any, None]:
+        yield from within_import_limit(self.state, collector)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         tally_end(self.state, report)
@@ -144,30 +163,61 @@ class Measuring:
         terminal_summary(terminalreporter, config)
 
 
-def within_limit(
-    state: SessionState, item: pytest.Item, *, record: bool
-) -> Generator[None, Any, None]:
-    """Run a perf item's protocol within its time limit. `record`: an item that ran out of
-    time without a result gets an error result naming the limit (a worker's driver records
-    the item itself)."""
-    variant = variant_of(item)
-    if variant is None:
-        yield
+def begin_item(state: SessionState, item: pytest.Item) -> None:
+    """An attempt of a perf item begins (its set-up): its whole limit from now, in this
+    process, and at its watchdog (a session the user started)."""
+    if variant_of(item) is None:
         return
     limit = limit_of(item, state.options.timeout_s)
 
     def expired() -> None:
         state.tally.timed_out[item.nodeid] = limit
 
-    with time_limit(limit, expired):
-        yield
-    if record and item.nodeid in state.tally.timed_out:
+    timeout.begin(limit, expired)
+    if state.watchdog is not None:
+        after = state.tally.expected
+        rest = after[after.index(item.nodeid) :] if item.nodeid in after else [item.nodeid]
+        state.watchdog.arm(limit, item.nodeid, "timeout", rest)
+
+
+def end_item(state: SessionState, item: pytest.Item, *, record: bool) -> None:
+    """An attempt of a perf item ended (its teardown). `record`: one that ran out of time
+    without a result gets an error result naming the limit (a worker's driver records the
+    item itself)."""
+    variant = variant_of(item)
+    if variant is None:
+        return
+    timeout.end()
+    if state.watchdog is not None:
+        state.watchdog.disarm()
+    limit = state.tally.timed_out.get(item.nodeid)
+    if record and limit is not None:
         key = (test_id(item, variant), variant)
         if state.nodeids.get(key) != item.nodeid:  # ended before it had a result
             error = VariantResult(
-                test=key[0], variant=variant, status="error", error=timeout_message(limit)
+                test=key[0], variant=variant, status="error", error=timeout.message(limit)
             )
             state.record(error, item.nodeid)
+
+
+def within_import_limit(
+    state: SessionState, collector: pytest.Collector
+) -> Generator[None, Any, None]:
+    """Importing a test module within the session's item limit: a hang there is a collection
+    error naming the module (or, in native code, the watchdog's gap)."""
+    if not isinstance(collector, pytest.Module):
+        yield
+        return
+    limit = state.options.timeout_s
+    timeout.begin(limit, lambda: None)
+    if state.watchdog is not None:
+        state.watchdog.arm(limit, collector.nodeid, "collection_error", [])
+    try:
+        yield
+    finally:
+        timeout.end()
+        if state.watchdog is not None:
+            state.watchdog.disarm()
 
 
 def tally_end(state: SessionState, report: pytest.TestReport) -> None:

@@ -82,6 +82,14 @@ def configure(config: pytest.Config, options: Options) -> None:
 
         state.worker = WorkerLink.from_env()
     undo = [HeldImport("torch").install()]
+    if not options.worker and state.counting is None:  # a session the user started
+        from perfguard.watchdog import Watchdog
+
+        state.watchdog = Watchdog.start(
+            state.root, options.json, options.report, options.machine, options.recorded()
+        )
+        if state.watchdog is not None:
+            undo.append(state.watchdog.close)
     if options.save and options.compile_cache is not None and not options.worker:
         undo.append(_compile_cache_writer())
     if not options.worker and state.counting is None:

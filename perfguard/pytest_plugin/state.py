@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from perfguard.pytest_plugin.collection import test_of
 from perfguard.pytest_plugin.gaps import Tally
 from perfguard.pytest_plugin.marker import ItemSettings
 from perfguard.pytest_plugin.options import Options
@@ -24,7 +26,9 @@ if TYPE_CHECKING:
     from perfguard.pytest_plugin.ab.worker import WorkerLink
     from perfguard.pytest_plugin.recording import Recording
     from perfguard.records.reach import Reach
+    from perfguard.stats.bars import Loosened
     from perfguard.stats.thresholds import Thresholds
+    from perfguard.watchdog import Watchdog
 
 
 @dataclass
@@ -54,8 +58,13 @@ class SessionState:
     root: Path = field(default_factory=Path.cwd)  # the session's rootdir
     records: bool = False  # this run records what each perf test runs (a full run)
     recording: Recording | None = None  # ... in this process (not an A/B driver's)
+    watchdog: Watchdog | None = None  # the supervisor of a session the user started
     ab_reach: Reach | None = None  # ... or in this tree's A/B worker, read at its end
     baseline: Baseline | None = None  # resolved once, where the session starts comparing
+    # test -> the item settings (budget, repeats, drift tolerance) this tree loosened, put back
+    # to the base's (`perfguard.stats.bars.floors`), and what was put back (for the results)
+    floors: dict[str, dict[str, Any]] = field(default_factory=dict)
+    loosened: list[Loosened] = field(default_factory=list)
 
     def thresholds(self) -> Thresholds:
         """The verdict rules this session's options and markers set."""
@@ -70,8 +79,50 @@ class SessionState:
         per_test = {t: s.marker.thresholds for t, s in self.item_settings.items()}
         return Thresholds(**given, per_test={t: v for t, v in per_test.items() if v})
 
+    def guarded(self) -> dict[str, Any]:
+        """The guarded settings this session measures by (`perfguard.stats.bars`): the run's
+        and each test's marker's; recorded with the results, what the next change to them is
+        judged against."""
+        from perfguard.stats.bars import GUARDED_ITEM
+
+        tests = {
+            test: {k: s.marker.options[k] for k in GUARDED_ITEM if k in s.marker.options}
+            for test, s in self.item_settings.items()
+        }
+        return {"run": self.options.guarded(), "tests": {t: v for t, v in tests.items() if v}}
+
+    def given_on_the_command_line(self, base: Mapping[str, Any] | None) -> dict[str, Any] | None:
+        """`base`'s run-level guarded settings, but for those this session took from its
+        command line, which are this session's: the line is the invoker's (the workflow's),
+        which a change of the tree does not write, and both trees of an A/B run take it."""
+        from perfguard.settings import BY_FIELD
+
+        if base is None:
+            return None
+        mine = self.options.guarded()
+        sources = self.options.sources
+        return {
+            k: mine.get(k, v) if sources.get(BY_FIELD[k].name, "").startswith("--") else v
+            for k, v in base.items()
+            if k in BY_FIELD
+        }
+
+    def floor_of(self, nodeid: str) -> dict[str, Any]:
+        """The settings floor of a perf item: its driver's word (an A/B worker), else this
+        session's (`floors`, against a stored baseline)."""
+        if self.worker is not None:
+            return dict(self.worker.floor)
+        return dict(self.floors.get(test_of(nodeid), {}))
+
+    def note_loosened(self, found: Iterable[Loosened]) -> None:
+        self.loosened.extend(f for f in found if f not in self.loosened)
+
     def record(self, result: VariantResult, nodeid: str) -> None:
         self.results = [r for r in self.results if r.key != result.key]
         self.results.append(result)
         self.nodeids[result.key] = nodeid
         self.measured_at[nodeid] = time.monotonic()
+        if result.status == "ok":  # an attempt that ran again and measured (a rerun)
+            self.tally.timed_out.pop(nodeid, None)
+        if self.watchdog is not None:
+            self.watchdog.result(result.to_json(), self.environment)

@@ -65,6 +65,7 @@ KINDS: dict[str, Kind] = {
     # the item as a whole (perfguard.stats.verdicts)
     "no_baseline": _kind("no baseline"),
     "baseline_status": _kind("baseline was {status}", status=str),
+    "baseline_error": _kind("the baseline could not measure it: {error}", error=str),
     "in_base_only": _kind("in the baseline, not in this run"),
     "skipped_here": _kind("skipped here: {error}", error=str),
     "failed": _kind("{error}", error=str),

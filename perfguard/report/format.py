@@ -185,5 +185,8 @@ def row_verdicts(
 
 
 def rule(value: object) -> str:
-    """A verdict rule's value as its user writes it: 900, not 900.0; True stays True."""
+    """A verdict rule's value as its user writes it: 900, not 900.0; True stays True; none
+    set is the setting's own default."""
+    if value is None:
+        return "unset (the default)"
     return f"{value:g}" if isinstance(value, float) else str(value)

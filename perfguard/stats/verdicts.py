@@ -136,7 +136,12 @@ def _item_state(r: VariantResult, b: VariantResult | None) -> Comparison | None:
             return _state_row(r, "missing", skipped, baseline=base_p50)
         return None
     if b is None or b.status != "ok":
-        why = reason("no_baseline") if b is None else reason("baseline_status", status=b.status)
+        if b is None:
+            why = reason("no_baseline")
+        elif b.status == "error" and b.error:
+            why = reason("baseline_error", error=b.error)
+        else:
+            why = reason("baseline_status", status=b.status)
         return _state_row(r, "new", why, current=r.metrics.latency_p50_ms)
     return None
 

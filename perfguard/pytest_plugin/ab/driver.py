@@ -95,8 +95,11 @@ class Driver:
         progress: Progress,
         design: Design | None = None,
         limit_s: float | None = None,
+        floor: dict[str, Any] | None = None,
     ) -> tuple[SideOutcome, SideOutcome, Pairing]:
         """Both sides of one item. `remaining`: this item and those after it, in order.
+        `floor`: the item settings both sides measure it with, where this tree loosened the
+        base's (`Side.begin`).
         `limit_s`: the item's time limit; a worker that has not finished it by then (and a
         grace, for the worker's own alarm to end it first) is killed, and its side crashed.
 
@@ -108,7 +111,7 @@ class Driver:
         for side in (self.a, self.b):
             side.limit(limit_s)
         try:
-            return self._measure(nodeid, remaining, progress, design, outcomes)
+            return self._measure(nodeid, remaining, progress, design, outcomes, floor)
         finally:
             for side in (self.a, self.b):
                 side.limit(None)
@@ -120,11 +123,12 @@ class Driver:
         progress: Progress,
         design: Design | None,
         outcomes: dict[str, SideOutcome],
+        floor: dict[str, Any] | None = None,
     ) -> tuple[SideOutcome, SideOutcome, Pairing]:
         going = [
             side
             for side in (self.a, self.b)
-            if self._step(side, functools.partial(side.begin, nodeid, remaining), outcomes)
+            if self._step(side, functools.partial(side.begin, nodeid, remaining, floor), outcomes)
         ]
         if going:
             who = "both sides" if len(going) == 2 else going[0].label

@@ -23,7 +23,7 @@ kind or field it does not know, naming it.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any, ClassVar, TypeVar, get_args
 
 from perfguard.errors import PerfguardError
@@ -54,9 +54,12 @@ class Items(_Message):
 
 @dataclass(frozen=True)
 class Go(_Message):
-    """Run the item the worker asked about."""
+    """Run the item the worker asked about; `floor`: the item settings it is measured with
+    where this tree loosened the base's (`perfguard.stats.bars.floors`: budget, repeats,
+    drift tolerance), the same on both sides."""
 
     KIND = "go"
+    floor: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,9 @@ class Collected(_Message):
     others: tuple[tuple[str, str], ...] = ()
     thresholds: dict[str, Any] | None = None  # its tree's rules (`Thresholds.to_json`)
     environment: dict[str, Any] | None = None  # what it measures on (torch, the device)
+    # its tree's guarded settings (`perfguard.stats.bars`): {"run": its ini's, "tests": its
+    # markers'}, what a change of the other tree is judged against
+    settings: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -174,13 +180,14 @@ def decode(data: object) -> _Message:
         raise ProtocolError(f"not an A/B message: {kind!r}")
     cls = KINDS[data["kind"]]
     names = {f.name for f in fields(cls)}
+    needed = {f.name for f in fields(cls) if f.default is MISSING}
     given = set(data) - {"kind"}
-    if given != names:
+    if not needed <= given <= names:  # a field with a default may be left out
         raise ProtocolError(
             f"A/B message {cls.KIND!r}: expected fields {sorted(names)}, got {sorted(given)}"
         )
     # a tuple field travels as a list (and is held as a tuple again)
-    values = {f.name: data[f.name] for f in fields(cls)}
+    values = {f.name: data[f.name] for f in fields(cls) if f.name in given}
     tuples = {f.name for f in fields(cls) if str(f.type).startswith("tuple")}
     return cls(**{k: tuple(v) if k in tuples else v for k, v in values.items()})
 

@@ -14,8 +14,9 @@ import pytest
 
 from perfguard.pytest_plugin.ab import session as ab_session
 from perfguard.pytest_plugin.ab.protocol import Collected, Ended
-from perfguard.pytest_plugin.collection import test_id, variant_of
-from perfguard.pytest_plugin.roles import Measuring, within_limit
+from perfguard.pytest_plugin.collection import test_id, test_of, variant_of
+from perfguard.pytest_plugin.options import configured
+from perfguard.pytest_plugin.roles import Measuring, begin_item, end_item, within_import_limit
 from perfguard.pytest_plugin.state import SessionState
 from perfguard.pytest_plugin.timeout import limit_of
 
@@ -108,8 +109,10 @@ class AbDriving(Measuring):
             tests=tests,
             margin_pct=th.min_change_pct,
         )
+        ab.driver.connect(ab.items[position:], state.progress)
+        floor = ab_session.floor(state, ab, test_of(nodeid))
         base, head, pairing = ab.driver.measure(
-            nodeid, ab.items[position:], state.progress, design, limit_s=limit
+            nodeid, ab.items[position:], state.progress, design, limit_s=limit, floor=floor
         )
         if (
             limit is not None
@@ -118,6 +121,9 @@ class AbDriving(Measuring):
         ):
             state.tally.timed_out[nodeid] = limit
         base_result = ab_session.base_result(base, test, variant)
+        if base_result is not None and base_result.status == "error" and head.result is not None:
+            # the base had the item and could not measure it: not `new`, a gap of the run
+            state.tally.base_errors[nodeid] = base_result.error or base.outcome
         if base_result is not None:
             ab.base_results = [r for r in ab.base_results if r.key != base_result.key]
             ab.base_results.append(base_result)
@@ -140,12 +146,9 @@ class AbDriving(Measuring):
             return
         yield from super().pytest_runtest_call(item)
 
-    @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_protocol(self, item: pytest.Item) -> Generator[None, Any, None]:
-        if self.state.ab is not None:
-            yield  # the workers keep the limit; the driver stops waiting past it
-            return
-        yield from super().pytest_runtest_protocol(item)
+    def measures_here(self) -> bool:
+        """The workers keep the limit; the driver stops waiting past it."""
+        return self.state.ab is None
 
 
 class AbWorker:
@@ -178,27 +181,41 @@ class AbWorker:
         others = tuple((test_id(i, v), v) for i in dropped if (v := variant_of(i)) is not None)
         errors = tuple(f"{where}: {line}" for where, line in self.state.tally.collection)
         rules = self.state.thresholds().to_json()  # its tree's markers: the base's bar
+        # its tree's own ini (both workers run the driver's command line) and markers
+        settings = {
+            "run": configured(config, Path(config.rootpath)),
+            "tests": self.state.guarded()["tests"],
+        }
         self.link.send(
-            Collected(tuple(i.nodeid for i in kept), cuda, errors, others, rules, environment)
+            Collected(
+                tuple(i.nodeid for i in kept), cuda, errors, others, rules, environment, settings
+            )
         )
 
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_runtest_setup(self, item: pytest.Item) -> None:
-        """Block until the driver lets this item run; skip it when the driver does not."""
+    @pytest.hookimpl(hookwrapper=True, tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> Generator[None, Any, None]:
+        """Block until the driver lets this item run (skip it when the driver does not),
+        then run it within its limit, each attempt from its set-up to its teardown."""
         from perfguard.pytest_plugin.ab.worker import DriverGoneError
 
-        if variant_of(item) is None:
-            return
-        try:
-            go = self.link.may_start(item.nodeid)
-        except DriverGoneError as exc:
-            pytest.exit(str(exc), returncode=0)
-        if not go:
-            pytest.skip("not run in this A/B session")
+        if variant_of(item) is not None:
+            try:
+                go = self.link.may_start(item.nodeid)
+            except DriverGoneError as exc:
+                pytest.exit(str(exc), returncode=0)
+            if not go:
+                pytest.skip("not run in this A/B session")
+            begin_item(self.state, item)
+        yield
+
+    @pytest.hookimpl(hookwrapper=True, trylast=True)
+    def pytest_runtest_teardown(self, item: pytest.Item) -> Generator[None, Any, None]:
+        yield
+        end_item(self.state, item, record=False)
 
     @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_protocol(self, item: pytest.Item) -> Generator[None, Any, None]:
-        yield from within_limit(self.state, item, record=False)
+    def pytest_make_collect_report(self, collector: pytest.Collector) -> Generator[None, Any, None]:
+        yield from within_import_limit(self.state, collector)
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item) -> Generator[None, Any, None]:

@@ -122,6 +122,7 @@ class Side:
     others: tuple[tuple[str, str], ...] = ()  # (test, variant) of its tree the driver lacks
     thresholds: dict[str, Any] | None = None  # its tree's rules, as its worker read them
     environment: dict[str, Any] | None = None  # what its worker measures on
+    settings: dict[str, Any] | None = None  # its tree's guarded settings, as its worker read
     _limit: float | None = field(default=None, repr=False)  # the item's time limit (s)
     _deadline: float | None = field(default=None, repr=False)  # time.monotonic() to kill at
 
@@ -212,6 +213,8 @@ class Side:
             self.thresholds = dict(hello.thresholds)
         if hello.environment is not None:
             self.environment = dict(hello.environment)
+        if hello.settings is not None:
+            self.settings = dict(hello.settings)
 
     def _why(self, what: str) -> str:
         code = None
@@ -262,9 +265,11 @@ class Side:
             raise WorkerExitedError(self._why("hung up")) from None
         return protocol.report(data)
 
-    def begin(self, nodeid: str, remaining: Sequence[str]) -> SideOutcome | None:
-        """Let the worker start `nodeid` (it builds it, then waits; see `built`). None: it
-        is running the item."""
+    def begin(
+        self, nodeid: str, remaining: Sequence[str], floor: dict[str, Any] | None = None
+    ) -> SideOutcome | None:
+        """Let the worker start `nodeid` (it builds it, then waits; see `built`), with the
+        item settings `floor` (`protocol.Go`). None: it is running the item."""
         if not self.alive:
             self.start(remaining)
         if nodeid not in self.collected:
@@ -274,7 +279,7 @@ class Side:
             if isinstance(message, protocol.Ended):
                 continue  # how an item skipped below ended there
             if protocol.expect(message, protocol.Next).item == nodeid:
-                self.send(protocol.Go())
+                self.send(protocol.Go(floor))
                 return None
             self.send(protocol.Skip())  # an item the driver did not run: skip it there
 

@@ -41,6 +41,7 @@ class WorkerLink:
         self.conn = conn
         self.side = side
         self._items = items  # None: the driver sends them once it has collected
+        self.floor: dict[str, Any] = {}  # the running item's settings, as the driver judged
 
     @classmethod
     def from_env(cls) -> WorkerLink | None:
@@ -73,9 +74,12 @@ class WorkerLink:
         return protocol.command(data)
 
     def may_start(self, nodeid: str) -> bool:
-        """Ask the driver whether to run this item now (it waits its turn); False: skip it."""
+        """Ask the driver whether to run this item now (it waits its turn); False: skip it.
+        The item's settings floor comes with the word to go (`floor`)."""
         self.send(protocol.Next(nodeid))
-        return isinstance(protocol.expect(self.recv(), protocol.Go, protocol.Skip), protocol.Go)
+        answer = protocol.expect(self.recv(), protocol.Go, protocol.Skip)
+        self.floor = dict(answer.floor or {}) if isinstance(answer, protocol.Go) else {}
+        return isinstance(answer, protocol.Go)
 
     def wait_turn(self) -> None:
         """Say the item's variant is built, then wait until the driver gives this side its
