@@ -35,6 +35,15 @@ def with_accepts(run: Run, root: Path, messages: list[str]) -> Run:
     new = accepts.introduced(head, base)
     if not new:
         return run
+    tests = [
+        *(r.test for r in run.results),
+        *(c.test for c in run.comparisons),
+        *(u.test for u in (run.selection.unaffected if run.selection is not None else ())),
+    ]
+    wide = accepts.too_wide(new, tests)
+    if wide is not None:  # the ids this run has, not made-up ones
+        messages.append(f"nothing accepted: {wide}")
+        return replace(run, accept_error=wide)
     by = last_author(root, run.baseline.commit, run.commit, path)
     applied = accepts.apply(run.comparisons, [replace(a, by=by) for a in new])
     count = sum(c.verdict == "accepted" for c in applied)

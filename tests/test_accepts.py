@@ -459,3 +459,58 @@ def test_a_pull_request_that_slows_a_model_passes_only_within_what_it_accepts(
         (posted,) = fake.comments
         assert ("Accepted by this pull request" in posted["body"]) == (gate == 0)
         assert "**Cost on the runner:**" in posted["body"]  # the session's own figure
+
+
+def _entry(test: str, metrics: str, bound: str) -> str:
+    return f'[[accept]]\ntest = "{test}"\nmetric = [{metrics}]\nup_to = "{bound}"\nreason = "r"\n'
+
+
+def test_an_old_entry_written_another_way_is_not_new_and_only_new_bounds_apply() -> None:
+    """By meaning: metrics reordered, `+150.0%` for `+150%`, one entry split in one per
+    metric: nothing new; a metric the base did not accept is new on its own."""
+    base = accepts.parse(WIDE)
+    same = accepts.parse(
+        _entry("tests/test_models.py::test_mlp*", '"latency_p95_ms", "latency_p50_ms"', "+150.0%")
+        + _entry("tests/test_models.py::test_mlp*", '"latency_p50_ms"', "+150%")
+    )
+    assert accepts.introduced(same, base) == []
+    wider = accepts.parse(
+        _entry("tests/test_models.py::test_mlp*", '"latency_p50_ms", "latency_p99_ms"', "+150%")
+    )
+    [new] = accepts.introduced(wider, base)
+    assert new.metrics == ("latency_p99_ms",)
+    raised = accepts.parse(_entry("tests/test_models.py::test_mlp*", '"latency_p50_ms"', "+200%"))
+    assert [a.metrics for a in accepts.introduced(raised, base)] == [("latency_p50_ms",)]
+
+
+def test_a_broken_base_file_with_spaced_headers_keeps_its_entries() -> None:
+    broken = WIDE.replace("[[accept]]", "[[ accept ]]") + "\n[[ accept ]]\ntest = \n"
+    assert [a.test for a in accepts.parse_each(broken)] == ["tests/test_models.py::test_mlp*"]
+
+
+def test_a_pattern_matching_every_test_of_the_run_accepts_nothing() -> None:
+    ids = [T, OTHER, "tests/test_models.py::test_encoder"]
+    for pattern in ("*test*", "tests/*", "*"):
+        assert (
+            "matches every one of this run's 3 perf tests"
+            in str(
+                accepts.too_wide(
+                    accepts.parse_each(_entry(pattern, '"latency_p50_ms"', "+5%")), ids
+                )
+            )
+            or pattern == "*"
+        )  # "*" is refused when read already
+    assert accepts.too_wide(accepts.parse(WIDE), ids) is None
+
+
+@pytest.mark.parametrize("command", ["report", "merge"])
+def test_an_unreadable_accept_file_fails_report_and_merge_as_the_report_says(
+    tmp_path: Path, command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    broken = Run.from_json({**run([result(T, "eager", 1.0)]).to_json(), "accept_error": "bad"})
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(broken.to_json()))
+    args = ["report", str(path), "--exit-code"] if command == "report" else [
+        "merge", str(path), "-o", str(tmp_path / "m.json")]  # fmt: skip
+    assert main(args) == 1
+    assert "nothing accepted: bad" in capsys.readouterr().err

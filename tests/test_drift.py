@@ -137,3 +137,42 @@ def test_fp16_is_held_to_fp16s_own_error_not_bf16s() -> None:
         checks[variant] = result.drift_check
     # bf16 keeps 8 bits of mantissa, fp16 11: its bound is several times tighter
     assert checks["amp-fp16"].allowed * 3 < checks["amp-bf16"].allowed
+
+
+class DropsLayers(torch.nn.Module):
+    """A model random in eval mode, as a real zoo's CaiT is: each call drops a layer at
+    random."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(16, 16) for _ in range(8))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            if torch.rand(()) > 0.5:
+                x = x + layer(x)
+        return x
+
+
+def test_a_model_random_in_eval_mode_is_not_judged_and_never_a_regression() -> None:
+    from perfguard.records import VariantResult
+    from perfguard.stats.rules import drift as drift_rule
+    from perfguard.stats.thresholds import Thresholds
+    from tests.measuring import measure
+    from tests.test_lending import FAST
+
+    torch.manual_seed(0)
+    model = DropsLayers().eval()
+    results = [measure(model, (torch.randn(4, 16),), "eager", FAST) for _ in range(5)]
+    for r in results:
+        check = r.drift_check
+        assert check is not None and check.passed and not check.judged
+        assert check.nondeterministic is not None and check.nondeterministic > 1e-3
+        row = drift_rule(results[0], r, Thresholds())
+        assert row is not None and row.verdict == "unchanged"
+        assert "the model is not deterministic" in row.note and "torch.manual_seed" in row.note
+        again = VariantResult.from_json(r.to_json())
+        assert again.drift_check == check
+    # a deterministic model is judged as before
+    steady = measure(torch.nn.Linear(16, 16).eval(), (torch.randn(4, 16),), "eager", FAST)
+    assert steady.drift_check is not None and steady.drift_check.judged

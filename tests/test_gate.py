@@ -613,3 +613,46 @@ def test_the_limit_holds_beside_pytest_timeout_and_each_rerun_gets_its_own(
     result.stdout.fnmatch_lines(["*1 passed, 1 rerun*"])
     doc = json.loads((pytester.path / "out.json").read_text())
     assert not doc["incomplete"] and [r["status"] for r in doc["results"]] == ["ok"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (("--perfguard-device=cuda",), "--perfguard-device=cuda: CUDA is not available here"),
+        (("--perfguard-device=cuda:99",), "--perfguard-device=cuda:99: CUDA is not available"),
+        (("--perfguard-baseline-dir=ftp://x/y",), "ftp://x/y: cannot be opened"),
+    ],
+)
+def test_a_device_or_store_this_machine_cannot_use_is_one_line_not_an_internal_error(
+    pytester: pytest.Pytester, args: tuple[str, ...], said: str
+) -> None:
+    pytester.makepyfile(mymodels=MODEL, test_good=GOOD)
+    result = pytester.runpytest_subprocess("--perfguard", "-p", "no:cacheprovider", *args)
+    out = result.stdout.str() + result.stderr.str()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, out
+    assert said in out and "INTERNALERROR" not in out
+    if "ftp" in args[0]:  # a run that reads and writes no store never opens it
+        result = pytester.runpytest_subprocess(
+            *FAST, "--perfguard", *args, "--perfguard-compare=none"
+        )
+        assert result.ret == 0, result.stdout.str()
+
+
+@pytest.mark.slow
+def test_an_a_b_run_whose_tree_did_not_collect_says_so_not_comparison_disabled(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(mymodels=MODEL, test_good=GOOD)
+    git(pytester.path, "init", "-q", "-b", "main")
+    git(pytester.path, "add", "-A")
+    git(pytester.path, "commit", "-q", "-m", "base")
+    pytester.makepyfile(test_good=GOOD + "\nimport no_such_module_here\n")
+    git(pytester.path, "commit", "-qam", "breaks")
+    result = pytester.runpytest_subprocess(
+        *FAST, "--perfguard", "--perfguard-ab=HEAD~1", "--perfguard-json=out.json"
+    )
+    assert result.ret != 0
+    doc = json.loads((pytester.path / "out.json").read_text())
+    reason = doc["baseline"]["reason"]
+    assert "compare=none" not in reason and "did not collect (test_good.py" in reason, reason

@@ -293,3 +293,43 @@ def test_an_a_b_worker_with_a_residency_times_its_blocks_through_it() -> None:
         there.close()
     assert len(outcome.blocks_ms) == 2 and sent == ["ready", "times", "times"]
     assert residency.on_host is False and residency.moves == 0  # decided: the CPU stays put
+
+
+class OwnTrain(nn.Module):
+    """A model whose train() keeps its norm frozen, as fine-tuning code does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Linear(8, 8)
+        self.norm = nn.LayerNorm(8)
+        self.calls: list[bool] = []
+
+    def train(self, mode: bool = True) -> OwnTrain:
+        self.calls.append(mode)
+        super().train(mode)
+        self.norm.eval()  # always frozen
+        return self
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.norm(self.body(x))
+        return out
+
+
+@pytest.mark.slow  # a compile
+def test_the_model_comes_back_through_its_own_train_with_nothing_of_perfguards_on_it() -> None:
+    model = OwnTrain().train()
+    before = {name: set(m.__dict__) for name, m in model.named_modules()}
+    measure(model, (torch.randn(2, 8),), "compile-default", FAST)
+    assert model.calls[-1] is True  # given back through its own train(), not the flags
+    assert model.training and model.body.training and not model.norm.training
+    assert {name: set(m.__dict__) for name, m in model.named_modules()} == before
+    assert not hasattr(model, "_is_torch_compile")
+
+
+def test_a_model_on_the_meta_device_is_one_line_saying_what_to_do() -> None:
+    from perfguard.measure.job import Job
+
+    with torch.device("meta"):
+        model = nn.Linear(8, 8)
+    with pytest.raises(TypeError, match=r"meta device .* materialize them first"):
+        Job.of(model, (torch.randn(2, 8),))

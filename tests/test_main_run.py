@@ -113,3 +113,31 @@ def test_main_writes_the_compile_cache_and_the_base_side_loads_it(
     assert mine["metrics"]["compile_time_s"] > 0
     report = (pytester.path / "reports" / "perfguard.md").read_text()
     assert "**Compile cache:** the base: hit 1" in report
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        (b"", "rejected by torch"),
+        (b"random bytes, not artifacts" * 40, "rejected by torch"),
+        (None, "past the 512 MiB a cache file may be: not read"),
+    ],
+)
+def test_a_cache_file_torch_rejects_or_too_large_to_read_is_a_miss_in_one_line(
+    tmp_path: Path, content: bytes | None, said: str
+) -> None:
+    import torch
+
+    from perfguard.measure.compile_cache import MAX_FILE_BYTES, CompileCache
+
+    cache = CompileCache(tmp_path, "load", "lock", "t.py::test_x", "compile-default")
+    path = cache.path(torch.device("cpu"))
+    assert cache.load(torch.device("cpu")) == "no artifacts for this item"
+    with path.open("wb") as f:
+        if content is None:  # a sparse file past the cap: its size alone must refuse it
+            f.seek(MAX_FILE_BYTES + 1)
+            f.write(b"\0")
+        else:
+            f.write(content)
+    why = cache.load(torch.device("cpu"))
+    assert why is not None and said in why and "\n" not in why

@@ -42,6 +42,7 @@ SAMPLE: dict[str, dict[str, Any]] = {
         "reference": "fp64",
     },
     "drift_grew": {"growth": 2.0},
+    "nondeterministic": {"spread": 0.4},
     "exact_count": {},
     "new_graph_breaks": {"breaks": "Tensor.item() call (x2)"},
     "op_changes": {"changes": "added aten::gelu (x1); gone aten::relu (x1)"},

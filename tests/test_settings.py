@@ -128,7 +128,15 @@ def test_the_end_of_a_session_takes_each_setting_from_its_option(tmp_path: Path)
     from perfguard.pytest_plugin.finish import finish_settings
     from perfguard.pytest_plugin.options import default_options
 
-    worked_out = {"root", "machine", "unsaved_reason", "traces", "thresholds", "given"}
+    worked_out = {
+        "root",
+        "machine",
+        "unsaved_reason",
+        "traces",
+        "thresholds",
+        "given",
+        "why_not_compared",
+    }
     fixed = {"history_length", "option_prefix"}  # not settings of a session
     by_name = {f.name for f in fields(FinishSettings)} - worked_out - fixed
     assert by_name <= {s.field for s in OPTIONS}

@@ -239,3 +239,16 @@ def test_a_missing_shard_stops_the_compare_and_stores_nothing() -> None:
         steps={DOWNLOAD: actions_graph.Step(fails=True)},
     )
     assert jobs["compare"].result == "failure" and jobs["baselines"].result == "skipped"
+
+
+@pytest.mark.parametrize("graph", list(GRAPHS))
+def test_a_job_that_uploads_reports_forgets_the_ones_the_change_committed_first(graph: str) -> None:
+    """An upload runs `if: always()`: were a step before the report's to fail, a report the
+    pull request committed would be uploaded, and posted, as perfguard's."""
+    jobs = GRAPHS[graph]()["jobs"]
+    for name in ("measure", "compare"):
+        steps = [str(s.get("name") or s.get("uses")) for s in jobs[name]["steps"]]
+        forget = steps.index("Forget reports the pull request committed")
+        checkout = max(i for i, s in enumerate(steps) if s.startswith("actions/checkout@"))
+        assert forget == checkout + 2 or forget == checkout + 1, steps  # right after it
+        assert all("upload-artifact" not in s for s in steps[:forget])

@@ -73,8 +73,12 @@ def output_options(p: argparse.ArgumentParser) -> None:
 
 
 def incomplete_exit(run: Run) -> int | None:
-    """For a run that did not measure all it was asked to: its line on stderr, and exit 1
-    (a required check never passes it); None for a complete run."""
+    """For a run that did not measure all it was asked to, or whose accept file did not
+    read (the report says that run fails): its line on stderr, and exit 1 (a required check
+    never passes it); None for a complete run."""
+    if run.accept_error:
+        print(f"perfguard: nothing accepted: {run.accept_error}", file=sys.stderr)
+        return EXIT_REGRESSION
     if run.complete:
         return None
     from perfguard.records.gaps import summary

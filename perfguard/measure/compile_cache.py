@@ -45,6 +45,9 @@ LOCK_FILES = (
     "pyproject.toml",
 )
 """The project files whose change may change what is compiled (their digest is in the key)."""
+MAX_FILE_BYTES = 512 * 2**20
+"""The largest cache file read (an item's artifacts are KB to tens of MB): a file past it is
+not one perfguard wrote for one item, and reading it whole could take the runner's memory."""
 
 
 def lock_digest(root: Path) -> str:
@@ -105,18 +108,36 @@ class CompileCache:
         )
         return self.folder / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.bin"
 
-    def load(self, device: torch.device) -> bool:
-        """Load this item's artifacts into the (fresh) compile caches; whether there were."""
+    def load(self, device: torch.device) -> str | None:
+        """Load this item's artifacts into the (fresh) compile caches. None: loaded (a hit);
+        else why not, in one line (a miss: compiled cold): no file, one past the size a
+        cache file may be, one torch rejects (damaged, truncated, empty, foreign)."""
+        import logging
+
         import torch
 
         path = self.path(device)
-        if not path.is_file():
-            return False
         try:
-            torch.compiler.load_cache_artifacts(path.read_bytes())
-        except Exception:  # a damaged or foreign file: compiled cold, as on a miss
-            return False
-        return True
+            size = path.stat().st_size
+        except OSError:
+            return "no artifacts for this item"
+        if size > MAX_FILE_BYTES:
+            return (
+                f"{path.name} is {size / 2**20:.0f} MiB, past the {MAX_FILE_BYTES >> 20} MiB a "
+                "cache file may be: not read"
+            )
+        quiet = logging.getLogger("torch.compiler._cache")
+        level = quiet.level
+        quiet.setLevel(logging.ERROR)  # its rejection is said here, in one line
+        try:
+            info = torch.compiler.load_cache_artifacts(path.read_bytes())
+        except Exception as exc:  # a damaged or foreign file: compiled cold, as on a miss
+            return f"{path.name} could not be loaded ({type(exc).__name__}): compiled cold"
+        finally:
+            quiet.setLevel(level)
+        if info is None:  # torch's word for a file it rejects
+            return f"{path.name} was rejected by torch (damaged, truncated or empty): compiled cold"
+        return None
 
     def start(self) -> None:
         """Forget the artifacts compiled before (other items'): what `write` stores is this

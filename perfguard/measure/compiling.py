@@ -83,9 +83,12 @@ def compile_cached(
         call, compiled = compile_variant(built, device, warm, progress)
         built.details["compile_cache"] = "written" if cache.write(device) else "not written"
         return call, compiled
-    hit = cache.load(device)
+    missed = cache.load(device)
+    hit = missed is None
     call, compiled = compile_variant(built, device, warm, progress)
     built.details["compile_cache"] = "hit" if hit else "miss"
+    if missed is not None:
+        built.details["compile_cache_miss"] = missed
     if hit:  # not a cold compile: the cold figure is main's (its stored baseline's)
         built.details["compile_from_cache_s"] = compiled.cold_s
         compiled.cold_s = None

@@ -83,6 +83,12 @@ class Job:
                 f"{caller} measures a torch.nn.Module, got {type(model).__name__}: wrap a "
                 "function in a Module whose forward calls it"
             )
+        if any(t.is_meta for t in (*model.parameters(), *model.buffers())):
+            raise TypeError(
+                f"{caller}: the model's weights are on the meta device (shapes without data): "
+                "materialize them first (model.to_empty(device=...) and initialize them, or "
+                "load a checkpoint)"
+            )
         if not isinstance(example_inputs, tuple | list):
             raise TypeError(
                 f"{caller}: example_inputs must be a tuple of positional arguments, e.g. (x,)"

@@ -67,10 +67,14 @@ def check_can_save(
 
 
 def choose_baseline(
-    settings: FinishSettings, state: GitState | None, store: BaselineStore | ObjectStore
+    settings: FinishSettings, state: GitState | None, store: BaselineStore | ObjectStore | None
 ) -> BaselineChoice:
     if settings.compare == "none":
-        return BaselineChoice(None, f"comparison disabled ({settings.option_prefix}compare=none)")
+        return BaselineChoice(
+            None,
+            settings.why_not_compared
+            or f"comparison disabled ({settings.option_prefix}compare=none)",
+        )
     if state is None:
         return BaselineChoice(
             None,
@@ -79,7 +83,7 @@ def choose_baseline(
         )
 
     def has(sha: str) -> bool:
-        return store.has(settings.machine, sha)
+        return store is not None and store.has(settings.machine, sha)
 
     if settings.compare == "auto":
         return find_baseline(
@@ -95,7 +99,7 @@ def choose_baseline(
 def resolve_baseline(
     settings: FinishSettings,
     state: GitState | None,
-    store: BaselineStore | ObjectStore,
+    store: BaselineStore | ObjectStore | None,
     environment: Mapping[str, Any],
     *,
     beside: tuple[str, str] | None = None,
@@ -107,13 +111,15 @@ def resolve_baseline(
     try:
         if beside is not None:
             commit, reason = beside
+        elif store is None:  # a run that compares with nothing opens no store
+            commit, reason = None, choose_baseline(settings, None, None).reason
         else:
             choice = choose_baseline(settings, state, store)
             commit, reason = choice.commit, choice.reason
     except (PipelineError, GitError, BaselineError) as exc:  # BaselineError: an unlisted store
         return Baseline(None, str(exc), machine, error=str(exc))
     try:
-        run = None if commit is None else store.load(machine, commit)
+        run = None if commit is None or store is None else store.load(machine, commit)
     except BaselineError as exc:
         if beside is None:  # the record the run is compared with: the comparison stops
             return Baseline(None, str(exc), machine, error=str(exc))

@@ -47,7 +47,7 @@ def compare_stored(
     run: Run,
     baseline: Baseline,
     settings: FinishSettings,
-    store: BaselineStore | ObjectStore,
+    store: BaselineStore | ObjectStore | None,
     messages: list[str],
     remeasure: Remeasure | None = None,
 ) -> tuple[FinishSettings, Run]:
@@ -74,7 +74,7 @@ def compare_stored(
     messages.append(f"baseline: {shown} ({baseline.reason})")
     noise: dict[tuple[str, str, str], float] = {}
     history = None
-    if base is not None and baseline.commit is not None:
+    if base is not None and baseline.commit is not None and store is not None:
         messages.extend(f"environment changed: {d}" for d in baseline.differences)
         history = load_history(
             store,

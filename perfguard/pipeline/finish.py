@@ -48,13 +48,15 @@ def finish_run(
     steps = steps or Steps()
     finishing = time.monotonic()
     state, refused = git_state_or_refusal(settings.root)  # a refusal is said below
-    store = open_store(settings.baseline_dir)
+    store: BaselineStore | ObjectStore | None = None  # opened where it is read or written
     error: str | None = None
     run = _new_run(state, measured, settings, steps)
     messages = [f"runner health: {warning}" for warning in run.health_warnings]
     try:
         if refused is not None:
             raise refused
+        if settings.compare != "none" or settings.save or measured.same_job is not None:
+            store = open_store(settings.baseline_dir)  # else nothing reads or writes it
         if baseline is None:
             beside = measured.same_job
             baseline = resolve_baseline(
@@ -80,8 +82,10 @@ def finish_run(
         failures.append(f"nothing accepted: {run.accept_error}")
     json_path, report_path = write_outputs(run, settings, messages, failures)
     saved = None
-    if settings.save:
+    if settings.save and store is not None:
         saved = save(run, settings, state, store, messages, failures, error is not None)
+    elif settings.save:
+        messages.append("baseline not saved: the comparison stopped (above)")
     error = "; ".join(failures) or None
     return PipelineOutcome(run, report_path, json_path, saved, tuple(messages), error)
 
@@ -92,7 +96,7 @@ def _compare(
     settings: FinishSettings,
     steps: Steps,
     baseline: Baseline,
-    store: BaselineStore | ObjectStore,
+    store: BaselineStore | ObjectStore | None,
     messages: list[str],
 ) -> tuple[FinishSettings, Run]:
     """The comparing steps, in order: the base's figures for what was left out, the run's

@@ -44,6 +44,9 @@ class FinishSettings:
     # the guarded settings the caller gave on its command line (the workflow's, not the
     # tree's): a change of the tree cannot have loosened them (`perfguard.stats.bars`)
     given: frozenset[str] = frozenset()
+    # why the run compares with nothing when the caller, not the user, decided it (an A/B
+    # run that measured nothing); "" where `compare` is the user's "none"
+    why_not_compared: str = ""
     confirm: int = 1  # re-measures a latency verdict must survive
     traces: Path | None = None  # the Chrome traces' folder: only the regressions' are kept
     # how the caller's options are spelled in messages: the plugin's `--perfguard-compare`,

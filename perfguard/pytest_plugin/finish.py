@@ -205,15 +205,24 @@ def session_settings(
     from perfguard.environment import machine_key
 
     o = state.options
-    return finish_settings(
+    settings = finish_settings(
         o,
         root=Path(config.rootpath),
         machine=o.machine or machine_key(environment),
-        # A/B with nothing measured (no perf items) has nothing to compare
-        compare="none" if o.ab and state.ab is None else o.compare,
+        compare=o.compare,
         unsaved_reason=None,
         thresholds=state.thresholds(),
     )
+    if o.ab and state.ab is None:  # A/B with nothing measured has nothing to compare
+        collection = state.tally.collection
+        why = (
+            f"{len(collection)} test module(s) of this tree did not collect ({collection[0][0]}: "
+            f"{collection[0][1]})"
+            if collection
+            else "this tree has no perf item to measure (none collected, or none selected)"
+        )
+        settings = replace(settings, compare="none", why_not_compared=f"not compared: {why}")
+    return settings
 
 
 def finish_settings(

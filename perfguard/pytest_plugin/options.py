@@ -335,7 +335,8 @@ def read_options(config: pytest.Config) -> Options:
         values["ab"] = None
     options = Options(enabled=enabled, sources=sources, worker=worker, **values)
     _refuse_conflicts(options, sources)
-    if enabled and not worker:
+    opens_store = options.compare != "none" or options.save or options.ab is not None
+    if enabled and not worker and opens_store:
         _check_store(options.baseline_dir, BY_NAME["baseline_dir"].flag)
     return options
 

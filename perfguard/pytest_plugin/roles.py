@@ -114,6 +114,7 @@ class Measuring:
             device = "cuda" if self.cuda_available() else "cpu"
         gpu = None
         if device.startswith("cuda"):
+            self.check_cuda(device)
             from perfguard.environment import cuda_gpu_id
             from perfguard.health import EXCLUSIVE_PROCESS
 
@@ -124,6 +125,21 @@ class Measuring:
 
         state.monitor = Monitor(device.partition(":")[0], gpu=gpu, timed=TIMED.is_set)
         state.monitor.start()
+
+    def check_cuda(self, device: str) -> None:
+        """A CUDA device asked for (`--perfguard-device`) that this machine has: a usage
+        error naming the option before anything is measured."""
+        if not self.cuda_available():
+            raise pytest.UsageError(no_cuda(device))
+        import torch
+
+        index = int(device.partition(":")[2] or 0)
+        count = torch.cuda.device_count()
+        if index >= count:
+            raise pytest.UsageError(
+                f"--perfguard-device={device}: this machine has {count} CUDA device(s) "
+                f"(cuda:0 to cuda:{count - 1})"
+            )
 
     def cuda_available(self) -> bool:
         """Whether `auto` means CUDA here (this imports torch)."""
@@ -161,6 +177,13 @@ class Measuring:
 
     def pytest_terminal_summary(self, terminalreporter: Any, config: pytest.Config) -> None:
         terminal_summary(terminalreporter, config)
+
+
+def no_cuda(device: str) -> str:
+    return (
+        f"--perfguard-device={device}: CUDA is not available here (no GPU, or a CPU build of "
+        "torch): use --perfguard-device=cpu, or auto"
+    )
 
 
 def begin_item(state: SessionState, item: pytest.Item) -> None:

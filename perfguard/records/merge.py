@@ -94,6 +94,8 @@ def merge_runs(runs: Sequence[tuple[Path, Run]]) -> Run:
         cost=_summed([r.cost for _, r in runs]),
         incomplete=tuple(gaps),
         reach=joined_reach([r.reach for _, r in runs]),
+        # a shard whose accept file did not read: the run accepts nothing, and fails
+        accept_error=next((r.accept_error for _, r in runs if r.accept_error), None),
     )
 
 

@@ -83,6 +83,12 @@ KINDS: dict[str, Kind] = {
         reference=str,
     ),
     "drift_grew": _kind("drift grew more than {growth:g}x over the baseline's", growth=float),
+    "nondeterministic": _kind(
+        "not judged: the model is not deterministic (two eager calls on the same inputs differ "
+        "by {spread:.2g} of its output's RMS); seed its randomness (torch.manual_seed before "
+        "each call, a fixed generator in the model) or make its eval mode deterministic",
+        spread=float,
+    ),
     # exact signals (perfguard.stats.exact)
     "exact_count": _kind("exact count"),
     "new_graph_breaks": _kind("new graph break: {breaks}", breaks=str),

@@ -97,6 +97,13 @@ class DriftCheck:
     eager_error: float  # RMS error of fp32 eager against the same reference
     allowed: float  # the largest error this class allows here
     reference: str  # "fp64" or "fp32" when the model could not run in fp64
+    # not judged: two eager calls on the same inputs differ by this much of the output's RMS
+    # (a model random in eval mode); None: the model is deterministic enough to judge
+    nondeterministic: float | None = None
+
+    @property
+    def judged(self) -> bool:
+        return self.nondeterministic is None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -106,6 +113,7 @@ class DriftCheck:
             "eager_error": self.eager_error,
             "allowed": self.allowed,
             "reference": self.reference,
+            **({} if self.judged else {"nondeterministic": self.nondeterministic}),
         }
 
     @classmethod
@@ -118,6 +126,9 @@ class DriftCheck:
                 eager_error=_finite("drift_check.eager_error", data["eager_error"]),
                 allowed=_finite("drift_check.allowed", data["allowed"]),
                 reference=text("drift_check.reference", data["reference"]),
+                nondeterministic=finite_or_none(
+                    "drift_check.nondeterministic", data.get("nondeterministic")
+                ),
             )
         except RecordError:
             raise

@@ -148,6 +148,10 @@ def _entry(raw: object, where: str) -> Accept:
     )
 
 
+_TABLE = re.compile(r"^[ \t]*\[\[[ \t]*accept[ \t]*\]\]", re.MULTILINE)
+"""An `[[accept]]` header as TOML allows it written (`[[ accept ]]` too)."""
+
+
 def parse_each(text: str, source: str = ACCEPT_FILE) -> list[Accept]:
     """The entries of a file that may not read as a whole (a base's broken file): each
     `[[accept]]` table that reads on its own."""
@@ -156,7 +160,7 @@ def parse_each(text: str, source: str = ACCEPT_FILE) -> list[Accept]:
     except AcceptError:
         pass
     found = []
-    for chunk in text.split("[[accept]]")[1:]:
+    for chunk in _TABLE.split(text)[1:]:
         try:
             found.extend(parse("[[accept]]" + chunk, source))
         except AcceptError:
@@ -165,15 +169,41 @@ def parse_each(text: str, source: str = ACCEPT_FILE) -> list[Accept]:
 
 
 def introduced(head: Sequence[Accept], base: Sequence[Accept]) -> list[Accept]:
-    """The entries of HEAD's file that its base's file does not hold: by what they accept
-    (tests, variant, metrics, bound), not by their words: rewording an old entry's reason
-    does not give it its bound again."""
-    known = {_said(a) for a in base}
-    return [a for a in head if _said(a) not in known]
+    """What HEAD's file accepts that its base's file does not: by meaning (which test,
+    variant and metric, up to how much), not by how it is written. Rewording a reason,
+    reordering metrics, writing `+50.0%` for `+50%`, or splitting one entry into one per
+    metric gives an old entry no bound again; an entry keeps only the metrics its bound is
+    new for (none: not introduced)."""
+    known = {atom for a in base for atom in _atoms(a)}
+    out = []
+    for a in head:
+        new = tuple(m for m in a.metrics if _atom(a, m) not in known)
+        if new:
+            out.append(replace(a, metrics=new))
+    return out
 
 
-def _said(a: Accept) -> tuple[object, ...]:
-    return (a.test, a.variant, a.metrics, a.bound)
+def _atom(a: Accept, metric: str) -> tuple[object, ...]:
+    return (a.test, a.variant, metric, a.size, a.limit)
+
+
+def _atoms(a: Accept) -> list[tuple[object, ...]]:
+    return [_atom(a, m) for m in a.metrics]
+
+
+def too_wide(accepts: Sequence[Accept], tests: Sequence[str]) -> str | None:
+    """Why an entry accepts too much of this run: its pattern matches every one of the
+    run's (two or more) tests, as `*test*` or `tests/*` do. None: each names some."""
+    ids = sorted(set(tests))
+    if len(ids) < 2:
+        return None
+    for a in accepts:
+        if all(_match(a.test, t) for t in ids):
+            return (
+                f"{ACCEPT_FILE}: test = {a.test!r} matches every one of this run's "
+                f"{len(ids)} perf tests: name the tests it accepts"
+            )
+    return None
 
 
 def apply(comparisons: Sequence[Comparison], accepts: Sequence[Accept]) -> list[Comparison]:

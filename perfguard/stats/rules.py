@@ -66,6 +66,9 @@ def drift(base: VariantResult | None, head: VariantResult, th: Thresholds) -> Co
     b_val = None if base is None else base.metrics.drift_max_rel
     h_val = head.metrics.drift_max_rel
     verdict: Verdict
+    if not check.judged:  # a model random in eval mode: neither a failure nor a growth
+        why = reason("nondeterministic", spread=float(check.nondeterministic or 0.0))
+        return _row(head, "drift_max_rel", b_val, h_val, "unchanged", why)
     if not check.passed:
         verdict = "regression"
         why = reason(

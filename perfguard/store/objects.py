@@ -137,6 +137,11 @@ class ObjectStore:
             ) from None
         except ValueError as exc:  # fsspec: an unknown protocol
             raise ObjectStoreError(f"{self.url}: not a store fsspec knows ({exc})") from None
+        except Exception as exc:  # a client that connects as it is made (ftp, sftp) and fails
+            raise ObjectStoreError(
+                f"{self.url}: cannot be opened ({type(exc).__name__}: {exc}); baselines live "
+                "in a folder or an object store (s3://bucket/prefix)"
+            ) from None
         self.prefix = self.prefix.rstrip("/")
         self._listing: dict[str, Entry] | None = None
         self._found: dict[tuple[str, str], str] = {}  # records found by asking for them

@@ -3,9 +3,15 @@
 A variant that leaves the weights alone (eager, autocast, every compile mode) measures the
 user's model itself: a copy would double the footprint of the very models teams care about
 (a 6 GB model would need 12 GB and more). While lent, the model is on the measuring device
-and in eval mode; afterwards each module has its own training flag back, the weights are on
-the device they came from, and an instance `forward` or a `generation_config` that a
-generation set is undone. The caller's random number generators are left as they were.
+and in eval mode (its own `eval()`); afterwards each module has its own training flag back,
+set through its own `train()` (an override of it runs), the weights are on the device they
+came from, an instance `forward` or a `generation_config` that a generation set is undone,
+and no attribute the measuring added is left on any module (`torch.compile` marks the module
+it compiles). The caller's random number generators are left as they were.
+
+What in-place measuring does not undo is what the model's own forward does to itself: a
+forward that updates a buffer (a running statistic in train mode, a cache, a call counter)
+has done so once per measured call when the model comes back.
 
 A variant that changes the weights (int8, pruning, an ONNX export) makes its own copy
 instead (`perfguard.variants.registry`), and a training step, which changes them by design,
@@ -54,6 +60,7 @@ def lent(model: nn.Module, device: torch.device) -> Iterator[nn.Module]:
             f"its weights lie on {len(home)} devices ({', '.join(sorted(map(str, home)))})"
         )
     modes = [(m, m.training) for m in model.modules()]
+    attributes = [(m, set(m.__dict__)) for m in model.modules()]
     own_forward = model.__dict__.get("forward", _MISSING)
     config = getattr(model, "generation_config", None)
     saved_config = copy.deepcopy(config) if config is not None else None
@@ -67,14 +74,27 @@ def lent(model: nn.Module, device: torch.device) -> Iterator[nn.Module]:
         finally:
             if moved:
                 model.to(next(iter(home)))
-            for module, training in modes:
-                module.training = training
+            _give_back_modes(model, modes)
+            for module, had in attributes:  # nothing of the measuring's stays on it
+                for name in set(module.__dict__) - had - {"forward"}:
+                    del module.__dict__[name]
             if own_forward is _MISSING:
                 model.__dict__.pop("forward", None)
             else:
                 model.__dict__["forward"] = own_forward
             if saved_config is not None:
                 model.generation_config = saved_config
+
+
+def _give_back_modes(model: nn.Module, modes: list[tuple[nn.Module, bool]]) -> None:
+    """Each module's training flag as it was, through the modules' own `train()`: the
+    root's first (an override may set its children as it likes), then, parents before
+    children, each module still off its flag."""
+    root = modes[0][1] if modes else model.training
+    model.train(root)
+    for module, training in modes:
+        if module.training != training:
+            module.train(training)
 
 
 def lent_or_copied(

@@ -16,7 +16,13 @@ from perfguard.pytest_plugin.ab import session as ab_session
 from perfguard.pytest_plugin.ab.protocol import Collected, Ended
 from perfguard.pytest_plugin.collection import test_id, test_of, variant_of
 from perfguard.pytest_plugin.options import configured
-from perfguard.pytest_plugin.roles import Measuring, begin_item, end_item, within_import_limit
+from perfguard.pytest_plugin.roles import (
+    Measuring,
+    begin_item,
+    end_item,
+    no_cuda,
+    within_import_limit,
+)
 from perfguard.pytest_plugin.state import SessionState
 from perfguard.pytest_plugin.timeout import limit_of
 
@@ -68,6 +74,14 @@ class AbDriving(Measuring):
             if (cuda := ab.driver.cuda) is not None:
                 return cuda
         return super().cuda_available()
+
+    def check_cuda(self, device: str) -> None:
+        """As the workers see it (which CUDA device each has is theirs to say, per item)."""
+        if not self.cuda_available():
+            if self.state.ab is not None:
+                self.state.ab.close(interrupted=True)
+                self.state.ab = None
+            raise pytest.UsageError(no_cuda(device))
 
     def check_device(self) -> None:
         from perfguard.health import EXCLUSIVE_ADVICE
