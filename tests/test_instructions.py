@@ -22,6 +22,7 @@ from perfguard.measure.callgrind import (
 from perfguard.pytest_plugin import instructions
 from perfguard.pytest_plugin.instructions import count_instructions, regions_for
 from perfguard.pytest_plugin.options import Options, default_options
+from perfguard.pytest_plugin.orders import Orders
 from perfguard.records import Counters
 from perfguard.stats.exact import exact_comparisons
 from tests.factories import result
@@ -169,8 +170,10 @@ def test_no_valgrind_when_asked_is_a_usage_error_before_measuring(
 
 
 COUNTED = (
-    "from perfguard.measure.callgrind import regions_from_env\n"
-    "modes, regions = regions_from_env()\n"
+    "from perfguard.measure.callgrind import counted_regions\n"
+    "from perfguard.pytest_plugin.orders import from_environment\n"
+    "orders = from_environment()\n"
+    "modes, regions = counted_regions(orders.instructions, orders.shim)\n"
     "with regions.count('forward'):\n"
     "    sum(i * i for i in range({n}))\n"
 )
@@ -182,10 +185,11 @@ def test_a_region_is_counted_alike_in_every_process_and_more_work_counts_more(
     tmp_path: Path,
 ) -> None:
     shim = build_shim(tmp_path / "cache")
+    told = Orders(instructions=("forward",), shim=str(shim)).env()
 
     def count(n: int) -> int:
         got = run_counted(
-            [sys.executable, "-c", COUNTED.format(n=n)], tmp_path, ("forward",), shim, 120
+            [sys.executable, "-c", COUNTED.format(n=n)], tmp_path, ("forward",), told, 120
         )
         assert got.error is None, got.error
         return got.counts["forward"]
@@ -193,7 +197,7 @@ def test_a_region_is_counted_alike_in_every_process_and_more_work_counts_more(
     first, again, more = count(20_000), count(20_000), count(40_000)
     assert abs(again - first) / first < 0.01
     assert more > 1.5 * first
-    missing = run_counted([sys.executable, "-c", "pass"], tmp_path, ("forward",), shim, 120)
+    missing = run_counted([sys.executable, "-c", "pass"], tmp_path, ("forward",), told, 120)
     assert missing.counts == {} and missing.error is not None
     assert missing.error.startswith("callgrind counted no forward (exit code 0)")
 

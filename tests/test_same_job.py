@@ -156,12 +156,13 @@ def test_a_base_that_crashes_or_raises_loses_nothing_on_the_head_side(
     pytester.makepyfile(mymodels=MODELS.format(depth=2))
     pytester.makepyfile(
         test_models="""
-import os, pytest
+import json, os, pytest
 from mymodels import mlp
 
 @pytest.mark.perfguard(variants=["eager"])
 def test_crash(perfguard):
-    if os.environ.get("PERFGUARD_AB_SIDE") == "A" and not os.path.exists("fixed"):
+    side = json.loads(os.environ.get("PERFGUARD_ORDERS", "{}")).get("side")
+    if side == "A" and not os.path.exists("fixed"):
         os._exit(3)  # the base tree's process dies hard
     model, inputs = mlp()
     perfguard.run(model, inputs)
@@ -225,15 +226,15 @@ def test_the_workers_start_while_the_driver_still_collects(
     scratch_repo(pytester, base_depth=2, head_depth=2, bar=30)
     pytester.makeconftest(
         """
-import os, pathlib, time
+import json, os, pathlib, time
 
 def pytest_configure(config):
-    side = os.environ.get("PERFGUARD_AB_SIDE")
+    side = json.loads(os.environ.get("PERFGUARD_ORDERS", "{}")).get("side")
     if side:  # a worker: say it started, where the driver can see it
         pathlib.Path(os.environ["SEEN_DIR"], side).write_text("")
 
 def pytest_collection_finish(session):
-    if os.environ.get("PERFGUARD_AB_SIDE"):
+    if json.loads(os.environ.get("PERFGUARD_ORDERS", "{}")).get("side"):
         return
     seen = pathlib.Path(os.environ["SEEN_DIR"])
     end = time.monotonic() + 60
@@ -513,10 +514,10 @@ def test_the_driver_leaves_torch_to_its_workers(pytester: pytest.Pytester) -> No
     pytester.makepyfile(test_lazy=LAZY_TESTS)
     pytester.makeconftest(
         """
-import os, pathlib, sys
+import json, os, pathlib, sys
 
 def pytest_unconfigure(config):
-    if not os.environ.get("PERFGUARD_AB_SIDE"):
+    if not json.loads(os.environ.get("PERFGUARD_ORDERS", "{}")).get("side"):
         pathlib.Path("driver-torch.txt").write_text(str("torch" in sys.modules))
 """
     )

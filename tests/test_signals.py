@@ -163,20 +163,19 @@ def test_the_workers_socket_binds_under_a_temporary_directory_of_any_depth(
     deep = tmp_path.joinpath(*["a-rather-long-folder-name"] * depth)
     deep.mkdir(parents=True, exist_ok=True)
     monkeypatch.setattr("tempfile.tempdir", str(deep))
-    listener, env, folder = channel.open_listener()
+    listener, (address, key), folder = channel.open_listener()
     try:
         accepted: list[object] = []
         waiter = threading.Thread(target=lambda: accepted.append(listener.accept()))
         waiter.start()
-        monkeypatch.setattr(os, "environ", {**os.environ, **env})
-        conn = channel.connect_from_env()
+        conn = channel.connect(address, key)
         assert conn is not None
         waiter.join(timeout=30)
         conn.send({"kind": "hello"})
         assert accepted[0].recv() == {"kind": "hello"}  # type: ignore[attr-defined]
-        assert "\0" not in env[channel.ENV_ADDRESS]  # an environment variable holds no NUL
+        assert "\0" not in address  # an environment variable holds no NUL
         if depth:  # too deep for a socket file: Linux's abstract namespace
-            assert env[channel.ENV_ADDRESS].startswith(channel.ABSTRACT)
+            assert address.startswith(channel.ABSTRACT)
     finally:
         listener.close()
         shutil.rmtree(folder, ignore_errors=True)

@@ -34,8 +34,6 @@ from pathlib import Path
 from perfguard.errors import PerfguardError
 
 MODES = ("compile", "forward")
-ENV_MODES = "PERFGUARD_INSTRUCTIONS"  # in the counted process: the regions to count
-ENV_SHIM = "PERFGUARD_CALLGRIND_SHIM"  # ... and the library that turns counting on and off
 DUMP_PREFIX = "callgrind.out"
 
 SHIM_SOURCE = """\
@@ -123,13 +121,14 @@ class Regions:
             self._lib.perfguard_stop(name.encode())
 
 
-def regions_from_env() -> tuple[tuple[str, ...], Regions] | None:
-    """The regions this process is asked to count and the means to, or None when it is a
-    measuring process (the usual case)."""
-    modes, shim = os.environ.get(ENV_MODES), os.environ.get(ENV_SHIM)
+def counted_regions(
+    modes: Sequence[str], shim: str | None
+) -> tuple[tuple[str, ...], Regions] | None:
+    """The regions this process is asked to count (its orders: the modes and the shim that
+    turns counting on and off), or None when it is a measuring process (the usual case)."""
     if not modes or not shim:
         return None
-    return parse_modes(modes), Regions(Path(shim))
+    return parse_modes(",".join(modes)), Regions(Path(shim))
 
 
 def parse_dumps(folder: Path) -> dict[str, int]:
@@ -162,16 +161,16 @@ def run_counted(
     command: Sequence[str],
     cwd: Path,
     modes: Sequence[str],
-    shim: Path,
+    told: Mapping[str, str],
     timeout_s: float,
 ) -> Counted:
-    """Run `command` (a Python process) under callgrind with only the asked regions counted."""
+    """Run `command` (a Python process) under callgrind with only the asked regions counted;
+    `told`: the environment that tells it which (its orders: the modes and the shim)."""
     import time
 
     env = {
         **os.environ,
-        ENV_MODES: ",".join(modes),
-        ENV_SHIM: str(shim),
+        **told,
         "PYTHONHASHSEED": "0",  # the same iteration order of sets and dicts every time
         "TORCHINDUCTOR_COMPILE_THREADS": "1",  # compile in this process, where it is counted
     }

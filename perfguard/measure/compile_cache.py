@@ -13,16 +13,15 @@ torch's and Triton's versions, the device's model, the project's lock files, the
 variant. A stale file (older code) is harmless: torch keys each artifact by its graph, so a
 changed graph misses and compiles cold.
 
-Who does what (`use_for`): main's run (`--perfguard-save`, or a worker of its paired run)
-writes after its cold compile; the base side of an A/B run and confirmation rounds
-(`ENV_LOAD`) load; any other run compiles cold and leaves the cache alone.
+Who does what (`use_for`): main's run (`--perfguard-save`, or the head worker of its paired
+run) writes after its cold compile; the base side of an A/B run and confirmation rounds load
+(their orders say so); any other run compiles cold and leaves the cache alone.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -32,8 +31,6 @@ from perfguard.store.atomic import write_bytes_atomic
 if TYPE_CHECKING:
     import torch
 
-ENV_LOAD = "PERFGUARD_COMPILE_FROM_CACHE"  # a confirmation round's sessions: load
-ENV_WRITE = "PERFGUARD_COMPILE_CACHE_WRITE"  # the workers of main's paired run: write
 LOCK_FILES = (
     "uv.lock",
     "poetry.lock",
@@ -61,15 +58,16 @@ def lock_digest(root: Path) -> str:
 
 
 def use_for(
-    folder: Path | None, *, saving: bool, base_side: bool, root: Path
+    folder: Path | None, *, saving: bool, told: str | None, root: Path
 ) -> tuple[Path, str, str] | None:
     """(folder, mode, lock digest) for a measuring session, or None without a cache. Mode
-    "load" (the base side, a confirmation round), "write" (main's run), or "cold"."""
+    "load" (the base side of A/B, a confirmation round: `told` so by the session that
+    started it), "write" (main's run, and its paired run's head worker), or "cold"."""
     if folder is None:
         return None
-    if os.environ.get(ENV_LOAD) or base_side:
-        mode = "load"
-    elif saving or os.environ.get(ENV_WRITE):
+    if told in ("load", "write"):
+        mode = told
+    elif saving:
         mode = "write"
     else:
         mode = "cold"

@@ -41,6 +41,7 @@ class MeasureSettings:
     batch: int | None = None  # items per call for throughput_per_s; None: the inputs say
     shapes: tuple[tuple[int, ...], ...] = ()  # compile-dynamic: the first input's shapes
     compile_cache: CompileCache | None = None  # main's compiled artifacts (measure.compile_cache)
+    record_sites: bool = False  # one more call recording allocation sites (measure.memory_sites)
 
 
 Work = TrainStep | Generation | None

@@ -3,7 +3,7 @@
 A site is the innermost frame of the call's stack outside torch and perfguard (the user's
 code, or Inductor's generated code of a compiled variant) with the operator that allocated
 beside it. Recorded on one extra, untimed call, only where a memory verdict stands (the
-pipeline asks for it: `ENV_SITES`):
+pipeline asks for it: `MeasureSettings.record_sites`):
 
 - on CUDA, with the caching allocator's history (`torch.cuda.memory._record_memory_history`
   with Python stacks): each block's frames carry their line; the snapshot is written as a
@@ -20,7 +20,6 @@ the inputs, caches) is one site of its own, `BEFORE`.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -28,7 +27,6 @@ from typing import Any
 
 from perfguard.records.sites import BEFORE, KEPT, Site, grouped
 
-ENV_SITES = "PERFGUARD_MEMORY_SITES"  # a session asked to record allocation sites
 FRAMES = 4  # frames kept above a site
 OUTSIDE = (
     "torch/",
@@ -39,11 +37,6 @@ OUTSIDE = (
     "pluggy/",
     "_pytest/",
 )
-
-
-def wanted() -> bool:
-    """Whether this session records allocation sites (a pipeline's memory explanation)."""
-    return bool(os.environ.get(ENV_SITES))
 
 
 def callers(frames: Sequence[str]) -> tuple[str, ...]:

@@ -281,7 +281,7 @@ def _take(built: Built, clock: Clock, device: torch.device, job: Job, hooks: Hoo
         for _ in range(work.memory):
             call()
         memory = probe.stop()
-        if memory_sites.wanted():  # a memory verdict stands: one more call, recorded
+        if job.settings.record_sites:  # a memory verdict stands: one more call, recorded
             progress("allocation sites")
             _record_sites(built, call, device, job)
         progress("drift")

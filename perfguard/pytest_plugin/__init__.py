@@ -76,8 +76,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """One item per variant; the marker read here, once, into the test's `ItemSettings`."""
-    if "perfguard" not in metafunc.fixturenames:
+    """One item per variant; the marker read here, once, into the test's `ItemSettings`. A
+    test whose `perfguard` is a fixture of the user's own (it does not ask for the variant, as
+    perfguard's does) is left alone: the user's fixture wins."""
+    if "perfguard" not in metafunc.fixturenames or VARIANT_PARAM not in metafunc.fixturenames:
         return
     options = metafunc.config.stash[options_key]
     test = test_name(metafunc)

@@ -55,6 +55,17 @@ def test_of(nodeid: str) -> str:
     return nodeid.partition("[")[0]
 
 
+def times_itself(item: pytest.Item) -> bool:
+    """A test that is no perf item but times itself with pytest-benchmark's `benchmark`
+    fixture (recorded as variant `pytest-benchmark`; in A/B, run in both trees)."""
+    return "benchmark" in getattr(item, "fixturenames", ()) and variant_of(item) is None
+
+
+def measured_in_ab(item: pytest.Item) -> bool:
+    """An item same-job A/B runs in both trees: a perf item, or a test that times itself."""
+    return variant_of(item) is not None or times_itself(item)
+
+
 def variant_of(item: pytest.Item) -> str | None:
     """The variant of a perf item; None for any other item."""
     callspec = getattr(item, "callspec", None)

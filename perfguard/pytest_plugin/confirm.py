@@ -18,7 +18,6 @@ import functools
 import gc
 import json
 import math
-import os
 import subprocess
 import sys
 import tempfile
@@ -30,8 +29,8 @@ import pytest
 
 from perfguard.confirm import ConfirmRound, Remeasure
 from perfguard.git import GitError, resolve_commit
-from perfguard.measure.compile_cache import ENV_LOAD
 from perfguard.pytest_plugin.options import Options
+from perfguard.pytest_plugin.orders import Orders, child_environment
 from perfguard.records import RecordError, Run, VariantResult
 
 TIMEOUT_BASE_S = 1800.0
@@ -53,21 +52,21 @@ def remeasurer(
     run_child: ChildRunner | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
-    env: Mapping[str, str] | None = None,
+    orders: Orders | None = None,
 ) -> Remeasure:
     """A `Remeasure` that runs the flagged items' test items in a child pytest session.
 
     Beside the base commit (A/B) when it is in this repository. Otherwise alone, starting
     no sooner than `options.confirm_gap_s` after the last of those items was measured (or
     re-measured): a slowdown of the host lasts seconds to minutes, and must not hit both.
-    `env`: what the child sessions are told besides (recording allocation sites: then
+    `orders`: what the child sessions are told besides (recording allocation sites: then
     nothing is timed against anything, and nothing waits).
     """
     root = Path(config.rootpath)
     # the child reads the same ini file and loads the same plugins as this session
     extra = ["-c", str(config.inipath)] if config.inipath else []
     extra += plugin_args(config.invocation_params.args)
-    child = run_child or functools.partial(_run_child, env=env)
+    child = run_child or functools.partial(_run_child, orders=orders)
     rounds = 0
     last_end = -math.inf
 
@@ -85,7 +84,7 @@ def remeasurer(
             return ConfirmRound(())
         rounds += 1
         flagged = [key for key in keys if key in items]
-        if ab is None and env is None:
+        if ab is None and orders is None:
             latest = max([last_end, *(measured_at.get(i, -math.inf) for i in items.values())])
             wait = options.confirm_gap_s - (clock() - latest)
             if wait > 0:
@@ -97,7 +96,7 @@ def remeasurer(
             (
                 f"confirming {len(flagged)} flagged{open_} item(s) {where} "
                 f"({rounds} of {options.confirm})"
-                if env is None
+                if orders is None
                 else f"recording the allocation sites of {len(flagged)} item(s) {where}"
             )
             + f": {', '.join(items.values())}"
@@ -143,7 +142,7 @@ def _run_child(
     root: Path,
     args: Sequence[str],
     items: Mapping[tuple[str, str], str],
-    env: Mapping[str, str] | None = None,
+    orders: Orders | None = None,
 ) -> ConfirmRound:
     with tempfile.TemporaryDirectory(prefix="perfguard-confirm-") as tmp:
         out, log = Path(tmp) / "results.json", Path(tmp) / "pytest.log"
@@ -161,7 +160,7 @@ def _run_child(
         try:
             with log.open("wb") as sink:
                 # a round re-measures latency: its compiles may load main's artifacts
-                told = {**os.environ, ENV_LOAD: "1", **(env or {})}
+                told = child_environment((orders or Orders()).with_(compile_cache="load"))
                 code = subprocess.run(
                     cmd, cwd=root, env=told, stdout=sink, stderr=subprocess.STDOUT, timeout=timeout
                 ).returncode

@@ -281,22 +281,18 @@ def _remeasure(config: pytest.Config, state: SessionState, exitstatus: int) -> R
 def _explainer(config: pytest.Config, state: SessionState, exitstatus: int) -> Remeasure | None:
     """How a memory verdict's item is measured once more with allocation recording (child
     sessions, beside the base commit where the checkout has it), or None."""
-    import os
-
-    from perfguard.measure.compile_cache import ENV_LOAD
-    from perfguard.measure.memory_sites import ENV_SITES
+    from perfguard.pytest_plugin.orders import Orders
 
     o = state.options
     if o.compare == "none" or state.exclusive_gpu or exitstatus == pytest.ExitCode.INTERRUPTED:
         return None
-    if os.environ.get(ENV_SITES) or os.environ.get(ENV_LOAD):
+    if o.orders.sites or o.orders.compile_cache == "load":
         return None  # a child session (recording sites, confirming): its caller explains
-    from perfguard.pytest_plugin.ab.channel import ENV_TRACES
     from perfguard.pytest_plugin.confirm import remeasurer
 
     # the CUDA snapshots go beside this run's traces (its artifacts)
-    told = {ENV_SITES: "1", ENV_TRACES: str(trace_dir(o))}
-    return remeasurer(config, o, state.nodeids, state.measured_at, state.progress.note, env=told)
+    told = Orders(sites=True, traces=str(trace_dir(o)))
+    return remeasurer(config, o, state.nodeids, state.measured_at, state.progress.note, orders=told)
 
 
 def count_instructions(

@@ -5,7 +5,6 @@ training step."""
 from __future__ import annotations
 
 import contextlib
-import os
 import random
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -13,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from perfguard.bounds import check
-from perfguard.pytest_plugin.ab.channel import ENV_SIDE
 from perfguard.pytest_plugin.ab.protocol import Result
 from perfguard.pytest_plugin.collection import test_id
 from perfguard.pytest_plugin.marker import MarkerSettings, settings_of
@@ -253,9 +251,10 @@ class PerfguardFixture:
             shapes=tuple(tuple(shape) for shape in merged["shapes"]),
             flush_l2=o.flush_l2,
             trace_dir=trace_dir(o),
-            trace_side="base" if os.environ.get(ENV_SIDE) == "A" else "head",
+            trace_side="base" if o.orders.side == "A" else "head",
             batch=batch,
             compile_cache=self._compile_cache(),
+            record_sites=o.orders.sites,
         )
 
     def _compile_cache(self) -> CompileCache | None:
@@ -264,10 +263,7 @@ class PerfguardFixture:
 
         o = self._state.options
         use = use_for(
-            o.compile_cache,
-            saving=o.save,
-            base_side=os.environ.get(ENV_SIDE) == "A",
-            root=self._state.root,
+            o.compile_cache, saving=o.save, told=o.orders.compile_cache, root=self._state.root
         )
         if use is None:
             return None

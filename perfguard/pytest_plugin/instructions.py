@@ -16,12 +16,13 @@ from pathlib import Path
 
 from perfguard.measure.callgrind import CallgrindError, Counted, build_shim, run_counted
 from perfguard.pytest_plugin.options import Options
+from perfguard.pytest_plugin.orders import Orders
 from perfguard.records import Counters, VariantResult
 from perfguard.variants.spec import UnknownVariantError, parse_variant
 
 TIMEOUT_S = 1800.0  # one item: a max-autotune compile under callgrind can take many minutes
 
-Runner = Callable[[Sequence[str], Path, Sequence[str], Path, float], Counted]
+Runner = Callable[[Sequence[str], Path, Sequence[str], Mapping[str, str], float], Counted]
 
 
 def regions_for(variant: str, modes: Sequence[str]) -> tuple[str, ...]:
@@ -84,9 +85,9 @@ def count_instructions(
             f"counting instructions ({', '.join(regions)}) under callgrind{side}, "
             f"{n} of {len(todo)}: {nodeid}"
         )
-        counted = run(
-            [sys.executable, "-m", "pytest", *base, nodeid], root, regions, shim, TIMEOUT_S
-        )
+        told = Orders(instructions=tuple(regions), shim=str(shim)).env()
+        command = [sys.executable, "-m", "pytest", *base, nodeid]
+        counted = run(command, root, regions, told, TIMEOUT_S)
         figures = ", ".join(f"{k} {v:,}" for k, v in counted.counts.items())
         say(f"  {figures or 'nothing counted'} in {counted.seconds:.0f}s")
         out[i] = with_counts(out[i], counted)

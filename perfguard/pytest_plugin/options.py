@@ -6,16 +6,15 @@ per test where it has a key for it (variants, thresholds, budget, drift toleranc
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from perfguard.bounds import check
-from perfguard.pytest_plugin.ab.channel import ENV_ADDRESS, ENV_TRACES
+from perfguard.pytest_plugin.orders import Orders, OrdersError, from_environment
 from perfguard.settings import BY_NAME, ENABLE_HELP, Setting
 from perfguard.settings import OPTIONS as SETTINGS_OPTIONS
 from perfguard.variants.spec import UnknownVariantError, parse_variant_list
@@ -57,8 +56,9 @@ def add_options(parser: pytest.Parser) -> None:
 @dataclass(frozen=True)
 class Options:
     """The resolved options of a session: an attribute per row of the settings table
-    (`Setting.field`, read by its `read` kind), and three facts of the session. A test holds
-    the attributes and the table to each other."""
+    (`Setting.field`, read by its `read` kind), and four facts of the session (whether it is
+    on, where each setting came from, whether it is an A/B worker, and the orders of the
+    session that started it). A test holds the attributes and the table to each other."""
 
     enabled: bool  # --perfguard
     sources: Mapping[str, str]  # where each setting came from: its flag, its ini key, "default"
@@ -97,6 +97,8 @@ class Options:
     ab: str | None  # same-job A/B against this revision ("auto": find it)
     ab_min_change_pct: float
     instructions: tuple[str, ...]  # callgrind regions to count: compile, forward
+
+    orders: Orders = field(default_factory=Orders)  # what the session that started this asks
 
     def measuring_args(self, rootdir: Path, repeats: int, ab: str | None = None) -> list[str]:
         """The pytest command line of a child session that measures as this one does
@@ -324,7 +326,11 @@ def read_options(config: pytest.Config) -> Options:
     """Read and validate every option of the table; a bad value is a usage error naming
     where it came from (the flag, the ini key, or the default)."""
     root = Path(config.rootpath)
-    worker = bool(os.environ.get(ENV_ADDRESS))
+    try:
+        orders = from_environment()
+    except OrdersError as exc:
+        raise pytest.UsageError(f"perfguard: {exc} (a child session of another version?)") from None
+    worker = orders.worker
     enabled = bool(config.getoption("--perfguard"))
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
@@ -333,7 +339,7 @@ def read_options(config: pytest.Config) -> Options:
         values[opt.field] = _read(opt, value, sources[opt.name], root)
     if worker:  # a worker measures one side; the driver compares
         values["ab"] = None
-    options = Options(enabled=enabled, sources=sources, worker=worker, **values)
+    options = Options(enabled=enabled, sources=sources, worker=worker, orders=orders, **values)
     _refuse_conflicts(options, sources)
     opens_store = options.compare != "none" or options.save or options.ab is not None
     if enabled and not worker and opens_store:
@@ -378,5 +384,5 @@ def default_options(root: Path, **given: Any) -> Options:
 def trace_dir(options: Options) -> Path:
     """Where this session's Chrome traces go: beside the report, or where the session that
     started this process (A/B driver, confirmation) asked."""
-    given = os.environ.get(ENV_TRACES)
+    given = options.orders.traces
     return Path(given) if given else options.report.parent / "traces"

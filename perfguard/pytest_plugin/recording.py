@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from perfguard.pytest_plugin.ab.channel import ENV_ADDRESS, ENV_REACH
+from perfguard.pytest_plugin.orders import OrdersError, from_environment
 from perfguard.records.reach import Reach
 
 FULL_EVENTS = ("push", "schedule", "workflow_dispatch", "merge_group")
@@ -64,8 +64,12 @@ def wants_record(config: pytest.Config) -> bool:
     ns = config.known_args_namespace
     if not getattr(ns, "perfguard", False):
         return False
-    if os.environ.get(ENV_ADDRESS):
-        return bool(os.environ.get(ENV_REACH))
+    try:
+        orders = from_environment()
+    except OrdersError:
+        return False  # the session stops when it reads its options, saying why
+    if orders.worker:
+        return orders.reach is not None
     record = getattr(ns, "perfguard_record", None) or str(config.getini("perfguard_record"))
     if record in ("yes", "no"):
         return record == "yes"
@@ -279,9 +283,9 @@ class Recording:
         self.test_files[test] = Path(item.path)
 
     def write_for_driver(self) -> None:
-        """An A/B worker's record, where its driver asked for it (`ENV_REACH`; one file per
-        worker process: a worker restarted after a crash writes its own)."""
-        target = os.environ.get(ENV_REACH)
+        """An A/B worker's record, where its driver asked for it (its orders' `reach`; one
+        file per worker process: a worker restarted after a crash writes its own)."""
+        target = from_environment().reach
         reach = self.finish() if target else None
         if reach is not None:
             from perfguard.store.atomic import write_json_atomic

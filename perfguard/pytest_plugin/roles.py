@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Generator
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -21,7 +22,7 @@ import pytest
 from perfguard import PerfguardWarning
 from perfguard.pytest_plugin import timeout
 from perfguard.pytest_plugin.benchmark_bridge import result_from_benchmark
-from perfguard.pytest_plugin.collection import shard_items, test_id, variant_of
+from perfguard.pytest_plugin.collection import measured_in_ab, shard_items, test_id, variant_of
 from perfguard.pytest_plugin.finish import finish_session, terminal_summary
 from perfguard.pytest_plugin.fixture import PerfguardFixture
 from perfguard.pytest_plugin.gaps import first_line
@@ -90,6 +91,8 @@ class Measuring:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         tally_end(self.state, report)
+        if report.when == "call" and report.failed:
+            failed_after_measuring(self.state, report)
 
     def pytest_itemcollected(self, item: pytest.Item) -> None:
         """Every perf item of this tree, before -k, -m or sharding chose: in A/B, a base test
@@ -102,6 +105,7 @@ class Measuring:
         """Note the perf items to measure (after -k, -m and sharding have chosen); start the
         runner health monitor once there is something to measure."""
         self.state.tally.expected = [i.nodeid for i in session.items if variant_of(i) is not None]
+        refuse_benchmark_only(session.config, len(self.state.tally.expected))
         if session.items:
             self.start(session)
 
@@ -168,7 +172,10 @@ class Measuring:
             )
         bench = getattr(item, "funcargs", {}).get("benchmark")
         if bench is not None and outcome.excinfo is None:
-            result = result_from_benchmark(item.nodeid, bench)
+            # a perf test that also times itself is one test: its own id, not the item's
+            variant = variant_of(item)
+            test = item.nodeid if variant is None else test_id(item, variant)
+            result = result_from_benchmark(test, bench)
             if result is not None:
                 self.state.record(result, item.nodeid)
 
@@ -187,9 +194,10 @@ def no_cuda(device: str) -> str:
 
 
 def begin_item(state: SessionState, item: pytest.Item) -> None:
-    """An attempt of a perf item begins (its set-up): its whole limit from now, in this
-    process, and at its watchdog (a session the user started)."""
-    if variant_of(item) is None:
+    """An attempt of a perf item (or a test that times itself) begins (its set-up): its
+    whole limit from now, in this process, and at its watchdog (a session the user
+    started)."""
+    if not measured_in_ab(item):
         return
     limit = limit_of(item, state.options.timeout_s)
 
@@ -207,14 +215,14 @@ def end_item(state: SessionState, item: pytest.Item, *, record: bool) -> None:
     """An attempt of a perf item ended (its teardown). `record`: one that ran out of time
     without a result gets an error result naming the limit (a worker's driver records the
     item itself)."""
-    variant = variant_of(item)
-    if variant is None:
+    if not measured_in_ab(item):
         return
     timeout.end()
     if state.watchdog is not None:
         state.watchdog.disarm()
+    variant = variant_of(item)
     limit = state.tally.timed_out.get(item.nodeid)
-    if record and limit is not None:
+    if record and limit is not None and variant is not None:
         key = (test_id(item, variant), variant)
         if state.nodeids.get(key) != item.nodeid:  # ended before it had a result
             error = VariantResult(
@@ -241,6 +249,34 @@ def within_import_limit(
         timeout.end()
         if state.watchdog is not None:
             state.watchdog.disarm()
+
+
+def refuse_benchmark_only(config: pytest.Config, perf_items: int) -> None:
+    """pytest-benchmark's `--benchmark-only` skips every test without its fixture: beside
+    `--perfguard` with perf items to measure, that is a usage error, not a silent skip."""
+    try:
+        only = bool(config.getoption("benchmark_only"))
+    except ValueError:  # pytest-benchmark is not installed
+        return
+    if only and perf_items:
+        raise pytest.UsageError(
+            f"--benchmark-only skips every test that does not use pytest-benchmark's fixture: "
+            f"the {perf_items} perf item(s) would not be measured. Drop --benchmark-only "
+            "(perfguard records the benchmark tests as well)"
+        )
+
+
+def failed_after_measuring(state: SessionState, report: pytest.TestReport) -> None:
+    """A perf test whose own assertion failed after it measured: its figures are an error
+    result, never an ok one (nor a baseline's)."""
+    for key, nodeid in list(state.nodeids.items()):
+        found = state.result_of(key)
+        if nodeid == report.nodeid and found is not None and found.status == "ok":
+            line = first_line(report) or "the test failed"
+            state.record(
+                replace(found, status="error", error=f"the test failed after measuring: {line}"),
+                nodeid,
+            )
 
 
 def tally_end(state: SessionState, report: pytest.TestReport) -> None:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from perfguard.pytest_plugin.collection import test_id, variant_of
+from perfguard.pytest_plugin.collection import measured_in_ab, test_id, variant_of
 from perfguard.pytest_plugin.marker import settings_of
 from perfguard.pytest_plugin.recording import FULL_EVENTS, test_key
 from perfguard.records import Selection, Unaffected
@@ -37,7 +37,7 @@ def select(state: SessionState, config: pytest.Config, items: list[pytest.Item])
     perf = [i for i in items if variant_of(i) is not None]
     if not perf:
         return
-    config.stash[_collected_key] = perf
+    config.stash[_collected_key] = [i for i in items if measured_in_ab(i)]
     why_full = _why_full(state)
     if why_full:
         state.selection = Selection(partial=False, reason=why_full)

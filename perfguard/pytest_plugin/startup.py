@@ -3,8 +3,6 @@ is measured, the session's state, and the plugin object of its role (`roles`).""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -69,9 +67,9 @@ def configure(config: pytest.Config, options: Options) -> None:
         notes=[unpaired] if unpaired else [],
         item_settings=config.stash[tests_key],
     )
-    from perfguard.measure.callgrind import CallgrindError, build_shim, regions_from_env
+    from perfguard.measure.callgrind import CallgrindError, build_shim, counted_regions
 
-    state.counting = regions_from_env()
+    state.counting = counted_regions(options.orders.instructions, options.orders.shim)
     if options.instructions and state.counting is None:
         try:  # asked for and impossible here: say so before anything is measured
             build_shim()
@@ -80,7 +78,7 @@ def configure(config: pytest.Config, options: Options) -> None:
     if options.worker:
         from perfguard.pytest_plugin.ab.worker import WorkerLink
 
-        state.worker = WorkerLink.from_env()
+        state.worker = WorkerLink.from_orders(options.orders)
     undo = [HeldImport("torch").install()]
     if not options.worker and state.counting is None:  # a session the user started
         from perfguard.watchdog import Watchdog
@@ -90,8 +88,6 @@ def configure(config: pytest.Config, options: Options) -> None:
         )
         if state.watchdog is not None:
             undo.append(state.watchdog.close)
-    if options.save and options.compile_cache is not None and not options.worker:
-        undo.append(_compile_cache_writer())
     if not options.worker and state.counting is None:
         undo.append(interrupt_on_sigterm())
     config.stash[undo_key] = undo
@@ -105,16 +101,3 @@ def configure(config: pytest.Config, options: Options) -> None:
             config.pluginmanager.register(recording, "perfguard-recording")
     config.stash[state_key] = state
     config.pluginmanager.register(role_for(state), "perfguard-session")
-
-
-def _compile_cache_writer() -> Callable[[], None]:
-    """Main's run writes the compile cache, its paired run's workers included (they never
-    save themselves): told through the environment they inherit; undone at the end."""
-    from perfguard.measure.compile_cache import ENV_WRITE
-
-    os.environ[ENV_WRITE] = "1"
-
-    def undo() -> None:
-        os.environ.pop(ENV_WRITE, None)
-
-    return undo

@@ -117,6 +117,9 @@ class SessionState:
     def note_loosened(self, found: Iterable[Loosened]) -> None:
         self.loosened.extend(f for f in found if f not in self.loosened)
 
+    def result_of(self, key: tuple[str, str]) -> VariantResult | None:
+        return next((r for r in self.results if r.key == key), None)
+
     def record(self, result: VariantResult, nodeid: str) -> None:
         self.results = [r for r in self.results if r.key != result.key]
         self.results.append(result)

@@ -29,6 +29,7 @@ from perfguard.stats.thresholds import (
     change_pct,
     practical_bar,
 )
+from perfguard.variants.spec import RECORD_ONLY
 
 __all__ = [
     "LATENCY_METRICS",
@@ -150,6 +151,9 @@ def _metrics(
     b: VariantResult, r: VariantResult, th: Thresholds, floor: NoiseFloor, paired: bool
 ) -> list[Pending | Comparison]:
     """Every metric of an item both runs measured."""
+    # a test that timed itself (pytest-benchmark) ran whole in each tree, one after the other:
+    # its blocks are chunks of one run, not pairs, and are compared unpaired
+    paired = paired and r.variant != RECORD_ONLY
     items: list[Pending | Comparison] = list(latency_comparisons(b, r, th, floor, paired=paired))
     items.extend(
         exact_comparisons(

@@ -1,8 +1,8 @@
 """The wire between the A/B driver and its workers: a local socket with a shared key.
 
 The messages are declared in `perfguard.pytest_plugin.ab.protocol` (plain dicts with a `kind` on the
-wire). The address and key reach a worker through its environment, so only processes the
-driver started can connect.
+wire). The address and key reach a worker in its orders (`perfguard.pytest_plugin.orders`),
+so only processes the driver started can connect.
 """
 
 from __future__ import annotations
@@ -14,14 +14,6 @@ from multiprocessing.connection import Client, Connection, Listener
 from pathlib import Path
 
 from perfguard import scratch
-
-ENV_ADDRESS = "PERFGUARD_AB_ADDRESS"
-ENV_KEY = "PERFGUARD_AB_KEY"
-ENV_SIDE = "PERFGUARD_AB_SIDE"
-ENV_TRACES = "PERFGUARD_TRACES"  # where every process of a session writes its Chrome traces
-ENV_ITEMS = "PERFGUARD_AB_ITEMS"  # file: the node ids to run, in the driver's order
-ENV_REACH = "PERFGUARD_AB_REACH"  # file: where a worker writes what each test ran (its record)
-
 
 SOCKET_PATH_MAX = 103
 """The longest socket path every POSIX system binds (macOS 104 bytes, Linux 108, with the
@@ -43,22 +35,21 @@ def _address(folder: Path) -> str | None:
     return f"\0perfguard-ab-{secrets.token_hex(8)}"
 
 
-def open_listener() -> tuple[Listener, dict[str, str], Path]:
-    """A listener, the environment variables a worker needs to reach it, and its folder
-    (remove it once the worker has connected)."""
+def open_listener() -> tuple[Listener, tuple[str, str], Path]:
+    """A listener, what a worker needs to reach it (the address and the key, in hex: its
+    orders), and its folder (remove it once the worker has connected)."""
     key = secrets.token_bytes(32)
     folder = scratch.make(f"{scratch.PREFIX}sock-")
     listener = Listener(_address(folder), authkey=key)
     address = listener.address  # an abstract one as bytes
     if isinstance(address, bytes):
         address = ABSTRACT + address[1:].decode()
-    return listener, {ENV_ADDRESS: str(address), ENV_KEY: key.hex()}, folder
+    return listener, (str(address), key.hex()), folder
 
 
-def connect_from_env() -> Connection | None:
-    """The worker's connection, or None when this process is not an A/B worker."""
-    address = os.environ.get(ENV_ADDRESS)
-    key = os.environ.get(ENV_KEY)
+def connect(address: str | None, key: str | None) -> Connection | None:
+    """The worker's connection to its driver (its orders' address and key), or None when
+    this process is not an A/B worker."""
     if not address or not key:
         return None
     if address.startswith(ABSTRACT):

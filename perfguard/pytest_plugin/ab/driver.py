@@ -21,6 +21,7 @@ from typing import Any
 
 from perfguard import scratch
 from perfguard.pytest_plugin.ab.side import Launch, Side, SideOutcome, WorkerExitedError
+from perfguard.pytest_plugin.orders import Orders
 from perfguard.records.reach import Reach
 from perfguard.stats.sequential import LOOKS, should_stop
 
@@ -68,10 +69,15 @@ class Driver:
         seed: int = 0,
         traces: Path | None = None,
         record: bool = False,
+        orders: Orders | None = None,
+        cache: str | None = None,
     ) -> None:
         """`worker_args(rootdir)`: the pytest arguments of a worker in that tree; `traces`:
         where both workers write their Chrome traces (beside the session's report);
-        `record`: this tree's worker records what each test runs (`reach`, read at close)."""
+        `record`: this tree's worker records what each test runs (`reach`, read at close);
+        `orders`: this session's own, passed on to both workers with theirs; `cache`: what
+        this tree's worker does with main's compile cache ("write" in main's run; the
+        base's loads it)."""
         self._logs = scratch.make(f"{scratch.PREFIX}logs-")
         self.a = Side(
             "A", base_label, base_rootdir, worker_args(base_rootdir), self._logs / "base.log"
@@ -83,6 +89,9 @@ class Driver:
         self.crashed = False
         self._pending: list[tuple[Side, Launch]] = []  # launched, not yet connected
         self.a.traces = self.b.traces = traces
+        given = orders or Orders()
+        self.a.orders = given.with_(compile_cache="load")
+        self.b.orders = given.with_(compile_cache=cache or given.compile_cache)
         self._record = record
         if record:
             self.b.reach = self._logs / "head.reach"
@@ -180,6 +189,30 @@ class Driver:
             except WorkerExitedError as exc:
                 outcomes[side.name] = self._crash(side, exc)
         return outcomes["A"], outcomes["B"], Pairing(tuple(orders), sequential)
+
+    def measure_whole(
+        self,
+        nodeid: str,
+        remaining: Sequence[str],
+        progress: Progress,
+        limit_s: float | None = None,
+    ) -> tuple[SideOutcome, SideOutcome]:
+        """A test that times itself (pytest-benchmark's `benchmark` fixture) in both trees:
+        each side runs it whole, one after the other (never both at once), the order drawn
+        at random per test so that drift hits both alike."""
+        outcomes: dict[str, SideOutcome] = {}
+        self.connect(remaining, progress)
+        order = [self.a, self.b]
+        random.Random(f"{self.seed}:{nodeid}").shuffle(order)
+        for side in order:
+            progress(f"A/B: {side.label} runs it")
+            side.limit(limit_s)
+            try:
+                if self._step(side, functools.partial(side.begin, nodeid, remaining), outcomes):
+                    self._step(side, side.until_ended, outcomes)
+            finally:
+                side.limit(None)
+        return outcomes["A"], outcomes["B"]
 
     def launch_both(self, items: Sequence[str] | None, paths: Sequence[str] = ()) -> None:
         """Start both workers now, without waiting for them: they import torch and collect

@@ -13,8 +13,14 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from perfguard.pytest_plugin.ab import session as ab_session
-from perfguard.pytest_plugin.ab.protocol import Collected, Ended
-from perfguard.pytest_plugin.collection import test_id, test_of, variant_of
+from perfguard.pytest_plugin.ab.protocol import Collected, Ended, Result
+from perfguard.pytest_plugin.collection import (
+    measured_in_ab,
+    test_id,
+    test_of,
+    times_itself,
+    variant_of,
+)
 from perfguard.pytest_plugin.options import configured
 from perfguard.pytest_plugin.roles import (
     Measuring,
@@ -48,13 +54,13 @@ class AbDriving(Measuring):
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         ab = self.state.ab
-        if ab is not None and not any(variant_of(i) is not None for i in session.items):
+        if ab is not None and not any(measured_in_ab(i) for i in session.items):
             self.state.ab = None  # nothing for the workers to run
             ab.close()
         super().pytest_collection_finish(session)
 
     def start(self, session: pytest.Session) -> None:
-        perf_items = [i.nodeid for i in session.items if variant_of(i) is not None]
+        perf_items = [i.nodeid for i in session.items if measured_in_ab(i)]
         if perf_items and self.state.ab is not None:
             self.state.ab.items = perf_items  # sent to the workers when they are connected
         elif perf_items:
@@ -93,14 +99,40 @@ class AbDriving(Measuring):
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> bool | None:
-        """The workers run the perf test; this session does not."""
+        """The workers run the perf test (or the test that times itself); this session does
+        not."""
         variant = variant_of(pyfuncitem)
+        if self.state.ab is not None and times_itself(pyfuncitem):
+            self.run_whole(self.state.ab, pyfuncitem)
+            return True
         if self.state.ab is None or variant is None:
             return None
         limit = limit_of(pyfuncitem, self.state.options.timeout_s)
         test = test_id(pyfuncitem, variant)
         self.run_item(self.state.ab, pyfuncitem.nodeid, test, variant, limit)
         return True
+
+    def run_whole(self, ab: AbSession, item: pytest.Item) -> None:
+        """A test that times itself (pytest-benchmark) in both trees, whole, one after the
+        other; its timings recorded as variant `pytest-benchmark`, compared unpaired."""
+        nodeid = item.nodeid
+        position = ab.items.index(nodeid) if nodeid in ab.items else 0
+        self.state.progress.start(nodeid)
+        base, head = ab.driver.measure_whole(
+            nodeid, ab.items[position:], self.state.progress, limit_s=self.state.options.timeout_s
+        )
+        if base.result is not None:
+            ab.base_results = [r for r in ab.base_results if r.key != base.result.key]
+            ab.base_results.append(base.result)
+        elif base.outcome in ("failed", "crashed") and head.result is not None:
+            self.state.tally.base_errors[nodeid] = base.message or base.outcome
+        if head.result is not None:
+            self.state.record(head.result, nodeid)
+        if head.outcome == "passed":
+            return
+        if head.outcome == "skipped":
+            pytest.skip(head.message)
+        pytest.fail(f"{head.message or head.outcome} (this tree's A/B worker)", pytrace=False)
 
     def run_item(
         self, ab: AbSession, nodeid: str, test: str, variant: str, limit: float | None = None
@@ -146,7 +178,11 @@ class AbDriving(Measuring):
             state.environment = head.environment
         if head.result is not None:
             details = replace(head.result.details, ab=pairing.to_json())
-            state.record(replace(head.result, details=details), nodeid)
+            measured = replace(head.result, details=details)
+            if head.outcome == "failed" and measured.status == "ok":  # its own assertion
+                why = f"the test failed after measuring: {head.message or 'it failed'}"
+                measured = replace(measured, status="error", error=why)
+            state.record(measured, nodeid)
         if head.outcome == "passed":
             return
         if head.outcome == "skipped":
@@ -212,7 +248,7 @@ class AbWorker:
         then run it within its limit, each attempt from its set-up to its teardown."""
         from perfguard.pytest_plugin.ab.worker import DriverGoneError
 
-        if variant_of(item) is not None:
+        if measured_in_ab(item):
             try:
                 go = self.link.may_start(item.nodeid)
             except DriverGoneError as exc:
@@ -234,8 +270,21 @@ class AbWorker:
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item) -> Generator[None, Any, None]:
         outcome = yield
-        if variant_of(item) is not None:
-            self.report_end(outcome.get_result())
+        if measured_in_ab(item):
+            report = outcome.get_result()
+            if report.when == "call" and report.passed and times_itself(item):
+                self.send_benchmark(item)
+            self.report_end(report)
+
+    def send_benchmark(self, item: pytest.Item) -> None:
+        """The timings of a test that timed itself, for the driver (before how it ended)."""
+        from perfguard.pytest_plugin.benchmark_bridge import result_from_benchmark
+
+        bench = getattr(item, "funcargs", {}).get("benchmark")
+        result = None if bench is None else result_from_benchmark(item.nodeid, bench)
+        if result is not None:
+            with contextlib.suppress(OSError):
+                self.link.send(Result(item.nodeid, result.to_json(), self.state.environment))
 
     def report_end(self, report: pytest.TestReport) -> None:
         """Tell the driver how the item ended (after its call, or a setup that did not pass)."""

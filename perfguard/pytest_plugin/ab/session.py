@@ -129,6 +129,8 @@ def start(
         seed=options.seed,
         traces=trace_dir(options),
         record=record,
+        orders=options.orders,
+        cache="write" if options.save and options.compile_cache is not None else None,
     )
     driver.launch_both(items, paths)  # they get ready while this session does
     return AbSession(driver, worktree, commit, reason, list(items or ()))

@@ -25,13 +25,8 @@ import perfguard
 from perfguard.errors import PerfguardError
 from perfguard.measure.sampling import TIMED
 from perfguard.pytest_plugin.ab import protocol
-from perfguard.pytest_plugin.ab.channel import (
-    ENV_ITEMS,
-    ENV_REACH,
-    ENV_SIDE,
-    ENV_TRACES,
-    open_listener,
-)
+from perfguard.pytest_plugin.ab.channel import open_listener
+from perfguard.pytest_plugin.orders import Orders, child_environment
 from perfguard.records import RecordError, VariantResult
 from perfguard.records.reach import Reach
 
@@ -118,6 +113,7 @@ class Side:
     cuda: bool | None = None  # whether CUDA is available there (None: not known)
     traces: Path | None = None  # where the worker writes its Chrome traces
     reach: Path | None = None  # where its workers write what each test ran (one file each)
+    orders: Orders = field(default_factory=Orders)  # what its worker is told (and `launch` adds)
     collection_errors: tuple[str, ...] = ()  # modules of its tree that did not collect
     others: tuple[tuple[str, str], ...] = ()  # (test, variant) of its tree the driver lacks
     thresholds: dict[str, Any] | None = None  # its tree's rules, as its worker read them
@@ -148,22 +144,26 @@ class Side:
         files = sorted({w.split("::")[0] for w in wanted if (top / w.split("::")[0]).exists()})
         if items is None and not files:
             raise FileNotFoundError(f"none of {list(paths)} is in the {self.label} tree")
-        listener, channel_env, folder = open_listener()
+        listener, (address, key), folder = open_listener()
         imports = [str(top), *([str(top / "src")] if (top / "src").is_dir() else [])]
         if os.environ.get("PYTHONPATH"):
             imports.append(os.environ["PYTHONPATH"])
-        env = {
-            **{k: v for k, v in os.environ.items() if not _spins_while_idle(k, v)},
-            **channel_env,
-            ENV_SIDE: self.name,
-            "PYTHONPATH": os.pathsep.join(imports),
-            **({ENV_TRACES: str(self.traces)} if self.traces is not None else {}),
-            **({ENV_REACH: str(self.reach)} if self.reach is not None else {}),
-        }
+        listing = None
         if items is not None:
             listing = self.log.with_suffix(".items")
             listing.write_text("\n".join(items) + "\n", encoding="utf-8")
-            env[ENV_ITEMS] = str(listing)
+        orders = self.orders.with_(
+            side=self.name,
+            address=address,
+            key=key,
+            items=None if listing is None else str(listing),
+            traces=None if self.traces is None else str(self.traces),
+            reach=None if self.reach is None else str(self.reach),
+        )
+        env = child_environment(
+            orders, {k: v for k, v in os.environ.items() if not _spins_while_idle(k, v)}
+        )
+        env["PYTHONPATH"] = os.pathsep.join(imports)
         where = str(Path(perfguard.__file__).resolve().parent.parent)
         launch = Launch(listener, folder, items_later=items is None)
         with contextlib.ExitStack() as failed, self.log.open("ab") as out:
@@ -287,6 +287,12 @@ class Side:
         """Wait until the item's variant is built. None: it waits for its turn to time; an
         outcome: the item ended first (it failed to build, skipped, or measured nothing)."""
         return self._until_ended(until=protocol.Built)
+
+    def until_ended(self) -> SideOutcome:
+        """Wait for a test that times itself to end (its result, then how it ended)."""
+        outcome = self._until_ended(until=None)
+        assert outcome is not None  # only an `until` message gives None
+        return outcome
 
     def take_turn(self) -> SideOutcome | None:
         """Let the worker compile and warm up its built variant. None: it is ready to sample;

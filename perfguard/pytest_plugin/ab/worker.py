@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -28,7 +27,8 @@ from perfguard.measure.sampling import (
     sample_on_demand,
 )
 from perfguard.pytest_plugin.ab import protocol
-from perfguard.pytest_plugin.ab.channel import ENV_ITEMS, ENV_SIDE, connect_from_env
+from perfguard.pytest_plugin.ab.channel import connect
+from perfguard.pytest_plugin.orders import Orders
 from perfguard.pytest_plugin.timeout import paused
 
 
@@ -44,15 +44,14 @@ class WorkerLink:
         self.floor: dict[str, Any] = {}  # the running item's settings, as the driver judged
 
     @classmethod
-    def from_env(cls) -> WorkerLink | None:
-        conn = connect_from_env()
+    def from_orders(cls, orders: Orders) -> WorkerLink | None:
+        """The link its orders give an A/B worker (None: this session is none)."""
+        conn = connect(orders.address, orders.key)
         if conn is None:
             return None
-        listing = os.environ.get(ENV_ITEMS)
+        listing = orders.items
         items = Path(listing).read_text(encoding="utf-8").splitlines() if listing else None
-        return cls(
-            conn, os.environ.get(ENV_SIDE, "?"), None if items is None else [i for i in items if i]
-        )
+        return cls(conn, orders.side or "?", None if items is None else [i for i in items if i])
 
     @property
     def items(self) -> list[str]:
