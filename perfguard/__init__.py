@@ -12,12 +12,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
-
-
-class PerfguardWarning(UserWarning):
-    """A warning of perfguard's own; each one ends with what to do about it."""
-
+from perfguard.errors import PerfguardWarning
+from perfguard.version import __version__
 
 if TYPE_CHECKING:
     from perfguard.measure.drift import Reference, compute_reference

@@ -6,13 +6,18 @@ marker, `perfguard.run(...)`'s options and a results file's settings all check t
 with `check`, so the same value gets the same one-line refusal from each: the source
 (`--perfguard-budget`, `ini perfguard_budget`, the marker's key, the run option, the file's
 key) and then the same words. Plain data and checks: no pytest, no torch.
+
+What a measurement takes that is not a number within bounds is checked here too: a list of
+shapes (compile-dynamic) and a drift tolerance, with the tolerance classes it names. This
+module is a leaf (it imports only `perfguard.errors`): the settings table, the records, the
+measuring code and the plugin all stand on it.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -107,6 +112,8 @@ def _checked(s: Setting, value: Any, text: bool) -> Any:
     )
     if not text and s.marker_types and wrong_type:
         raise ValueError(f"must be {s.marker_what}, got {value!r}")
+    if s.read == "choice" and value not in s.choices:
+        raise ValueError(f"must be one of {', '.join(s.choices)}, got {value!r}")
     special = _SPECIAL.get(s.read)
     why = special(value) if special is not None else None
     if why:  # its words without the key's name: the source names it
@@ -121,18 +128,6 @@ def _device(value: Any) -> str | None:
     return f"must be 'auto', 'cpu' or 'cuda[:N]', got {value!r}"
 
 
-def _shapes(value: Any) -> str | None:
-    from perfguard.measure.inputs import check_shapes
-
-    return check_shapes(value)
-
-
-def _drift(value: Any) -> str | None:
-    from perfguard.measure.inputs import check_tolerance
-
-    return check_tolerance(value)
-
-
 def _globs(value: Any) -> str | None:
     if isinstance(value, str):
         return None  # an option or an ini line: comma-separated globs
@@ -141,4 +136,66 @@ def _globs(value: Any) -> str | None:
     return f"must be a list of globs (strings), got {value!r}"
 
 
-_SPECIAL = {"device": _device, "shapes": _shapes, "drift": _drift, "globs": _globs}
+# class -> (multiplier of eager's own error, extra error allowed relative to the output's RMS)
+TOLERANCES: dict[str, tuple[float, float]] = {
+    "exact": (1.0, 0.0),
+    "compiled-fp32": (2.0, 1e-4),
+    "reduced-precision": (2.0, 3e-2),
+    "int8": (2.0, 1e-1),
+    "pruned": (2.0, 1.0),
+}
+
+
+MAX_SHAPES = 8  # dynamo's default recompile limit: past it a frame falls back to eager
+
+
+def check_shapes(value: object) -> str | None:
+    """Why `value` is no list of shapes (one line), or None."""
+    if not isinstance(value, list | tuple) or not value:
+        return f"shapes must be a non-empty list of shapes, e.g. [[1, 16], [8, 16]], got {value!r}"
+    for shape in value:
+        if (
+            not isinstance(shape, list | tuple)
+            or not shape
+            or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in shape)
+        ):
+            return f"shapes: each shape is a list of positive whole numbers, got {shape!r}"
+    if len(value) > MAX_SHAPES:
+        return (
+            f"shapes: at most {MAX_SHAPES} (dynamo's recompile limit: past it a frame runs "
+            f"eagerly), got {len(value)}"
+        )
+    return None
+
+
+DriftTolerance = float | Mapping[str, float] | None
+"""A user override: one relative tolerance for every class, or one per class name."""
+
+
+def check_tolerance(value: object) -> str | None:
+    """Why `value` is no drift tolerance (one line), or None: a number from 0 to 1, relative
+    to the output's size, or {class: number} with the classes of `TOLERANCES`."""
+    allowed = ", ".join(TOLERANCES)
+    if value is None:
+        return None
+    if isinstance(value, Mapping):
+        for name, tol in value.items():
+            if name not in TOLERANCES:
+                return f"drift_tolerance: {name!r} is not a tolerance class ({allowed})"
+            why = check_tolerance(tol)
+            if why:
+                return f"{why} (for {name})"
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return f"drift_tolerance must be a number or {{class: number}}, got {value!r}"
+    if not (math.isfinite(value) and 0 <= value <= 1):
+        return f"drift_tolerance must be from 0 to 1 (relative to the output's size), got {value!r}"
+    return None
+
+
+_SPECIAL: dict[str, Callable[[Any], str | None]] = {
+    "device": _device,
+    "shapes": check_shapes,
+    "drift": check_tolerance,
+    "globs": _globs,
+}

@@ -64,7 +64,7 @@ def collect_environment(device: Any) -> dict[str, Any]:
     """A fingerprint of what shapes the numbers: hardware, versions and torch's global flags."""
     import torch
 
-    from perfguard import __version__
+    from perfguard.version import __version__
 
     env: dict[str, Any] = {
         "perfguard": __version__,

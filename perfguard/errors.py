@@ -6,6 +6,10 @@ it as one line on stderr, exit 2. Anything else that escapes is a bug, and keeps
 traceback."""
 
 
+class PerfguardWarning(UserWarning):
+    """A warning of perfguard's own; each one ends with what to do about it."""
+
+
 class PerfguardError(Exception):
     """An error perfguard raised on purpose: its message is the one line a user reads."""
 

@@ -64,6 +64,10 @@ class Setting:
     # choice further along `choices`), "changed" (any change that is not stricter in every
     # part: a drift tolerance's); "" for a setting that cannot soften one
     loosens: str = ""
+    # where a loosened value is put back (a setting that takes power from the verdicts, not
+    # a verdict rule's threshold): "run", at the finish (a setting of the whole run); "item",
+    # before each item is measured (the session's, its marker's and its call's value)
+    guard: str = ""
 
     @property
     def ini(self) -> str:
@@ -250,6 +254,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         name="fail_on",
+        guard="run",
         loosens="later",
         flag="--perfguard-fail-on",
         help="'regression': exit non-zero when a verdict is regression; 'never'",
@@ -261,6 +266,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         name="budget",
+        guard="item",
         loosens="lower",
         flag="--perfguard-budget",
         help="seconds of sampling per test item",
@@ -277,6 +283,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         name="repeats",
+        guard="item",
         loosens="lower",
         flag="--perfguard-repeats",
         help="independent repeat blocks per item",
@@ -423,6 +430,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         name="confirm",
+        guard="run",
         loosens="higher",
         flag="--perfguard-confirm",
         help="re-measure each item with a latency regression or improvement N times (0: "
@@ -449,6 +457,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         name="unhealthy",
+        guard="run",
         loosens="later",
         flag="--perfguard-unhealthy",
         help="when runner health checks warn (busy GPU or CPU, clocks not locked, "
@@ -579,6 +588,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         name="drift_tolerance",
+        guard="item",
         loosens="changed",
         help="the drift tolerance: a relative tolerance, or {class: tolerance}",
         option=False,
@@ -598,6 +608,13 @@ GUARDED: Mapping[str, Setting] = {
     key: s for s in SETTINGS if s.loosens for key in {s.field, s.marker or s.field}
 }
 """The settings a pull request may not loosen for its own verdict, by field and marker key."""
+GUARDED_RUN: tuple[str, ...] = tuple(s.field for s in SETTINGS if s.guard == "run")
+"""Settings of the whole run that withhold or soften a verdict: judged at the finish."""
+GUARDED_ITEM: tuple[str, ...] = tuple(s.field for s in SETTINGS if s.guard == "item")
+"""Settings of each item that take power from its measurement: judged before it is measured
+(the session's value, its marker's and its call's: the strictest of those the base had)."""
+RECORDED: tuple[Setting, ...] = tuple(s for s in SETTINGS if s.recorded)
+"""The settings a results file records."""
 
 
 def threshold_default(key: str) -> Any:

@@ -167,10 +167,10 @@ def _write_what_was_measured(
     """The results file and the report of a session ended in native code: its results so far,
     the hung item (or module) a gap, the rest not measured."""
     from perfguard.environment import machine_key
+    from perfguard.files import write_json_atomic
     from perfguard.records import Gap, Run, VariantResult
     from perfguard.report.outputs import write_reports
     from perfguard.stats.thresholds import Thresholds
-    from perfguard.store.atomic import write_json_atomic
 
     what, limit = str(armed["what"]), float(armed["limit"])
     hung = (

@@ -15,8 +15,7 @@ from perfguard.pytest_plugin.fixture import RUN_OPTIONS, PerfguardFixture
 from perfguard.pytest_plugin.marker import MarkerSettings, read_marker
 from perfguard.pytest_plugin.options import _read
 from perfguard.records import RecordError, Run
-from perfguard.records.runs import _SETTINGS
-from perfguard.settings import SETTINGS, Setting
+from perfguard.settings import BY_FIELD, RECORDED, SETTINGS, Setting
 from perfguard.stats.thresholds import Thresholds
 from tests.factories import run as run_of
 
@@ -54,7 +53,7 @@ def refusals(s: Setting, value: float, root: Path) -> dict[str, str]:
     if s.marker in RUN_OPTIONS:
         fixture = PerfguardFixture("t.py::test_x", "eager", MarkerSettings(None, {}), None, "x")  # type: ignore[arg-type]
         catch("run()", lambda: fixture._check_call("run", {s.marker: value}))
-    if s.field in _SETTINGS:
+    if s in (*RECORDED, BY_FIELD["confirm"]):
         doc = run_of([]).to_json()
         doc["settings"] = {**doc["settings"], s.field: value}
         catch("results file", lambda: Run.from_json(doc))
@@ -113,3 +112,11 @@ def test_a_value_within_bounds_is_the_number_the_code_uses() -> None:
     assert check(repeats, "7", "x", text=True) == 7
     budget = Setting(name="budget", help="", bounds=Bounds(0.001, 3600))
     assert check(budget, 2, "x") == 2.0 and isinstance(check(budget, 2, "x"), float)
+
+
+@pytest.mark.parametrize("row", [s for s in RECORDED if s.choices], ids=lambda s: s.name)
+def test_a_results_file_with_a_choice_the_table_lacks_is_refused_by_name(row: Setting) -> None:
+    doc = run_of([]).to_json()
+    doc["settings"] = {**doc["settings"], row.field: "sometimes"}
+    with pytest.raises(RecordError, match=f"settings.{row.field}: must be one of"):
+        Run.from_json(doc)

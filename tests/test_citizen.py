@@ -23,6 +23,7 @@ def test_nothing_of_perfguard_is_loaded():
 """
 
 
+@pytest.mark.slow
 @pytest.mark.fresh_interpreter
 def test_without_perfguard_a_session_imports_no_numpy_torch_or_records(
     pytester: pytest.Pytester,
@@ -45,6 +46,7 @@ def test_two(pytester):
 """
 
 
+@pytest.mark.slow
 @pytest.mark.fresh_interpreter
 def test_a_pytester_suite_passes_with_perfguard_switched_off(tmp_path: object) -> None:
     """pytester's in-process sessions load perfguard (it is installed) and drop what they
@@ -74,6 +76,7 @@ def test_uses_its_own(perfguard):
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flags", [(), ("--perfguard", "--perfguard-compare=none")])
 def test_a_users_own_fixture_named_perfguard_wins(
     pytester: pytest.Pytester, flags: tuple[str, ...]
@@ -115,6 +118,7 @@ def test_a_benchmark_test_is_measured_in_both_trees_in_a_b_and_a_2x_slowdown_fla
     assert 60 < p50["change_pct"] < 140, p50
 
 
+@pytest.mark.slow
 def test_benchmark_only_beside_perfguard_is_a_usage_error_not_a_silent_skip(
     pytester: pytest.Pytester,
 ) -> None:

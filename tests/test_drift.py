@@ -154,6 +154,7 @@ class DropsLayers(torch.nn.Module):
         return x
 
 
+@pytest.mark.slow  # three eager calls and a compiled variant's
 def test_a_model_random_in_eval_mode_is_not_judged_and_never_a_regression() -> None:
     from perfguard.records import VariantResult
     from perfguard.stats.rules import drift as drift_rule

@@ -607,7 +607,7 @@ def test_the_cli_says_a_full_disk_in_one_line(
     def full(fd: int) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr("perfguard.store.atomic.os.fsync", full)
+    monkeypatch.setattr("perfguard.files.os.fsync", full)
     assert main(["compare", str(base), str(base), "--json", str(tmp_path / "o.json")]) == 2
     err = capsys.readouterr().err
     assert "No space left on device" in err and len(err.strip().splitlines()) == 1
@@ -669,7 +669,7 @@ def _doc_with(path: Path, change: str) -> None:
         ("budget a string", "settings.budget_s: must be a number"),
         ("repeats NaN", "settings.repeats: must be a whole number"),
         ("repeats a fraction", "settings.repeats: must be a whole number, got 2.5"),
-        ("unhealthy unknown", "settings.unhealthy must be one of"),
+        ("unhealthy unknown", "settings.unhealthy: must be one of"),
         ("baseline mode a number", "baseline.mode must be a string"),
         ("comparison gating", "gating must be true or false"),
         ("comparison detectable", "min_detectable_pct must be a number or null"),  # a traceback

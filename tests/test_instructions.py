@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,7 +22,7 @@ from perfguard.measure.callgrind import (
 from perfguard.pytest_plugin import instructions
 from perfguard.pytest_plugin.instructions import count_instructions, regions_for
 from perfguard.pytest_plugin.options import Options, default_options
-from perfguard.pytest_plugin.orders import Orders
+from perfguard.pytest_plugin.orders import Orders, from_environment
 from perfguard.records import Counters
 from perfguard.stats.exact import exact_comparisons
 from tests.factories import result
@@ -109,11 +109,17 @@ def test_each_item_is_counted_in_its_own_process_and_failures_are_notes(
     calls: list[tuple[str, tuple[str, ...]]] = []
 
     def fake(
-        command: Sequence[str], cwd: Path, modes: Sequence[str], shim: Path, timeout: float
+        command: Sequence[str],
+        cwd: Path,
+        modes: Sequence[str],
+        told: Mapping[str, str],
+        timeout: float,
     ) -> Counted:
         calls.append((command[-1], tuple(modes)))
         assert command[:3] == [sys.executable, "-m", "pytest"] and cwd == tmp_path
-        assert "--perfguard-compare=none" in command and shim == tmp_path / "shim.so"
+        orders = from_environment(told)
+        assert "--perfguard-compare=none" in command and orders.shim == str(tmp_path / "shim.so")
+        assert orders.instructions == tuple(modes)
         if command[-1].startswith("test_x.py::v"):
             return Counted({}, "callgrind counted no compile (exit code 1): FAILED ...", 3.0)
         return Counted({"compile": 1234, "forward": 56}, None, 3.0)

@@ -73,6 +73,73 @@ LAZY_UPWARD: set[tuple[str, str]] = set()
 none may be added (the summary table's loaders moved beside the stores they read)."""
 
 
+FLOORS: tuple[tuple[str, ...], ...] = (
+    # the ground: leaves that every floor stands on (errors, the version, the one check of a
+    # value, files written all or nothing, temporary folders, processes, a comment's marker,
+    # GitHub's answers read, the variant names)
+    (
+        "perfguard.errors",
+        "perfguard.version",
+        "perfguard.bounds",
+        "perfguard.files",
+        "perfguard.scratch",
+        "perfguard.processes",
+        "perfguard.comment",
+        "perfguard.github_answers",
+        "perfguard.variants.spec",
+    ),
+    # facts: the settings table, the records, git, the machine, GitHub's client
+    (
+        "perfguard.settings",
+        "perfguard.records",
+        "perfguard.git",
+        "perfguard.git_run",
+        "perfguard.health",
+        "perfguard.environment",
+        "perfguard.environment_diff",
+        "perfguard.worktree",
+        "perfguard.github",
+        "perfguard.pull_comment",
+    ),
+    # work on them: measuring, comparing, storing, choosing the tests a change can move
+    (
+        "perfguard.variants",
+        "perfguard.measure",
+        "perfguard.stats",
+        "perfguard.store",
+        "perfguard.selection",
+        "perfguard.confirm",
+        "perfguard.examples",
+    ),
+    # the steps: the finish's pipeline, the report, main's history, the watchdog, init
+    (
+        "perfguard.pipeline",
+        "perfguard.accept",
+        "perfguard.report",
+        "perfguard.history",
+        "perfguard.watchdog",
+        "perfguard.init",
+    ),
+    # the ways in: the plugin, the command, the library's API (the package itself)
+    ("perfguard.pytest_plugin", "perfguard.cli", "perfguard"),
+)
+"""The floors of the package, lowest first (docs/architecture.md draws them). A module
+imports, at its top or inside a function, only modules of its own floor or below: no arrow
+runs back up."""
+
+
+def floor_of(module: str) -> int | None:
+    """The floor a module stands on: its longest prefix in FLOORS ("perfguard" itself is only
+    the package's `__init__`)."""
+    best: tuple[int, int] | None = None
+    for i, names in enumerate(FLOORS):
+        for prefix in names:
+            covers = module == prefix or (prefix != "perfguard" and module.startswith(f"{prefix}."))
+            if covers and (best is None or len(prefix) > best[1]):
+                best = (i, len(prefix))
+    return None if best is None else best[0]
+
+
 def _all_imports(path: Path) -> set[str]:
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -127,6 +194,27 @@ def test_an_import_inside_a_function_does_not_reach_back_up() -> None:
         if reaches(target, name)
     }
     assert upward <= LAZY_UPWARD, sorted(upward - LAZY_UPWARD)
+
+
+def test_every_module_stands_on_a_floor_and_no_arrow_runs_back_up() -> None:
+    unplaced = sorted(name for name in MODULES if floor_of(name) is None)
+    assert not unplaced, f"modules on no floor (add them to FLOORS): {unplaced}"
+    upward = sorted(
+        f"{name} (floor {floor_of(name)}) -> {target} (floor {floor_of(target)})"
+        for name, path in MODULES.items()
+        for target in _every_import(path) - {name}
+        if (floor_of(target) or 0) > (floor_of(name) or 0)
+    )
+    assert not upward, upward
+
+
+def test_the_floor_check_sees_an_arrow_back_up() -> None:
+    """The floors are read as the check reads them: a record importing the pipeline would be
+    an arrow up, the pipeline importing a record is not."""
+    records, pipeline = floor_of("perfguard.records.runs"), floor_of("perfguard.pipeline.finish")
+    assert records is not None and pipeline is not None and records < pipeline
+    assert floor_of("perfguard.variants.spec") == 0 < (floor_of("perfguard.variants.registry") or 0)
+    assert floor_of("perfguard") == len(FLOORS) - 1 and floor_of("perfguardx") is None
 
 
 def test_only_the_plugin_imports_pytest_and_only_measuring_code_imports_torch() -> None:

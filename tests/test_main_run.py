@@ -115,6 +115,7 @@ def test_main_writes_the_compile_cache_and_the_base_side_loads_it(
     assert "**Compile cache:** the base: hit 1" in report
 
 
+@pytest.mark.slow  # a compiled variant, three times
 @pytest.mark.parametrize(
     ("content", "said"),
     [

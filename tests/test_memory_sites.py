@@ -9,8 +9,8 @@ from torch import nn
 
 from perfguard.measure.memory_sites import callers, cuda_sites, record, user_frame
 from perfguard.records import Comparison, RecordError
-from perfguard.records.sites import BEFORE, Site, SiteChange, diff
-from perfguard.stats.memory_why import LEAST_BYTES, with_memory_why
+from perfguard.records.sites import BEFORE, Place, Site, SiteChange
+from perfguard.stats.memory_why import LEAST_BYTES, diff, with_memory_why
 from tests.factories import result
 
 EXTRA = 256 * 2048 * 4  # the head's extra activation: 2 MiB of float32
@@ -129,15 +129,15 @@ def test_a_memory_verdict_carries_its_site_changes_into_the_json() -> None:
         build = {"memory_sites": [s.to_json() for s in sites]}
         return r.__class__(**{**r.__dict__, "details": r.details.__class__(build=build)})
 
-    base = with_sites([Site("m.py(3): forward", "aten::mm", 1 << 20, 1)])
-    head = with_sites([Site("m.py(3): forward", "aten::mm", 5 << 20, 2)])
+    base = with_sites([Site(Place("m.py", 3, "forward"), "aten::mm", 1 << 20, 1)])
+    head = with_sites([Site(Place("m.py", 3, "forward"), "aten::mm", 5 << 20, 2)])
     row = Comparison(
         test="t", variant="eager", metric="peak_memory_bytes", baseline=1.0, current=2.0,
         change_pct=100.0, p_value=None, cohens_d=None, verdict="regression",
     )  # fmt: skip
     (c,) = with_memory_why([row], {("t", "eager"): base}, {("t", "eager"): head})
     assert c.sites == (
-        SiteChange("m.py(3): forward", "aten::mm", 1 << 20, 5 << 20, 1, 2, (), "grew"),
+        SiteChange(Place("m.py", 3, "forward"), "aten::mm", 1 << 20, 5 << 20, 1, 2, (), "grew"),
     )
     again = Comparison.from_json(c.to_json())
     assert again.sites == c.sites and c.to_json()["sites"][0]["change_bytes"] == 4 << 20
@@ -171,7 +171,7 @@ def test_a_file_with_broken_sites_is_refused_naming_the_field(sites: object, sai
 
 
 def _at(line: int, code: str, mib: float, blocks: int = 1) -> Site:
-    return Site(f"m.py({line}): forward", "", int(mib * (1 << 20)), blocks, (), code)
+    return Site(Place("m.py", line, "forward"), "", int(mib * (1 << 20)), blocks, (), code)
 
 
 def test_an_edited_statement_is_one_site_that_grew_not_one_gone_and_one_new() -> None:
@@ -220,7 +220,7 @@ def test_a_small_leak_is_explained_at_any_size() -> None:
     """Growth per call is an exact count: a leak of 16 KiB a call names its site, though a
     peak's site that moved by as little is not shown."""
     r = result("t", "eager", 1.0)
-    kept = Site("m.py(9): forward", "aten::mul", 16 << 10, 1)
+    kept = Site(Place("m.py", 9, "forward"), "aten::mul", 16 << 10, 1)
     head = r.__class__(
         **{
             **r.__dict__,
@@ -310,3 +310,12 @@ def test_a_memory_regression_in_ab_shows_where_the_memory_went(pytester: pytest.
     assert not any("perfguard/" in f or "torch/" in f for f in first["frames"])
     report = (pytester.path / "reports" / "perfguard.md").read_text()
     assert "Where the memory went" in report
+
+
+def test_a_sites_place_is_typed_and_written_as_the_profiler_names_a_frame() -> None:
+    place = Place.parse("/repo/models/net.py(11): forward")
+    assert place == Place("/repo/models/net.py", 11, "forward")
+    assert str(place) == "/repo/models/net.py(11): forward"
+    assert Place.parse(BEFORE) == Place(BEFORE) and str(Place(BEFORE)) == BEFORE
+    site = Site(place, "aten::mm", 1 << 20, 1)
+    assert Site.from_json(site.to_json()) == site and site.key[:2] == (place.file, "forward")

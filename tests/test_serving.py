@@ -9,8 +9,8 @@ import torch
 from torch import nn
 
 from perfguard import MeasureSettings, SamplingSettings, VariantResult, compute_reference
+from perfguard.bounds import check_shapes
 from perfguard.examples import SmallMLP, example_inputs
-from perfguard.measure.inputs import check_shapes
 from perfguard.records import Comparison
 from perfguard.stats.exact import exact_comparisons
 from perfguard.variants.spec import UnknownVariantError, parse_variant

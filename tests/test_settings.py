@@ -49,7 +49,7 @@ def test_the_verdict_rules_default_to_the_table() -> None:
 def test_the_session_options_are_the_rows_of_the_table() -> None:
     from perfguard.pytest_plugin.options import READERS, Options
 
-    facts = {"enabled", "sources", "worker"}
+    facts = {"enabled", "sources", "worker", "orders"}
     assert {f.name for f in fields(Options)} == {s.field for s in OPTIONS} | facts
     assert all(s.read in READERS for s in OPTIONS)
 

@@ -15,9 +15,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from perfguard import __version__
 from perfguard.cli.common import EXIT_INPUT, EXIT_OK, EXIT_REGRESSION, Parser
 from perfguard.errors import InputError, PerfguardError
+from perfguard.version import __version__
 
 __all__ = ["EXIT_INPUT", "EXIT_OK", "EXIT_REGRESSION", "build_parser", "main", "parse_args"]
 

@@ -5,13 +5,16 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perfguard.cli.common import EXIT_OK, Parser
 from perfguard.errors import InputError
 from perfguard.store.gitcache import redacted
 from perfguard.store.location import is_url, location
 from perfguard.store.objects import open_store
+
+if TYPE_CHECKING:
+    from perfguard.cli.common import Commands
 
 
 def cmd_baselines_list(args: argparse.Namespace) -> int:
@@ -134,7 +137,7 @@ def cmd_baselines_retain(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def register(sub: Any) -> None:
+def register(sub: Commands) -> None:
     p = sub.add_parser("baselines", help="stored baselines")
     bsub = p.add_subparsers(dest="action", required=True, parser_class=Parser)
     _register_local(bsub)

@@ -7,11 +7,14 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from perfguard.cli.common import EXIT_OK
 from perfguard.errors import InputError
 from perfguard.github import add_wait_option
+
+if TYPE_CHECKING:
+    from perfguard.cli.common import Commands
 
 
 def cmd_comment(args: argparse.Namespace) -> int:
@@ -45,7 +48,7 @@ def cmd_comment(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def register(sub: Any) -> None:
+def register(sub: Commands) -> None:
     p = sub.add_parser("comment", help="create or update the one perfguard comment on a PR")
     p.add_argument("--repo", required=True, help="OWNER/NAME")
     p.add_argument("--pr", type=int, required=True, help="pull-request number")

@@ -16,6 +16,10 @@ if TYPE_CHECKING:
 
 EXIT_OK, EXIT_REGRESSION, EXIT_INPUT = 0, 1, 2
 
+if TYPE_CHECKING:
+    Commands = argparse._SubParsersAction[argparse.ArgumentParser]
+    """What each command's `register` adds its parser to."""
+
 
 class Parser(argparse.ArgumentParser):
     """An argument parser whose usage errors are InputError (exit 2, one line)."""

@@ -6,15 +6,16 @@ import argparse
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from perfguard.cli.common import EXIT_OK, EXIT_REGRESSION, output_options, percent, render
 from perfguard.errors import InputError
+from perfguard.files import write_json_atomic
 from perfguard.records import BaselineRef, Run
-from perfguard.store.atomic import write_json_atomic
 from perfguard.store.baselines import read_run_file
 
 if TYPE_CHECKING:
+    from perfguard.cli.common import Commands
     from perfguard.stats.verdicts import Thresholds
 
 
@@ -50,7 +51,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return EXIT_REGRESSION if run.has_regression else EXIT_OK
 
 
-def register(sub: Any) -> None:
+def register(sub: Commands) -> None:
     p = sub.add_parser("compare", help="compare two results or baseline files (exit 1: regression)")
     p.add_argument("base", type=Path)
     p.add_argument("head", type=Path)

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from perfguard.cli.common import EXIT_OK
 from perfguard.errors import InputError
+
+if TYPE_CHECKING:
+    from perfguard.cli.common import Commands
 
 
 def cmd_init(args: argparse.Namespace) -> int:
@@ -41,7 +44,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def register(sub: Any) -> None:
+def register(sub: Commands) -> None:
     p = sub.add_parser("init", help="write the workflow, an example perf test and the settings")
     p.add_argument("--tests", default="tests/perf", help="the perf tests' folder (tests/perf)")
     p.add_argument(

@@ -6,15 +6,19 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from perfguard.cli.common import EXIT_OK, EXIT_REGRESSION, incomplete_exit
 from perfguard.errors import InputError
+from perfguard.files import write_json_atomic
 from perfguard.records import Run
 from perfguard.records.merge import merge_runs
-from perfguard.store.atomic import write_json_atomic
 from perfguard.store.baselines import read_run_file
 from perfguard.store.location import location
+
+if TYPE_CHECKING:
+    from perfguard.cli.common import Commands
+    from perfguard.pipeline import BaseMeasuredBeside, FinishSettings
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
@@ -34,7 +38,9 @@ def cmd_merge(args: argparse.Namespace) -> int:
     return _finish_merged(args, merged, runs)
 
 
-def _paired_base(runs: Sequence[tuple[Path, Run]], merged: Run, compare: str, root: Path) -> Any:
+def _paired_base(
+    runs: Sequence[tuple[Path, Run]], merged: Run, compare: str, root: Path
+) -> BaseMeasuredBeside | None:
     """Same-job A/B shards: the base side they measured beside the head (a `BaseMeasuredBeside`),
     which the whole run is compared with, paired, as one unsharded `--perfguard-ab` run would
     be. None for shards compared with a stored baseline (or `--compare none`)."""
@@ -125,10 +131,10 @@ def _finish_merged(args: argparse.Namespace, merged: Run, runs: Sequence[tuple[P
     )
 
 
-def _merged_settings(args: argparse.Namespace, merged: Run, root: Path) -> Any:
+def _merged_settings(args: argparse.Namespace, merged: Run, root: Path) -> FinishSettings:
     """The pipeline's settings for the merged run: the shards' own thresholds and health."""
     from perfguard.pipeline import FinishSettings
-    from perfguard.stats.bars import GUARDED_RUN
+    from perfguard.settings import GUARDED_RUN
     from perfguard.stats.verdicts import Thresholds
 
     return FinishSettings(
@@ -151,7 +157,7 @@ def _merged_settings(args: argparse.Namespace, merged: Run, root: Path) -> Any:
     )
 
 
-def register(sub: Any) -> None:
+def register(sub: Commands) -> None:
     p = sub.add_parser("merge", help="merge the results files of shards of one run")
     p.add_argument("files", type=Path, nargs="+")
     p.add_argument("-o", "--output", type=Path, required=True)

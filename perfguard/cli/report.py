@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from perfguard.cli.common import (
     EXIT_OK,
@@ -15,6 +15,9 @@ from perfguard.cli.common import (
 )
 from perfguard.store.baselines import read_run_file
 
+if TYPE_CHECKING:
+    from perfguard.cli.common import Commands
+
 
 def cmd_report(args: argparse.Namespace) -> int:
     run = read_run_file(args.results)
@@ -24,7 +27,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     return incomplete_exit(run) or (EXIT_REGRESSION if run.has_regression else EXIT_OK)
 
 
-def register(sub: Any) -> None:
+def register(sub: Commands) -> None:
     p = sub.add_parser("report", help="render the Markdown report from a results file")
     p.add_argument("results", type=Path)
     p.add_argument("-o", "--output", type=Path, help="write here instead of standard output")

@@ -12,7 +12,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from perfguard.errors import InputError
 from perfguard.history.changepoints import Detection
@@ -20,6 +20,7 @@ from perfguard.records import SHA
 from perfguard.store.location import location
 
 if TYPE_CHECKING:
+    from perfguard.cli.common import Commands
     from perfguard.history.alert import Bisected
     from perfguard.history.analysis import History
 
@@ -249,7 +250,7 @@ def add_source_options(p: argparse.ArgumentParser) -> None:
     )
 
 
-def register(sub: Any) -> None:
+def register(sub: Commands) -> None:
     """Add the history commands to `perfguard`'s subparsers."""
     from perfguard import github  # the standard library only, like this module
 

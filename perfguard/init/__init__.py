@@ -15,8 +15,8 @@ from pathlib import Path
 
 import jinja2
 
-from perfguard import __version__
 from perfguard.errors import PerfguardError
+from perfguard.version import __version__
 
 WORKFLOW = Path(".github/workflows/perfguard.yml")
 DEFAULT_LABELS = ("self-hosted", "linux", "x64", "gpu")

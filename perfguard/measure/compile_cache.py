@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from perfguard.store.atomic import write_bytes_atomic
+from perfguard.files import write_bytes_atomic
 
 if TYPE_CHECKING:
     import torch

@@ -18,7 +18,6 @@ so fp16 gets fp16's error, not bf16's eight times larger one.
 from __future__ import annotations
 
 import contextlib
-import copy
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -29,20 +28,12 @@ import torch
 from torch import nn
 from torch.utils import _pytree as pytree
 
+from perfguard.bounds import TOLERANCES, DriftTolerance
 from perfguard.errors import PerfguardError
-from perfguard.measure.inputs import TOLERANCES, DriftTolerance
 from perfguard.records import DriftCheck
 from perfguard.variants.base import first_line
-from perfguard.variants.generation import (
-    Generation,
-    first_steps_logits,
-    first_token_only,
-    generated_tokens,
-)
-from perfguard.variants.training import TrainStep, first_gradients
-
-Workload = TrainStep | Generation
-"""What a sample is besides a forward call: a training step, or a generation."""
+from perfguard.variants.generation import first_token_only
+from perfguard.variants.workload import FORWARD, Workload
 
 TF32_FLOOR = 1e-3
 """A compiled fp32 variant's extra error where TF32 is allowed on CUDA (cuDNN's convolutions
@@ -104,19 +95,14 @@ def _eager_outputs(
     args: Sequence[Any],
     named: Mapping[str, Any],
     device: torch.device,
-    training: Workload | None,
+    workload: Workload,
     autocast: Callable[[], contextlib.AbstractContextManager[object]] = contextlib.nullcontext,
     tokens: Any = None,
 ) -> np.ndarray[Any, np.dtype[np.float64]]:
-    """What drift is judged on, from eager: the outputs of a forward call, for a training
-    step the loss and every gradient of a first step from the seeded state, for a generation
-    the logits of its first two new tokens (`tokens`: eager's, which the second follows)."""
-    if isinstance(training, TrainStep):
-        return flatten_outputs(first_gradients(work, args, named, training, device, autocast))
-    with torch.inference_mode(), autocast():
-        if isinstance(training, Generation):
-            return flatten_outputs(first_steps_logits(work, tuple(args), dict(named), tokens))
-        return flatten_outputs(work(*args, **named))
+    """What drift is judged on, from eager, flat (`Workload.drift_view`: the outputs of a
+    forward call, a training step's loss and gradients, a generation's first two tokens'
+    logits, `tokens` being eager's)."""
+    return flatten_outputs(workload.drift_view(work, args, named, device, autocast, tokens))
 
 
 FP64_PIECE_FLOOR = 64 * 2**20
@@ -130,28 +116,16 @@ precision instead (`reference: fp32`), with eager's call-to-call spread as its o
 and the result says so."""
 
 
-def _workspace(
-    model: nn.Module, device: torch.device, training: Workload | None
-) -> contextlib.AbstractContextManager[nn.Module]:
-    """What the references run: a copy for a training step (it changes the weights), the
-    model itself otherwise (lent: on the device, in eval mode, given back as it was)."""
-    from perfguard.variants.lending import lent_or_copied
-
-    if isinstance(training, TrainStep):
-        return contextlib.nullcontext(copy.deepcopy(model).to(device).train())
-    return lent_or_copied(model, device)
-
-
 def compute_reference(
     model: nn.Module,
     inputs: Sequence[Any],
     device: torch.device,
     kwargs: Mapping[str, Any] | None = None,
-    training: Workload | None = None,
+    workload: Workload = FORWARD,
 ) -> Reference:
     """Run eager fp32 and, where the model allows, eager fp64. Computed once per test.
-    With `training`, what is compared is the first step's loss and gradients (a training
-    step) or the first two new tokens' logits and the tokens (a generation).
+    For another `workload`, what is compared is the first step's loss and gradients (a
+    training step) or the first two new tokens' logits and the tokens (a generation).
 
     No second copy of the model is made on the device for a forward call or a generation:
     the model itself runs (`lending.lent`), and fp64 runs one module at a time
@@ -160,21 +134,19 @@ def compute_reference(
 
     args = to_device(tuple(inputs), device)
     named = to_device(dict(kwargs or {}), device)
-    with _workspace(model, device, training) as work:
-        tokens = None
-        if isinstance(training, Generation):
-            tokens = generated_tokens(work, tuple(args), dict(named), training)
-        fp32 = _eager_outputs(work, args, named, device, training, tokens=tokens)
+    with workload.workspace(model, device) as work:
+        tokens = workload.reference_tokens(work, args, named)
+        fp32 = _eager_outputs(work, args, named, device, workload, tokens=tokens)
         if not np.all(np.isfinite(fp32)):
             raise NonFiniteOutputError("eager outputs hold NaN or Inf")
         # two more identical calls: what eager itself changes between them (a third makes a
         # model random in eval mode all but certain to show it)
         spread = 0.0
         for _ in range(2):
-            again = _eager_outputs(work, args, named, device, training, tokens=tokens)
+            again = _eager_outputs(work, args, named, device, workload, tokens=tokens)
             if again.shape == fp32.shape:
                 spread = max(spread, _rms(again - fp32))
-        fp64, note = _fp64_outputs(work, args, named, device, training, tokens)
+        fp64, note = _fp64_outputs(work, args, named, device, workload, tokens)
     if fp64 is None:
         return Reference(fp32, None, note, spread, tokens)
     if fp64.shape != fp32.shape:
@@ -187,7 +159,7 @@ def _fp64_outputs(
     args: Any,
     named: Any,
     device: torch.device,
-    training: Workload | None,
+    workload: Workload,
     tokens: Any,
 ) -> tuple[np.ndarray[Any, np.dtype[np.float64]] | None, str]:
     """Eager's outputs in fp64, or None and why not: a training step's own copy converted
@@ -196,7 +168,7 @@ def _fp64_outputs(
     from perfguard.variants.lending import fp64_bytes_of_largest_piece, in_fp64
 
     running: contextlib.AbstractContextManager[nn.Module]
-    if isinstance(training, TrainStep):  # its own copy: converted whole
+    if workload.copies_model:  # its own copy: converted whole
         running = contextlib.nullcontext(work.double())
     else:
         piece = fp64_bytes_of_largest_piece(work)
@@ -209,7 +181,7 @@ def _fp64_outputs(
     try:
         with running as fp64:
             out = _eager_outputs(
-                fp64, _double(args), _double(named), device, training, tokens=tokens
+                fp64, _double(args), _double(named), device, workload, tokens=tokens
             )
     except (RuntimeError, TypeError, NotImplementedError) as exc:
         return None, f"the model does not run in fp64 ({first_line(exc)}); judged on fp32"
@@ -223,7 +195,7 @@ def precision_error(
     dtype: torch.dtype,
     reference: Reference,
     kwargs: Mapping[str, Any] | None = None,
-    training: Workload | None = None,
+    workload: Workload = FORWARD,
 ) -> float:
     """RMS error of eager under autocast to `dtype` against the high-precision reference:
     the error that precision itself brings, which a reduced-precision variant is held to."""
@@ -231,13 +203,13 @@ def precision_error(
 
     args = to_device(tuple(inputs), device)
     named = to_device(dict(kwargs or {}), device)
-    with _workspace(model, device, training) as work:
+    with workload.workspace(model, device) as work:
         out = _eager_outputs(
             work,
             args,
             named,
             device,
-            training,
+            workload,
             lambda: torch.autocast(device.type, dtype=dtype),
             reference.tokens,
         )

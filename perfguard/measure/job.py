@@ -11,14 +11,13 @@ from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
-from perfguard.bounds import check
+from perfguard.bounds import DriftTolerance, check
 from perfguard.measure.compile_cache import CompileCache
-from perfguard.measure.inputs import DriftTolerance
 from perfguard.measure.sampling import Progress, Sampler, SamplingSettings, sample
 from perfguard.settings import MARKER_KEYS
 from perfguard.variants.generation import Generation
 from perfguard.variants.spec import VariantSpec, parse_variant
-from perfguard.variants.training import TrainStep
+from perfguard.variants.workload import FORWARD, Workload
 
 if TYPE_CHECKING:
     from perfguard.measure.clock import Clock
@@ -44,22 +43,19 @@ class MeasureSettings:
     record_sites: bool = False  # one more call recording allocation sites (measure.memory_sites)
 
 
-Work = TrainStep | Generation | None
-"""What one sample is besides a forward call (None): a training step, or a generation."""
-
-
 @dataclass(frozen=True)
 class Job:
     """What to measure: `model(*inputs, **kwargs)` under `variant`, each sample one `work`
-    (None: a forward call), as `settings` say; `test` names it in the result (the model's
-    class where empty). Made by `Job.of`, which checks what it is given."""
+    (a forward call, a training step, a generation: `variants.workload`), as `settings`
+    say; `test` names it in the result (the model's class where empty). Made by `Job.of`,
+    which checks what it is given."""
 
     model: nn.Module
     inputs: tuple[Any, ...]
     variant: VariantSpec
     settings: MeasureSettings
     kwargs: Mapping[str, Any] = field(default_factory=dict)
-    work: Work = None
+    work: Workload = FORWARD
     test: str = ""
 
     @classmethod
@@ -71,7 +67,7 @@ class Job:
         settings: MeasureSettings | None = None,
         *,
         kwargs: Any = None,
-        work: Work = None,
+        work: Workload | None = None,
         test: str = "",
         caller: str = "measure_model()",
     ) -> Job:
@@ -109,6 +105,12 @@ class Job:
             tolerance = settings.drift_tolerance
             check(MARKER_KEYS["drift_tolerance"], tolerance, f"{caller}: drift_tolerance")
         spec = parse_variant(variant) if isinstance(variant, str) else variant
+        if work is not None and not isinstance(work, Workload):
+            raise TypeError(
+                f"{caller}: work must be a TrainStep or a Generation (None: a forward call), "
+                f"got {type(work).__name__}"
+            )
+        work = work or FORWARD
         return cls(model, tuple(example_inputs), spec, settings, dict(kwargs or {}), work, test)
 
     @property
@@ -116,27 +118,20 @@ class Job:
         return self.test or type(self.model).__name__
 
     @property
-    def step(self) -> TrainStep | None:
-        """The training step each sample is, if it is one."""
-        return self.work if isinstance(self.work, TrainStep) else None
-
-    @property
     def generation(self) -> Generation | None:
-        """The generation each sample is, if it is one."""
+        """The generation each sample is, if it is one (its tokens are timed one by one)."""
         return self.work if isinstance(self.work, Generation) else None
 
     @property
     def in_place(self) -> bool:
         """Whether the user's model itself is measured (lent, given back as it was): a
         variant that leaves the weights alone, not a training step (which trains a copy)."""
-        return self.step is None and not self.variant.changes_weights
+        return not self.work.copies_model and not self.variant.changes_weights
 
     @property
     def workload(self) -> str:
         """The result's `workload`."""
-        if self.step is not None:
-            return "train"
-        return "generate" if self.generation is not None else "forward"
+        return self.work.name
 
 
 @dataclass(frozen=True)

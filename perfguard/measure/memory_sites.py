@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from perfguard.records.sites import BEFORE, KEPT, Site, grouped
+from perfguard.records.sites import BEFORE, KEPT, Place, Site
 
 FRAMES = 4  # frames kept above a site
 OUTSIDE = (
@@ -127,9 +127,23 @@ def _replay(steps: Iterable[tuple[int, Block | None, int]], before: int) -> Reco
     return _with_before(grouped(at_peak.values()), before), grouped(live.values())
 
 
+def grouped(live: Iterable[tuple[int, str, str, tuple[str, ...], str]]) -> list[Site]:
+    """(bytes, where, op, frames above, statement) of each live block -> sites, largest
+    first."""
+    sites: dict[tuple[str, str, str], list[Any]] = {}
+    for size, where, op, above, code in live:
+        entry = sites.setdefault((where, op, code), [0, 0, above])
+        entry[0] += size
+        entry[1] += 1
+    out = [
+        Site(Place.parse(w), o, int(b), n, tuple(a), c) for (w, o, c), (b, n, a) in sites.items()
+    ]
+    return sorted(out, key=lambda s: (-s.bytes, s.where, s.op))[:KEPT]
+
+
 def _with_before(sites: list[Site], before: int) -> list[Site]:
     if before > 0:
-        sites = [*sites, Site(BEFORE, "", before, 0)]
+        sites = [*sites, Site(Place(BEFORE), "", before, 0)]
     return sorted(sites, key=lambda s: (-s.bytes, s.where, s.op))[:KEPT]
 
 

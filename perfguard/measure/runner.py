@@ -44,7 +44,7 @@ from perfguard.variants.generation import GenerationError, PhasedClock
 from perfguard.variants.lending import lent_or_copied
 from perfguard.variants.registry import batch_of, build_variant
 from perfguard.variants.spec import VariantSpec
-from perfguard.variants.training import TrainStepError, seeded, training_error
+from perfguard.variants.training import TrainStepError
 
 
 def resolve_device(name: str) -> torch.device:
@@ -118,13 +118,11 @@ def measure_model(
     waits there for this side's turn, so the two sides build at once but time one at a time.
     """
     hooks = Hooks(reference, clock, progress or Hooks.progress, sampler, turn)
-    spec, training = job.variant, job.step
+    spec = job.variant
     item: dict[str, Any] = {"test": job.label, "variant": spec.name, "workload": job.workload}
     try:
         device = resolve_device(job.settings.device)
-        # a training step draws random numbers (dropout) in every timed step: each variant
-        # starts from the same seed, and the caller's generator is left as it was
-        rng = seeded(device) if training is not None else contextlib.nullcontext()
+        rng = job.work.random(device)  # a training step's: the same seed for every variant
         model = job.model
         lending = lent_or_copied(model, device) if job.in_place else contextlib.nullcontext(model)
         with torch_state(job.settings.threads), rng, lending as work:
@@ -136,7 +134,7 @@ def measure_model(
     except (TrainStepError, GenerationError, ExportError) as exc:  # says what to change
         return VariantResult(**item, status="error", error=str(exc))
     except Exception as exc:  # a model's own failure becomes this variant's error result
-        error = _first_line(exc) if training is None else training_error(_first_line(exc))
+        error = job.work.error(_first_line(exc))
         return VariantResult(**item, status="error", error=error)
     finally:
         if spec.is_compiled:
@@ -160,7 +158,7 @@ def _measure(job: Job, device: torch.device, hooks: Hooks) -> VariantResult:
         reference = drift.compute_reference(model, inputs, device, kwargs, job.work)
     progress("building")
     generation = job.generation
-    built = build_variant(model, inputs, spec, device, kwargs, job.step, generation, lent=True)
+    built = build_variant(model, inputs, spec, device, kwargs, job.work, lent=True)
     if built.compiled:
         progress("preparing the compiler")
         prime_compiler(device)
@@ -191,7 +189,7 @@ def _measure(job: Job, device: torch.device, hooks: Hooks) -> VariantResult:
         drift_check=check,
         details=details_of(built, taken, device, settings, reference),
         counters=taken.counted,
-        workload="train" if built.training else "generate" if built.generation else "forward",
+        workload=job.workload,
     )
     if generation is None or not isinstance(taken.clock, PhasedClock):
         return result

@@ -14,7 +14,8 @@ from perfguard.records import BaselineRef, RecordError, Run, Selection, VariantR
 from perfguard.records.gaps import deleted_gap
 from perfguard.records.selection import SHOWN_METRICS
 from perfguard.report.format import rule
-from perfguard.stats.bars import GUARDED_RUN, RUN, Loosened, guard, guard_values, read_guarded
+from perfguard.settings import GUARDED_RUN
+from perfguard.stats.bars import RUN, Loosened, guard, guard_values, read_guarded
 from perfguard.stats.verdicts import Thresholds, compare_runs, missing_row
 from perfguard.stats.why import with_why
 from perfguard.store.baselines import BaselineStore

@@ -6,13 +6,13 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from perfguard.files import write_json_atomic
 from perfguard.git import GitState
 from perfguard.pipeline.baseline import check_can_save
 from perfguard.pipeline.inputs import FinishSettings
 from perfguard.records import Run
 from perfguard.report.outputs import write_reports
 from perfguard.stats.verdicts import Thresholds
-from perfguard.store.atomic import write_json_atomic
 from perfguard.store.baselines import BaselineError, BaselineStore, Saved
 from perfguard.store.objects import ObjectStore
 

@@ -25,8 +25,7 @@ if TYPE_CHECKING:
     from perfguard.measure.drift import Reference
     from perfguard.measure.job import Job, MeasureSettings
     from perfguard.measure.residency import Residency
-    from perfguard.variants.generation import Generation
-    from perfguard.variants.training import TrainStep
+    from perfguard.variants.workload import Workload
 
 # the marker keys that `perfguard.run(...)` takes too: how to measure, not how to judge
 ITEM_KEYS = ("variants", "timeout_s", "depends")  # marker keys of the item as a whole, not of run()
@@ -160,7 +159,7 @@ class PerfguardFixture:
         kwargs: Mapping[str, Any] | None,
         batch: int | None,
         options: Mapping[str, Any],
-        training: TrainStep | Generation | None,
+        work: Workload | None,
     ) -> VariantResult:
         from perfguard.measure.job import Job
         from perfguard.measure.runner import measure_model
@@ -173,12 +172,12 @@ class PerfguardFixture:
             self.variant,
             self._settings(options, batch),
             kwargs=kwargs,
-            work=training,
+            work=work,
             test=self.test,
             caller=f"perfguard.{name}()",
         )
         if self._state.counting is not None:
-            if training is not None:
+            if job.work.name != "forward":
                 pytest.skip(
                     "instruction counts are of forward calls, not training steps or generations"
                 )
@@ -286,7 +285,7 @@ class PerfguardFixture:
             # the reference belongs to this test's model: same weights in another test, or
             # another setting of the same class, must not share it
             key = (
-                f"{self.test}:{where}:{settings.threads}:{_workload_key(job.work)}:"
+                f"{self.test}:{where}:{settings.threads}:{job.work.key()}:"
                 f"{fingerprint(job.model, job.inputs, job.kwargs)}"
             )
             reference = state.references.get(key)
@@ -354,11 +353,3 @@ def _end_item(variant: str, result: VariantResult) -> None:
             "accept it)",
             pytrace=False,
         )
-
-
-def _workload_key(workload: Any) -> str:
-    """What a workload adds to the key of its eager reference (a generation's tokens depend on
-    how many it makes)."""
-    if workload is None:
-        return "forward"
-    return f"{type(workload).__name__}{getattr(workload, 'max_new_tokens', '')}"

@@ -135,7 +135,7 @@ class Options:
     def guarded(self) -> dict[str, Any]:
         """The session's values of the settings a pull request may not loosen for its own
         verdict (`perfguard.stats.bars`: the run's, and the items' defaults)."""
-        from perfguard.stats.bars import GUARDED_ITEM, GUARDED_RUN
+        from perfguard.settings import GUARDED_ITEM, GUARDED_RUN
 
         return {
             name: getattr(self, name)
@@ -306,7 +306,7 @@ def configured(config: pytest.Config, root: Path) -> dict[str, Any]:
     """The guarded settings as this tree's ini file (or the default) sets them, whatever the
     command line says: what an A/B base worker reports of its tree (both workers are given
     the driver's command line; the base's own file is what a change would have loosened)."""
-    from perfguard.stats.bars import GUARDED_ITEM, GUARDED_RUN
+    from perfguard.settings import GUARDED_ITEM, GUARDED_RUN
 
     out: dict[str, Any] = {}
     for opt in OPTIONS:

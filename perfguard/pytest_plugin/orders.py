@@ -19,11 +19,13 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
+from perfguard.errors import PerfguardError
+
 ENV = "PERFGUARD_ORDERS"
 """The one variable a session perfguard starts is given (JSON)."""
 
 
-class OrdersError(ValueError):
+class OrdersError(PerfguardError, ValueError):
     """The orders do not read (a parent of another perfguard version, a hand-written value)."""
 
 

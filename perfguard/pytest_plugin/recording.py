@@ -288,7 +288,7 @@ class Recording:
         target = from_environment().reach
         reach = self.finish() if target else None
         if reach is not None:
-            from perfguard.store.atomic import write_json_atomic
+            from perfguard.files import write_json_atomic
 
             write_json_atomic(Path(f"{target}.{os.getpid()}"), reach.to_json())
 

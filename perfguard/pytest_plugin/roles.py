@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from perfguard import PerfguardWarning
+from perfguard.errors import PerfguardWarning
 from perfguard.pytest_plugin import timeout
 from perfguard.pytest_plugin.benchmark_bridge import result_from_benchmark
 from perfguard.pytest_plugin.collection import measured_in_ab, shard_items, test_id, variant_of

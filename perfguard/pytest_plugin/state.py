@@ -83,7 +83,7 @@ class SessionState:
         """The guarded settings this session measures by (`perfguard.stats.bars`): the run's
         and each test's marker's; recorded with the results, what the next change to them is
         judged against."""
-        from perfguard.stats.bars import GUARDED_ITEM
+        from perfguard.settings import GUARDED_ITEM
 
         tests = {
             test: {k: s.marker.options[k] for k in GUARDED_ITEM if k in s.marker.options}

@@ -15,7 +15,7 @@ from perfguard.records.gaps import Gap
 from perfguard.records.reach import Reach
 from perfguard.records.results import VariantResult
 from perfguard.records.selection import Selection
-from perfguard.settings import BY_FIELD
+from perfguard.settings import BY_FIELD, RECORDED
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -108,23 +108,18 @@ def _check_commit(name: str, value: object) -> None:
         raise RecordError(f"{name} must be a full commit sha or null, got {value!r}")
 
 
-_SETTINGS = ("budget_s", "timeout_s", "repeats", "seed", "confirm")
-"""The run's own settings a results file carries that are numbers (their bounds are the
-table's: perfguard.settings)."""
-
-
 def _check_settings(settings: Mapping[str, Any]) -> None:
-    """The settings the report shows and a merge carries on (thresholds are checked where
-    the gate reads them): the wrong type is a wrong file, not a figure to print."""
-    for name in _SETTINGS:
-        if settings.get(name) is not None:
-            check(BY_FIELD[name], settings[name], f"settings.{name}", error=RecordError)
-    for name, choices in (("unhealthy", ("warn", "inconclusive")),):
-        if settings.get(name) is not None and settings[name] not in choices:
-            raise RecordError(f"settings.{name} must be one of {choices}, got {settings[name]!r}")
-    for name in ("shard", "ab"):
-        if settings.get(name) is not None and not isinstance(settings[name], str):
-            raise RecordError(f"settings.{name} must be a string, got {settings[name]!r}")
+    """The settings the report shows and a merge carries on, each by its row of the settings
+    table (thresholds are checked where the gate reads them; `confirm` is the rounds a
+    flagged verdict had to survive): the wrong type is a wrong file, not a figure to print."""
+    for row in (*RECORDED, BY_FIELD["confirm"]):
+        value = settings.get(row.field)
+        if value is None:
+            continue
+        if row.bounds is not None or row.choices:
+            check(row, value, f"settings.{row.field}", error=RecordError)
+        elif not isinstance(value, str):  # a shard ("1/4"), a revision
+            raise RecordError(f"settings.{row.field} must be a string, got {value!r}")
 
 
 def _listed(data: Mapping[str, Any], key: str) -> Sequence[Any]:

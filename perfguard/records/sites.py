@@ -1,12 +1,15 @@
 """Allocation sites: the bytes live at a call's peak by the code that allocated them, and
-how they changed between base and head (the memory verdict's "where the memory went")."""
+how they changed between base and head (the memory verdict's "where the memory went").
+
+The records only: a site's place is typed (file, line, function); the file writes it as one
+string, "file(line): function", as the profiler and the report name a frame. Which sites are
+one site between base and head is the comparison's (`stats.memory_why`)."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
-from difflib import SequenceMatcher
 from typing import Any
 
 from perfguard.records.base import RecordError, bounded, text, texts
@@ -17,10 +20,31 @@ WHERE = re.compile(r"^(.*)\((\d+)\): (.*)$")  # "file(line): function"
 
 
 @dataclass(frozen=True)
+class Place:
+    """Where a site's bytes were allocated: a frame (its file, line and function), or only a
+    label where there is none (`BEFORE`; "" where the stack has no frame of the user's)."""
+
+    file: str
+    line: int | None = None
+    function: str = ""
+
+    @classmethod
+    def parse(cls, where: str) -> Place:
+        """A place from its written form, "file(line): function" (else a label)."""
+        found = WHERE.match(where)
+        if found is None:
+            return cls(where)
+        return cls(found.group(1), int(found.group(2)), found.group(3))
+
+    def __str__(self) -> str:
+        return self.file if self.line is None else f"{self.file}({self.line}): {self.function}"
+
+
+@dataclass(frozen=True)
 class Site:
     """The bytes live at the peak that one site allocated."""
 
-    where: str  # "file(line): function", or "" where the stack has no frame of the user's
+    place: Place
     op: str  # the operator that allocated ("" where none)
     bytes: int
     blocks: int
@@ -29,12 +53,14 @@ class Site:
     code: str = ""  # the statement's source (CUDA, where frames carry their line)
 
     @property
+    def where(self) -> str:
+        return str(self.place)
+
+    @property
     def key(self) -> tuple[str, str, str, str]:
         """What matches a site between base and head: its file and function (not the line,
         which moves when lines are added above it), the operator and the statement."""
-        found = WHERE.match(self.where)
-        file, function = (found.group(1), found.group(3)) if found else (self.where, "")
-        return (file, function, self.op, self.code)
+        return (self.place.file, self.place.function, self.op, self.code)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -57,23 +83,11 @@ class Site:
         )
 
 
-def grouped(live: Iterable[tuple[int, str, str, tuple[str, ...], str]]) -> list[Site]:
-    """(bytes, where, op, frames above, statement) of each live block -> sites, largest
-    first."""
-    sites: dict[tuple[str, str, str], list[Any]] = {}
-    for size, where, op, above, code in live:
-        entry = sites.setdefault((where, op, code), [0, 0, above])
-        entry[0] += size
-        entry[1] += 1
-    out = [Site(w, o, int(b), n, tuple(a), c) for (w, o, c), (b, n, a) in sites.items()]
-    return sorted(out, key=lambda s: (-s.bytes, s.where, s.op))[:KEPT]
-
-
 @dataclass(frozen=True)
 class SiteChange:
     """One site matched between base and head: how its live bytes at the peak changed."""
 
-    where: str
+    place: Place
     op: str
     base_bytes: int
     head_bytes: int
@@ -82,6 +96,10 @@ class SiteChange:
     frames: tuple[str, ...]
     kind: str  # "grew", "shrank", "new" (only in head), "gone" (only in base)
     code: str = ""
+
+    @property
+    def where(self) -> str:
+        return str(self.place)
 
     @property
     def change_bytes(self) -> int:
@@ -134,7 +152,7 @@ def _place(name: str, found: Mapping[str, Any]) -> dict[str, Any]:
     """What a site and a site's change both say of where it is: the frame, the operator,
     the frames above and the statement."""
     return {
-        "where": text(f"{name}.where", found.get("where", "")),
+        "place": Place.parse(text(f"{name}.where", found.get("where", ""))),
         "op": text(f"{name}.op", found.get("op", "")),
         "frames": texts(f"{name}.frames", found.get("frames")),
         "code": text(f"{name}.code", found.get("code", "")),
@@ -143,80 +161,3 @@ def _place(name: str, found: Mapping[str, Any]) -> dict[str, Any]:
 
 def _count(name: str, value: Any) -> int:
     return int(bounded(name, value, int, 0))
-
-
-def diff(
-    base: Sequence[Site], head: Sequence[Site], *, top: int = 8, least: int = 0
-) -> list[SiteChange]:
-    """The sites whose live bytes changed by more than `least`, named as the head has them
-    (its line there), else as the base had them.
-
-    A statement the head edited (same file, function and operator, the code a little
-    different: `return out, None` became `return out, kept`) is one site that grew or shrank,
-    not one gone and one new of its whole size. The changes that moved the peak the way it
-    moved come first (growth when the total grew), largest first: on a GPU the peak's moment
-    can move between base and head, so that a temporary live at the base's peak is gone at
-    the head's, and that shrink must not be read before the growth that made the peak."""
-    b = {s.key: s for s in base}
-    h = {s.key: s for s in head}
-    pairs: list[tuple[Site | None, Site | None]] = [
-        (b.get(key), h.get(key)) for key in dict.fromkeys([*h, *b])
-    ]
-    pairs = _edited(pairs)
-    out = []
-    for old, new in pairs:
-        before, after = (old.bytes if old else 0), (new.bytes if new else 0)
-        if abs(after - before) <= least:
-            continue
-        if old is None or new is None:
-            kind = "new" if old is None else "gone"
-        else:
-            kind = "grew" if after > before else "shrank"
-        named = new or old
-        assert named is not None
-        out.append(
-            SiteChange(
-                named.where, named.op, before, after,
-                old.blocks if old else 0, new.blocks if new else 0, named.frames, kind,
-                named.code,
-            )
-        )  # fmt: skip
-    grew = sum(c.change_bytes for c in out) >= 0
-    return sorted(
-        out, key=lambda c: ((c.change_bytes > 0) != grew, -abs(c.change_bytes), c.where, c.op)
-    )[:top]
-
-
-SAME_STATEMENT = 0.6
-"""How alike (difflib's ratio) a base statement and a head statement of the same function
-and operator must be to be taken for one statement the head edited."""
-
-
-def _edited(
-    pairs: list[tuple[Site | None, Site | None]],
-) -> list[tuple[Site | None, Site | None]]:
-    """`pairs` (base, head by key) with each gone site joined to the new site of the same
-    file, function and operator whose statement is most like its own (at least
-    SAME_STATEMENT alike), the likest first."""
-    gone = [i for i, (old, new) in enumerate(pairs) if new is None and old is not None and old.code]
-    made = [j for j, (old, new) in enumerate(pairs) if old is None and new is not None and new.code]
-    scored = sorted(
-        (
-            (SequenceMatcher(None, g.code, n.code).ratio(), i, j)
-            for i in gone
-            for j in made
-            if (g := pairs[i][0]) is not None
-            and (n := pairs[j][1]) is not None
-            and g.key[:3] == n.key[:3]
-        ),
-        reverse=True,
-    )
-    joined: dict[int, int] = {}  # a gone pair's index -> its new pair's
-    for ratio, i, j in scored:
-        if ratio >= SAME_STATEMENT and i not in joined and j not in joined.values():
-            joined[i] = j
-    used = {*joined, *joined.values()}
-    return [
-        *(pair for k, pair in enumerate(pairs) if k not in used),
-        *((pairs[i][0], pairs[j][1]) for i, j in joined.items()),
-    ]

@@ -22,16 +22,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from perfguard.settings import GUARDED, SETTINGS
+from perfguard.settings import GUARDED, GUARDED_ITEM, SETTINGS
 from perfguard.stats.thresholds import Thresholds
 
 RULES = tuple(s.marker for s in SETTINGS if s.threshold and s.marker)
 """The verdict rules (`Thresholds`' fields), by marker key."""
-GUARDED_RUN = ("unhealthy", "confirm", "fail_on")
-"""Settings of the whole run that withhold or soften a verdict: judged at the finish."""
-GUARDED_ITEM = ("budget_s", "repeats", "drift_tolerance")
-"""Settings of each item that take power from its measurement: judged before it is measured
-(the session's value, its marker's and its call's: the strictest of those the base had)."""
 RUN = "*"  # a loosened setting of the whole run (ini or command line), not of one test
 
 

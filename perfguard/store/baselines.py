@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from perfguard.errors import PerfguardError
+from perfguard.files import remove_stale_temp_files, write_bytes_atomic
 from perfguard.records import SHA, RecordError, Run, VariantResult
 from perfguard.records.merge import joined_reach
-from perfguard.store.atomic import remove_stale_temp_files, write_bytes_atomic
 from perfguard.store.schema import SchemaError, upgrade
 from perfguard.store.summary import (
     SUMMARY_DIR,

@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from perfguard.errors import PerfguardError
+from perfguard.files import write_bytes_atomic
 from perfguard.records import Metrics, Run, VariantResult
-from perfguard.store.atomic import write_bytes_atomic
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -18,9 +18,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from perfguard.files import write_bytes_atomic
 from perfguard.records import Run
 from perfguard.store import gitcache
-from perfguard.store.atomic import write_bytes_atomic
 from perfguard.store.baselines import (
     BaselineError,
     BaselineStore,

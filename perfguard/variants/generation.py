@@ -20,15 +20,17 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
 from perfguard.errors import PerfguardError
 from perfguard.variants.base import Built
+from perfguard.variants.spec import VariantSpec
+from perfguard.variants.workload import Autocast, Building, Workload
 
 
 class GenerationError(PerfguardError):
@@ -36,10 +38,54 @@ class GenerationError(PerfguardError):
 
 
 @dataclass(frozen=True)
-class Generation:
+class Generation(Workload):
     """What `perfguard.generate` measures: `max_new_tokens` greedy tokens after the prompt."""
 
+    name: ClassVar[str] = "generate"
+
     max_new_tokens: int
+
+    def key(self) -> str:
+        return f"generate{self.max_new_tokens}"  # eager's tokens depend on how many it makes
+
+    def refuses(self, spec: VariantSpec) -> str | None:
+        if spec.part("onnxruntime") is not None or spec.part("aoti") is not None:
+            return (
+                f"{spec.name} runs an exported forward graph, not model.generate: a "
+                "generation is measured under eager, compile-*, amp-*, int8-* and pruning"
+            )
+        return None
+
+    def reference_tokens(
+        self, work: nn.Module, args: Sequence[Any], named: Mapping[str, Any]
+    ) -> Any:
+        return generated_tokens(work, tuple(args), dict(named), self)
+
+    def drift_view(
+        self,
+        work: nn.Module,
+        args: Sequence[Any],
+        named: Mapping[str, Any],
+        device: torch.device,
+        autocast: Autocast,
+        tokens: Any,
+    ) -> Any:
+        with torch.inference_mode(), autocast():
+            return first_steps_logits(work, tuple(args), dict(named), tokens)
+
+    def build(self, building: Building) -> Built:
+        b = building
+        work, base = b.forward()
+        return build_generation(
+            work,
+            b.inputs,
+            b.named,
+            b.device,
+            self,
+            compiler=b.compiler,
+            autocast=b.autocast,
+            base=base,
+        )
 
     def __post_init__(self) -> None:
         n = self.max_new_tokens

@@ -22,12 +22,11 @@ from perfguard.variants.base import (
     weight_sparsity,
 )
 from perfguard.variants.compile import GRAPHED_ON_CUDA, POOL_NOTE, Compile
-from perfguard.variants.generation import Generation, build_generation
 from perfguard.variants.ort import OnnxRuntime
 from perfguard.variants.prune import Prune
 from perfguard.variants.quantize import Quantize, int8_fallbacks
 from perfguard.variants.spec import VariantSpec
-from perfguard.variants.training import TrainStep, build_training, inference_only
+from perfguard.variants.workload import FORWARD, Building, Workload
 
 TRANSFORMS: dict[str, ModuleTransform] = {"prune": Prune(), "quantize": Quantize()}
 AMP = Amp()
@@ -84,32 +83,52 @@ def build_variant(
     spec: VariantSpec,
     device: torch.device,
     kwargs: Mapping[str, Any] | None = None,
-    training: TrainStep | None = None,
-    generation: Generation | None = None,
+    workload: Workload = FORWARD,
     *,
     lent: bool = False,
 ) -> Built:
-    """Build `spec` of `model`; its call is `model(*example_inputs, **kwargs)`, with
-    `training` one training step of it, with `generation` one greedy `model.generate`.
+    """Build `spec` of `model` for `workload`: each call `model(*example_inputs, **kwargs)`,
+    or a training step of it, or a greedy `model.generate` (`variants.workload`).
 
     `lent`: the caller lent the model itself (`lending.lent`: on `device`, in eval mode, given
     back afterwards), and a variant that leaves the weights alone runs it as it is. Otherwise,
     and for a variant that rewrites the weights (int8, pruning) or a training step, the build
     works on its own copy, which goes when the build does: the caller's model is never
     modified."""
-    reason = (
-        (inference_only(spec) if training is not None else None)
-        or (generation_only(spec) if generation is not None else None)
-        or unavailable_reason(spec, device)
-    )
+    reason = workload.refuses(spec) or unavailable_reason(spec, device)
     if reason:
         raise VariantUnavailableError(reason)
-    if training is not None:
-        return _training(model, example_inputs, kwargs, spec, device, training)
-    in_place = lent and not spec.changes_weights
-    work = model if in_place else copy.deepcopy(model).to(device).eval()
     inputs = tuple(to_device(tuple(example_inputs), device))
     named: dict[str, Any] = to_device(dict(kwargs or {}), device)
+    autocast, compiler = _autocast_and_compiler(spec, device)
+    return workload.build(
+        Building(
+            model=model,
+            inputs=inputs,
+            named=named,
+            spec=spec,
+            device=device,
+            autocast=autocast,
+            autocast_dtype=_autocast_dtype(spec),
+            compiler=compiler,
+            tolerance_class=tolerance_class(spec),
+            forward=lambda: _forward(model, inputs, named, spec, device, lent=lent),
+        )
+    )
+
+
+def _forward(
+    model: nn.Module,
+    inputs: tuple[Any, ...],
+    named: dict[str, Any],
+    spec: VariantSpec,
+    device: torch.device,
+    *,
+    lent: bool,
+) -> tuple[nn.Module, Built]:
+    """The variant's forward call: the model as the variant transforms it, and its build."""
+    in_place = lent and not spec.changes_weights
+    work = model if in_place else copy.deepcopy(model).to(device).eval()
     notes: list[str] = []
     for part in spec.parts:
         if part.family in TRANSFORMS:
@@ -118,16 +137,10 @@ def build_variant(
     size = model_size_bytes(work)
     sparsity = weight_sparsity(work) if pruned else None
     if spec.part("onnxruntime") is not None:
-        return _onnxruntime(work, inputs, named, spec, device, notes, size, sparsity)
+        return work, _onnxruntime(work, inputs, named, spec, device, notes, size, sparsity)
     if spec.part("aoti") is not None:
-        return _aoti(work, inputs, named, spec, notes, size, sparsity)
-    built = _torch(work, inputs, named, spec, device, notes, size, sparsity)
-    if generation is None:
-        return built
-    autocast, compiler = _autocast_and_compiler(spec, device)
-    return build_generation(
-        work, inputs, named, device, generation, compiler=compiler, autocast=autocast, base=built
-    )
+        return work, _aoti(work, inputs, named, spec, notes, size, sparsity)
+    return work, _torch(work, inputs, named, spec, device, notes, size, sparsity)
 
 
 def _autocast_and_compiler(
@@ -146,39 +159,6 @@ def _autocast_and_compiler(
 def _autocast_dtype(spec: VariantSpec) -> Any:
     amp_part = spec.part("amp")
     return None if amp_part is None else AMP.dtype(amp_part)
-
-
-def generation_only(spec: VariantSpec) -> str | None:
-    """Why `spec` cannot measure a generation, or None."""
-    if spec.part("onnxruntime") is not None or spec.part("aoti") is not None:
-        return (
-            f"{spec.name} runs an exported forward graph, not model.generate: a generation "
-            "is measured under eager, compile-*, amp-*, int8-* and pruning"
-        )
-    return None
-
-
-def _training(
-    model: nn.Module,
-    example_inputs: Sequence[Any],
-    kwargs: Mapping[str, Any] | None,
-    spec: VariantSpec,
-    device: torch.device,
-    training: TrainStep,
-) -> Built:
-    """A training step of a copy of `model`, under autocast and torch.compile as `spec` says."""
-    autocast, compiler = _autocast_and_compiler(spec, device)
-    return build_training(
-        model,
-        tuple(to_device(tuple(example_inputs), device)),
-        to_device(dict(kwargs or {}), device),
-        device,
-        training,
-        autocast=autocast,
-        autocast_dtype=_autocast_dtype(spec),
-        compiler=compiler,
-        tolerance_class=tolerance_class(spec),
-    )
 
 
 def _onnxruntime(

@@ -26,7 +26,7 @@ import contextlib
 import copy
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -34,6 +34,7 @@ from torch import nn
 from perfguard.errors import PerfguardError
 from perfguard.variants.base import Built, compiled_or_eager, model_size_bytes
 from perfguard.variants.spec import VariantSpec
+from perfguard.variants.workload import Autocast, Building, Workload
 
 SEED = 20_240_917  # the random state every variant's step starts from
 TRAINABLE_FAMILIES = ("compile", "amp")
@@ -45,12 +46,57 @@ class TrainStepError(PerfguardError, ValueError):
 
 
 @dataclass(frozen=True)
-class TrainStep:
+class TrainStep(Workload):
     """What turns a forward call into a training step: `loss_fn(output)` gives the scalar
     loss (targets closed over), `optimizer(params)` a fresh optimizer."""
 
+    name: ClassVar[str] = "train"
+    copies_model: ClassVar[bool] = True
+
     loss_fn: Callable[[Any], Any]
     optimizer: Callable[[list[nn.Parameter]], torch.optim.Optimizer]
+
+    def refuses(self, spec: VariantSpec) -> str | None:
+        return inference_only(spec)
+
+    def random(self, device: torch.device) -> contextlib.AbstractContextManager[None]:
+        # a training step draws random numbers (dropout) in every timed step: each variant
+        # starts from the same seed, and the caller's generator is left as it was
+        return seeded(device)
+
+    def error(self, message: str) -> str:
+        return training_error(message)
+
+    def workspace(
+        self, model: nn.Module, device: torch.device
+    ) -> contextlib.AbstractContextManager[nn.Module]:
+        # a copy of its own, in training mode: the step changes the weights
+        return contextlib.nullcontext(copy.deepcopy(model).to(device).train())
+
+    def drift_view(
+        self,
+        work: nn.Module,
+        args: Sequence[Any],
+        named: Mapping[str, Any],
+        device: torch.device,
+        autocast: Autocast,
+        tokens: Any,
+    ) -> Any:
+        return first_gradients(work, args, named, self, device, autocast)
+
+    def build(self, building: Building) -> Built:
+        b = building
+        return build_training(
+            b.model,
+            b.inputs,
+            b.named,
+            b.device,
+            self,
+            autocast=b.autocast,
+            autocast_dtype=b.autocast_dtype,
+            compiler=b.compiler,
+            tolerance_class=b.tolerance_class,
+        )
 
 
 @contextlib.contextmanager

@@ -21,7 +21,6 @@ from multiprocessing.connection import Connection, Listener
 from pathlib import Path
 from typing import Any
 
-import perfguard
 from perfguard.errors import PerfguardError
 from perfguard.measure.sampling import TIMED
 from perfguard.pytest_plugin.ab import protocol
@@ -164,7 +163,7 @@ class Side:
             orders, {k: v for k, v in os.environ.items() if not _spins_while_idle(k, v)}
         )
         env["PYTHONPATH"] = os.pathsep.join(imports)
-        where = str(Path(perfguard.__file__).resolve().parent.parent)
+        where = str(Path(__file__).resolve().parents[3])  # the folder perfguard is in
         launch = Launch(listener, folder, items_later=items is None)
         with contextlib.ExitStack() as failed, self.log.open("ab") as out:
             failed.callback(launch.close)  # no worker: stop listening for it
