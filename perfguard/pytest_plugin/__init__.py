@@ -17,17 +17,16 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from perfguard.pytest_plugin.collection import VARIANT_PARAM, test_name, variant_of, variants_for
+from perfguard.pytest_plugin.collection import VARIANT_PARAM, test_name, variant_of
 from perfguard.pytest_plugin.keys import (
+    item_settings_key,
     options_key,
     recording_key,
     state_key,
     tests_key,
     undo_key,
 )
-from perfguard.pytest_plugin.marker import HELP as MARKER_HELP
-from perfguard.pytest_plugin.marker import ItemSettings, item_settings_key, read_marker
-from perfguard.pytest_plugin.options import add_options, read_options
+from perfguard.pytest_plugin.registration import MARKER_HELP, add_options
 
 if TYPE_CHECKING:
     from perfguard.pytest_plugin.fixture import PerfguardFixture
@@ -53,9 +52,11 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER_HELP)
-    options = read_options(config)
-    config.stash[options_key] = options
     config.stash[tests_key] = {}
+    from perfguard.pytest_plugin.options import read_options
+
+    # read and checked in every session: a wrong value is a usage error, asked for or not
+    options = config.stash[options_key] = read_options(config)
     if not options.enabled:
         from perfguard.pytest_plugin.skipping import Skipping
 
@@ -81,6 +82,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     perfguard's does) is left alone: the user's fixture wins."""
     if "perfguard" not in metafunc.fixturenames or VARIANT_PARAM not in metafunc.fixturenames:
         return
+    from perfguard.pytest_plugin.collection import variants_for
+    from perfguard.pytest_plugin.marker import ItemSettings, read_marker
+
     options = metafunc.config.stash[options_key]
     test = test_name(metafunc)
     marker = read_marker(test, metafunc.definition.get_closest_marker("perfguard"))

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from perfguard.pytest_plugin.marker import MarkerSettings
-from perfguard.pytest_plugin.options import Options
 from perfguard.variants.spec import DEFAULT_VARIANTS
+
+if TYPE_CHECKING:
+    from perfguard.pytest_plugin.marker import MarkerSettings
+    from perfguard.pytest_plugin.options import Options
 
 VARIANT_PARAM = "_perfguard_variant"
 SKIP_REASON = "perf test: measured only with --perfguard (run `pytest --perfguard`)"

@@ -23,5 +23,7 @@ state_key = pytest.StashKey["SessionState"]()
 """A measuring session's state (with `--perfguard` only)."""
 undo_key = pytest.StashKey[list[Callable[[], None]]]()
 """What `pytest_configure` changed in the process (signal handlers, import hooks)."""
+item_settings_key = pytest.StashKey["ItemSettings"]()
+"""A perf item's settings (`marker.settings_of`): its test's, kept on each of its items."""
 recording_key = pytest.StashKey[Any]()
 """The session's `Recording` (what each perf test runs), when it records."""

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from perfguard.bounds import check
+from perfguard.pytest_plugin.keys import item_settings_key
 from perfguard.settings import MARKER_KEYS, THRESHOLD_KEYS
 from perfguard.variants.spec import UnknownVariantError, parse_variant
 
@@ -21,10 +22,6 @@ from perfguard.variants.spec import UnknownVariantError, parse_variant
 KEYS: dict[str, tuple[tuple[type, ...], str]] = {
     key: (s.marker_types, s.marker_what) for key, s in MARKER_KEYS.items()
 }
-HELP = (
-    f"perfguard({', '.join(k + ('=[...]' if list in t else '=') for k, (t, _) in KEYS.items())}): "
-    "per-test perfguard settings"
-)
 
 
 @dataclass(frozen=True)
@@ -49,9 +46,6 @@ class ItemSettings:
     marker: MarkerSettings
     timeout_s: float  # the marker's `timeout_s`, else the session's `--perfguard-timeout`
     depends: tuple[str, ...] = ()  # the marker's globs of files the test reads
-
-
-item_settings_key = pytest.StashKey[ItemSettings]()
 
 
 def settings_of(item: pytest.Item) -> ItemSettings | None:

@@ -15,42 +15,12 @@ import pytest
 
 from perfguard.bounds import check
 from perfguard.pytest_plugin.orders import Orders, OrdersError, from_environment
-from perfguard.settings import BY_NAME, ENABLE_HELP, Setting
+from perfguard.settings import BY_NAME, Setting
 from perfguard.settings import OPTIONS as SETTINGS_OPTIONS
 from perfguard.variants.spec import UnknownVariantError, parse_variant_list
 
 OPTIONS: tuple[Setting, ...] = SETTINGS_OPTIONS
 """The options and ini keys, from the one table of settings (perfguard.settings)."""
-
-
-def add_options(parser: pytest.Parser) -> None:
-    group = parser.getgroup("perfguard", "performance regression testing of PyTorch models")
-    group.addoption("--perfguard", action="store_true", default=False, help=ENABLE_HELP)
-    for opt in OPTIONS:
-        if opt.bare is not None:  # the flag alone means `bare` (--perfguard-ab: REF=auto)
-            group.addoption(
-                opt.flag,
-                action="store",
-                nargs="?",
-                const=opt.bare,
-                default=None,
-                metavar=opt.metavar,
-                help=opt.full_help,
-            )
-            parser.addini(opt.ini, opt.full_help, type="string", default="")
-        elif opt.switch:
-            group.addoption(opt.flag, action="store_true", default=None, help=opt.full_help)
-            parser.addini(opt.ini, opt.full_help, type="bool", default=bool(opt.default))
-        else:
-            group.addoption(
-                opt.flag, action="store", default=None, metavar=opt.metavar, help=opt.full_help
-            )
-            parser.addini(
-                opt.ini,
-                opt.full_help,
-                type="string",
-                default=opt.default if opt.default is not None else "",
-            )
 
 
 @dataclass(frozen=True)
