@@ -8,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.perfguard-installed
 
-.PHONY: demo demo-history test test-fast lint package-check gpu-check gpu-wheels venv clean
+.PHONY: demo demo-history test test-fast test-floor lint package-check gpu-check gpu-wheels venv clean
 
 venv: $(STAMP)
 
@@ -35,6 +35,23 @@ test: $(STAMP)
 # the unit tier: every test not marked slow (a second or more on a 2-core machine), under a minute
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" --durations=10
+
+# the unit tier on the oldest pytest the package accepts (pyproject's `pytest>=8.0`), in a venv
+# of its own: the other pins as in development, the pytest plugins at what pip finds for it
+FLOOR_VENV ?= .venv-floor
+FLOOR_PY := $(FLOOR_VENV)/bin/python
+FLOOR_STAMP := $(FLOOR_VENV)/.perfguard-installed
+$(FLOOR_STAMP): pyproject.toml constraints-dev.txt
+	test -x $(FLOOR_PY) || $(PYTHON) -m venv $(FLOOR_VENV)
+	$(FLOOR_PY) -m pip install --quiet --upgrade pip
+	grep -v '^pytest' constraints-dev.txt > $(FLOOR_VENV)/constraints.txt
+	echo 'pytest==8.0.0' >> $(FLOOR_VENV)/constraints.txt
+	$(FLOOR_PY) -m pip install --quiet -c $(FLOOR_VENV)/constraints.txt torch
+	$(FLOOR_PY) -m pip install --quiet -c $(FLOOR_VENV)/constraints.txt -e ".[dev,onnx]"
+	touch $(FLOOR_STAMP)
+
+test-floor: $(FLOOR_STAMP)
+	$(FLOOR_PY) -m pytest -q -m "not slow" -p no:cacheprovider
 
 # the wheel and sdist as users get them: built, twine-checked, installed into a fresh venv,
 # then `perfguard init` and `pytest --perfguard` in a new repository
@@ -63,4 +80,4 @@ lint: $(STAMP) $(ACTIONLINT)
 	$(VENV)/bin/zizmor --offline --persona=pedantic .github/workflows
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(FLOOR_VENV) .mypy_cache .ruff_cache .pytest_cache
