@@ -51,8 +51,13 @@ QUICK = ["--perfguard-device=cpu", "--perfguard-threads=1", "--perfguard-confirm
 
 
 def _env(**more: str) -> dict[str, str]:
+    """The environment of a session the study runs (a PYTHONPATH given goes before the one
+    inherited, which may name the perfguard under study)."""
     env = {k: v for k, v in os.environ.items() if k != "GITHUB_EVENT_NAME"}
+    inherited = env.get("PYTHONPATH")
     env.update(more)
+    if "PYTHONPATH" in more and inherited:
+        env["PYTHONPATH"] = f"{more['PYTHONPATH']}{os.pathsep}{inherited}"
     return env
 
 
@@ -189,8 +194,11 @@ import pytest
 import torch
 
 SIZE = dict(image_size=32, patch_size=8, num_classes=10, dim=64, depth=2, heads=4, mlp_dim=128)
+VIDEO = {**{k: v for k, v in SIZE.items() if k != "patch_size"}, "image_patch_size": 8,
+         "frames": 4, "frame_patch_size": 2}
 MARK = pytest.mark.perfguard(variants=["eager"])
 IMAGES = (torch.randn(4, 3, 32, 32),)
+CLIPS = (torch.randn(2, 3, 4, 32, 32),)
 
 
 @MARK
@@ -208,23 +216,21 @@ def test_simple_vit(perfguard):
 @MARK
 def test_vit_3d(perfguard):
     from vit_pytorch.vit_3d import ViT
-    model = ViT(**SIZE, frames=4, frame_patch_size=2, channels=3).eval()
-    perfguard.run(model, (torch.randn(2, 3, 4, 32, 32),))
+    perfguard.run(ViT(**VIDEO).eval(), CLIPS)
 
 
 @MARK
 def test_simple_vit_3d(perfguard):
     from vit_pytorch.simple_vit_3d import SimpleViT
-    model = SimpleViT(**SIZE, frames=4, frame_patch_size=2).eval()
-    perfguard.run(model, (torch.randn(2, 3, 4, 32, 32),))
+    perfguard.run(SimpleViT(**VIDEO).eval(), CLIPS)
 
 
 @MARK
 def test_vivit(perfguard):
-    from vit_pytorch.vivit import ViT
-    size = {k: v for k, v in SIZE.items() if k != "depth"}
-    model = ViT(**size, frames=4, frame_patch_size=2, spatial_depth=1, temporal_depth=1).eval()
-    perfguard.run(model, (torch.randn(2, 3, 4, 32, 32),))
+    from vit_pytorch import vivit
+    video_vit = getattr(vivit, "ViViT", None) or vivit.ViT  # renamed within the history
+    size = {k: v for k, v in VIDEO.items() if k != "depth"}
+    perfguard.run(video_vit(**size, spatial_depth=1, temporal_depth=1).eval(), CLIPS)
 
 
 @MARK
@@ -255,7 +261,10 @@ def replay(repo_url: Path, commits: int, out: Path) -> None:
     with tempfile.TemporaryDirectory(prefix="perfguard-reach-replay-") as folder:
         top = Path(folder)
         repo = top / "repo"
-        subprocess.run(["git", "clone", "-q", str(repo_url), str(repo)], check=True)
+        # (a stored snapshot may lack its large images: nothing is checked out from it)
+        subprocess.run(
+            ["git", "clone", "-q", "--no-checkout", str(repo_url), str(repo)], check=True
+        )
         stub = top / "stub"
         for name, text in TORCHVISION_STUB.items():
             (stub / name).parent.mkdir(parents=True, exist_ok=True)
@@ -310,6 +319,11 @@ def replay(repo_url: Path, commits: int, out: Path) -> None:
     _write(out, summary, rows)
 
 
+KEPT = ("vit_pytorch/", "pyproject.toml", "setup.py", "setup.cfg", "README.md", "LICENSE")
+"""What a replayed commit keeps of the original's tree (its images and training scripts
+aside): the model code, the build and the documentation."""
+
+
 def _replay_history(repo: Path, commits: int) -> list[str]:
     """The last `commits` first-parent commits that touch model code, replayed as a linear
     history with the users' perf tests committed in every tree (as a team's tests are): each
@@ -321,8 +335,10 @@ def _replay_history(repo: Path, commits: int) -> list[str]:
     tests = Path("tests") / "perf" / "test_zoo.py"
 
     def commit_tree(original: str, message: str) -> str:
-        git(repo, "rm", "-rq", "--cached", "--ignore-unmatch", ".")
         git(repo, "read-tree", original)
+        others = [p for p in git(repo, "ls-files").splitlines() if not p.startswith(KEPT)]
+        for start in range(0, len(others), 200):  # the model code and the project's files
+            git(repo, "rm", "-q", "-f", "--cached", "--", *others[start : start + 200])
         (repo / tests).parent.mkdir(parents=True, exist_ok=True)
         (repo / tests).write_text(REPLAY_TESTS)
         git(repo, "add", str(tests))

@@ -19,10 +19,10 @@ from perfguard.measure.callgrind import (
     parse_modes,
     run_counted,
 )
+from perfguard.orders import Orders, from_environment
 from perfguard.pytest_plugin import instructions
 from perfguard.pytest_plugin.instructions import count_instructions, regions_for
 from perfguard.pytest_plugin.options import Options, default_options
-from perfguard.pytest_plugin.orders import Orders, from_environment
 from perfguard.records import Counters
 from perfguard.stats.exact import exact_comparisons
 from tests.factories import result
@@ -177,7 +177,7 @@ def test_no_valgrind_when_asked_is_a_usage_error_before_measuring(
 
 COUNTED = (
     "from perfguard.measure.callgrind import counted_regions\n"
-    "from perfguard.pytest_plugin.orders import from_environment\n"
+    "from perfguard.orders import from_environment\n"
     "orders = from_environment()\n"
     "modes, regions = counted_regions(orders.instructions, orders.shim)\n"
     "with regions.count('forward'):\n"

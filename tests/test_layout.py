@@ -80,6 +80,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     (
         "perfguard.errors",
         "perfguard.version",
+        "perfguard.orders",
         "perfguard.bounds",
         "perfguard.files",
         "perfguard.scratch",
@@ -111,9 +112,11 @@ FLOORS: tuple[tuple[str, ...], ...] = (
         "perfguard.confirm",
         "perfguard.examples",
     ),
-    # the steps: the finish's pipeline, the report, main's history, the watchdog, init
+    # the steps: the finish's pipeline, the report, main's history, the watchdog, init, the
+    # calibration's judgement
     (
         "perfguard.pipeline",
+        "perfguard.calibrate",
         "perfguard.accept",
         "perfguard.report",
         "perfguard.history",

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from perfguard.pytest_plugin.orders import (
+from perfguard.orders import (
     ENV,
     Orders,
     OrdersError,

@@ -15,7 +15,8 @@ for the machine's start and the transfers); a step that would start after that i
 not run, with the command that runs it alone. What a stage writes goes into one archive,
 `<stage>.tar.gz`, rewritten whole after every step (a kill loses only the step in flight),
 and one line per step goes into `summary.txt`: at most 8 files for all seven stages, every
-name plain.
+name plain. The `calibrate` stage is `perfguard calibrate` on the GPU-bound model and the demo
+suite: the GPU's detection table in one call.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-STAGES = ("env", "cuda", "figures", "variants", "autotune", "study", "study-gpu")
+STAGES = ("env", "cuda", "figures", "variants", "autotune", "study", "calibrate")
 AUTOTUNE = ("compile-max-autotune-no-cudagraphs", "compile-max-autotune")
 """The variants with the longest cold compiles (inductor tries kernel configurations): their
 own stage."""
@@ -55,15 +56,12 @@ NEWEST = ("compile-dynamic", "aot-inductor")
 """The variants no GPU has measured yet: in the `figures` stage, with the other new items."""
 STUDY_PLAN = ("0:8", "5:8", "20:4")
 """Injected change (%): runs, each level its own step (the runs are kept as they finish)."""
-STUDY_GPU_PLAN = ("0:20", "2:10", "5:10")
-"""The GPU-bound model in eager and compile-reduce-overhead: 40 identical comparisons, and
-the small changes (+2%: two blocks in 100) a GPU run must be able to tell."""
-GPU_BAR = "3"
-"""study-gpu's `--perfguard-ab-min-change`, in percent. At the default 5% a +5% change sits on
-the bar, and a re-measure reading +4.8% withdraws it (seen on an H100, 2026-11-26); there,
-the paired medians of identical GPU-bound code moved by at most 1.8% (IQR -0.3% to +0.3%),
-so 3% is a bar such a suite can hold, and the one the runner docs advise for GPU-bound
-work."""
+CALIBRATE = ("--rounds", "40", "--canary", "2,5,10", "--budget", "1.0")
+"""The GPU table in one run (`benchmarks/calibrate_gpu.py`): the GPU-bound study model (in eager
+and compile-reduce-overhead) and the demo suite's forward items, each compared with itself 40
+times and 10 times at each of +2%, +5% and +10%, on one pair of worker processes, at the
+GPU-bound suite's 3% bar. (It replaces the paired study's GPU stage, which started three
+processes and their CUDA per comparison: 57 s each on an H100.)"""
 STATE = Path(os.environ.get("GPU_CHECK_STATE") or "/tmp/perfguard-gpu-check").resolve()
 """Where the studies keep their runs between calls: a stage called again on a machine still
 warm goes on where the last call stopped (each run is kept as it finishes), and one given
@@ -144,22 +142,20 @@ def steps(stage: str) -> list[Step]:
             *(_demo(v, pytest) for v in (AUTOTUNE if stage == "autotune" else VARIANTS)),
             _variant_table(),
         ]
-    if stage in ("study", "study-gpu"):
+    if stage == "calibrate":
+        table = ("{py}", "-m", "benchmarks.calibrate_gpu", *CALIBRATE, "--device", "{device}")
+        return [Step("calibrate: the GPU table", (*table, "--out", "{work}"))]
+    if stage == "study":
         study = ("{py}", "benchmarks/detection.py")
         where = f"{{state}}/{stage}"
-        suite = (
-            "--models", "gpu-linear", "--variants", "eager,compile-reduce-overhead",
-            "--ab-min-change", GPU_BAR,
-        )  # fmt: skip
-        plans, extra = (STUDY_PLAN, ()) if stage == "study" else (STUDY_GPU_PLAN, suite)
         return [
             *(
                 Step(
                     f"paired study, +{plan.split(':')[0]}%",
-                    (*study, "run-ab", "--dir", where, "--plan", plan, *extra),
+                    (*study, "run-ab", "--dir", where, "--plan", plan),
                     needs=("git",),
                 )
-                for plan in plans
+                for plan in STUDY_PLAN
             ),
             Step("paired study, the table", (*study, "analyze", "--ab-dir", where), closing=True),
         ]

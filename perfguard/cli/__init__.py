@@ -23,13 +23,13 @@ __all__ = ["EXIT_INPUT", "EXIT_OK", "EXIT_REGRESSION", "build_parser", "main", "
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from perfguard.cli import baselines, comment, compare, init, merge, report
+    from perfguard.cli import baselines, calibrate, comment, compare, init, merge, report
     from perfguard.history import commands as history_commands
 
     parser = Parser(prog="perfguard", description="perfguard: the steps that need no GPU")
     parser.add_argument("--version", action="version", version=f"perfguard {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
-    for command in (report, compare, comment, merge, init, baselines, history_commands):
+    for command in (report, compare, comment, merge, init, baselines, history_commands, calibrate):
         command.register(sub)
     return parser
 

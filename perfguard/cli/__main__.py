@@ -1,5 +1,7 @@
 """`python -m perfguard.cli`: the `perfguard` command."""
 
+import sys
+
 from perfguard.cli import main
 
-main()
+sys.exit(main())

@@ -67,6 +67,11 @@ class CudaEventClock:
             self._flush_bytes = 2 * l2 if l2 > 0 else 256 * 2**20  # do_bench's 256 MiB
             self.name = "cuda_event+l2_flush"
 
+    @property
+    def device(self) -> Any:
+        """The CUDA device it times on (a `torch.device`)."""
+        return self._torch.device(self._device)
+
     def time_call(self, fn: Callable[[], Any]) -> float:
         torch = self._torch
         stream = torch.cuda.current_stream(self._device)

@@ -29,8 +29,8 @@ import pytest
 
 from perfguard.confirm import ConfirmRound, Remeasure
 from perfguard.git import GitError, resolve_commit
+from perfguard.orders import Orders, child_environment
 from perfguard.pytest_plugin.options import Options
-from perfguard.pytest_plugin.orders import Orders, child_environment
 from perfguard.records import RecordError, Run, VariantResult
 
 TIMEOUT_BASE_S = 1800.0
@@ -66,7 +66,9 @@ def remeasurer(
     # the child reads the same ini file and loads the same plugins as this session
     extra = ["-c", str(config.inipath)] if config.inipath else []
     extra += plugin_args(config.invocation_params.args)
-    child = run_child or functools.partial(_run_child, orders=orders)
+    # a canary (calibration's check of the PR path) slows the re-measure's tree alike
+    told = orders or Orders(canary_pct=options.orders.canary_pct)
+    child = run_child or functools.partial(_run_child, orders=told)
     rounds = 0
     last_end = -math.inf
 

@@ -281,7 +281,7 @@ def _remeasure(config: pytest.Config, state: SessionState, exitstatus: int) -> R
 def _explainer(config: pytest.Config, state: SessionState, exitstatus: int) -> Remeasure | None:
     """How a memory verdict's item is measured once more with allocation recording (child
     sessions, beside the base commit where the checkout has it), or None."""
-    from perfguard.pytest_plugin.orders import Orders
+    from perfguard.orders import Orders
 
     o = state.options
     if o.compare == "none" or state.exclusive_gpu or exitstatus == pytest.ExitCode.INTERRUPTED:

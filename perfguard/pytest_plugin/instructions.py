@@ -15,8 +15,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from perfguard.measure.callgrind import CallgrindError, Counted, build_shim, run_counted
+from perfguard.orders import Orders
 from perfguard.pytest_plugin.options import Options
-from perfguard.pytest_plugin.orders import Orders
 from perfguard.records import Counters, VariantResult
 from perfguard.variants.spec import UnknownVariantError, parse_variant
 

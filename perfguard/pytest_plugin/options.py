@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from perfguard.bounds import check
-from perfguard.pytest_plugin.orders import Orders, OrdersError, from_environment
+from perfguard.orders import Orders, OrdersError, from_environment
 from perfguard.settings import BY_NAME, Setting
 from perfguard.settings import OPTIONS as SETTINGS_OPTIONS
 from perfguard.variants.spec import UnknownVariantError, parse_variant_list

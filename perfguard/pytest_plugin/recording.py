@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from perfguard.pytest_plugin.orders import OrdersError, from_environment
+from perfguard.orders import OrdersError, from_environment
 from perfguard.records.reach import Reach
 
 FULL_EVENTS = ("push", "schedule", "workflow_dispatch", "merge_group")

@@ -40,6 +40,10 @@ def role_for(state: SessionState) -> object:
         return AbWorker(state)
     if state.counting is not None:
         return Counting(state)
+    if state.options.orders.calibrate is not None:
+        from perfguard.pytest_plugin.ab.calibrating import Calibrating
+
+        return Calibrating(state)
     if state.options.ab is not None:
         return AbDriving(state)
     return Measuring(state)

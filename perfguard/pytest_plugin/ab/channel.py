@@ -1,7 +1,7 @@
 """The wire between the A/B driver and its workers: a local socket with a shared key.
 
 The messages are declared in `perfguard.pytest_plugin.ab.protocol` (plain dicts with a `kind` on the
-wire). The address and key reach a worker in its orders (`perfguard.pytest_plugin.orders`),
+wire). The address and key reach a worker in its orders (`perfguard.orders`),
 so only processes the driver started can connect.
 """
 

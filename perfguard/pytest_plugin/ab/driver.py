@@ -20,12 +20,20 @@ from pathlib import Path
 from typing import Any
 
 from perfguard import scratch
+from perfguard.orders import Orders
 from perfguard.pytest_plugin.ab.side import Launch, Side, SideOutcome, WorkerExitedError
-from perfguard.pytest_plugin.orders import Orders
 from perfguard.records.reach import Reach
 from perfguard.stats.sequential import LOOKS, should_stop
 
-__all__ = ["Design", "Driver", "Pairing", "Side", "SideOutcome", "WorkerExitedError"]
+__all__ = [
+    "Design",
+    "Driver",
+    "Pairing",
+    "Side",
+    "SideOutcome",
+    "Taken",
+    "WorkerExitedError",
+]
 
 Progress = Callable[[str], None]
 
@@ -43,6 +51,17 @@ class Pairing:
         if self.sequential is not None:
             out["sequential"] = self.sequential
         return out
+
+
+@dataclass(frozen=True)
+class Taken:
+    """The blocks of one sequential comparison (each side's, in pair order), how they were
+    taken, and the canary's delay per call of this tree's side (0: none)."""
+
+    a: tuple[tuple[float, ...], ...]
+    b: tuple[tuple[float, ...], ...]
+    pairing: Pairing
+    slower_ms: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -89,13 +108,17 @@ class Driver:
         self.crashed = False
         self._pending: list[tuple[Side, Launch]] = []  # launched, not yet connected
         self.a.traces = self.b.traces = traces
-        given = orders or Orders()
+        mine = orders or Orders()
+        given = mine.with_(calibrate=None, canary_pct=None)  # the driver's own
         self.a.orders = given.with_(compile_cache="load")
         self.b.orders = given.with_(compile_cache=cache or given.compile_cache)
         self._record = record
         if record:
             self.b.reach = self._logs / "head.reach"
         self.reach: Reach | None = None  # this tree's record, read when the workers stop
+        # a canary on every item (the calibration's own check of the PR path): this tree's
+        # calls made this share slower (orders `canary_pct`)
+        self.slower_pct = float(mine.canary_pct or 0.0)
 
     def measure(
         self,
@@ -134,6 +157,23 @@ class Driver:
         outcomes: dict[str, SideOutcome],
         floor: dict[str, Any] | None = None,
     ) -> tuple[SideOutcome, SideOutcome, Pairing]:
+        active = self.open_item(nodeid, remaining, progress, outcomes, floor)
+        rng = random.Random(f"{self.seed}:{nodeid}")
+        taken = self.take_pairs(active, outcomes, rng, progress, design, self.slower_pct)
+        self.close_item(active, outcomes, progress)
+        return outcomes["A"], outcomes["B"], taken.pairing
+
+    def open_item(
+        self,
+        nodeid: str,
+        remaining: Sequence[str],
+        progress: Progress,
+        outcomes: dict[str, SideOutcome],
+        floor: dict[str, Any] | None = None,
+    ) -> list[Side]:
+        """Start the item on both sides: they build it at once, then compile and warm up one
+        after the other. The sides ready to sample (an ended one's outcome is in
+        `outcomes`)."""
         going = [
             side
             for side in (self.a, self.b)
@@ -148,9 +188,24 @@ class Driver:
             progress(f"A/B: {side.label} compiles and warms up")
             if self._step(side, side.take_turn, outcomes):
                 active.append(side)
-        rng = random.Random(f"{self.seed}:{nodeid}")
+        return active
+
+    def take_pairs(
+        self,
+        active: list[Side],
+        outcomes: dict[str, SideOutcome],
+        rng: random.Random,
+        progress: Progress,
+        design: Design | None = None,
+        slower_pct: float = 0.0,
+    ) -> Taken:
+        """Pairs of blocks until the sequential design decides (one side alone: the blocks
+        its settings ask for). `slower_pct`: this tree's calls made that share of a call's
+        time slower (a canary; its call time as its worker measured it after warm-up). A
+        side that crashes leaves `active`, its outcome in `outcomes`."""
         paired = len(active) == 2
         pairs = LOOKS[-1] if paired else max((s.repeats for s in active), default=0)
+        slower_ms = slower_pct / 100.0 * (self.b.call_ms or 0.0)
         orders: list[str] = []
         blocks: dict[str, list[tuple[float, ...]]] = {"A": [], "B": []}
         sequential: dict[str, Any] | None = None
@@ -164,7 +219,7 @@ class Driver:
             progress(f"A/B: pair {index + 1} of {upto} ({orders[-1]})")
             for side in order:
                 try:
-                    blocks[side.name].append(side.block())
+                    blocks[side.name].append(side.block(slower_ms if side is self.b else 0.0))
                 except WorkerExitedError as exc:
                     outcomes[side.name] = self._crash(side, exc)
                     active.remove(side)
@@ -182,13 +237,19 @@ class Driver:
                     sequential = {"looks": list(LOOKS), "stopped_at": index + 1, **found}
                 if stop:
                     break
+        pairing = Pairing(tuple(orders), sequential)
+        return Taken(tuple(blocks["A"]), tuple(blocks["B"]), pairing, slower_ms)
+
+    def close_item(
+        self, active: list[Side], outcomes: dict[str, SideOutcome], progress: Progress
+    ) -> None:
+        """Sampling is over: each side measures memory and drift and ends the item."""
         for side in active:
             progress(f"A/B: {side.label} memory and drift")
             try:
                 outcomes[side.name] = side.finish()
             except WorkerExitedError as exc:
                 outcomes[side.name] = self._crash(side, exc)
-        return outcomes["A"], outcomes["B"], Pairing(tuple(orders), sequential)
 
     def measure_whole(
         self,

@@ -78,9 +78,11 @@ class Time(_Message):
 
 @dataclass(frozen=True)
 class Block(_Message):
-    """Time one block now."""
+    """Time one block now; `slower_ms`: each call of it made that much slower (a canary of
+    `perfguard calibrate`: a known slowdown where a regression would act)."""
 
     KIND = "block"
+    slower_ms: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -128,11 +130,13 @@ class Built(_Message):
 
 @dataclass(frozen=True)
 class Ready(_Message):
-    """Compiled and warmed up: the blocks its settings ask for, after `warmup_calls`."""
+    """Compiled and warmed up: the blocks its settings ask for, after `warmup_calls`, and a
+    call's time at the end of the warm-up (`call_ms`: what a canary's delay is a share of)."""
 
     KIND = "ready"
     repeats: int
     warmup_calls: int
+    call_ms: float | None = None
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ stored mode's five repeats (docs/method.md, "The PR configuration on a busy runn
 @dataclass
 class AbSession:
     driver: Driver
-    worktree: Worktree
+    worktree: Worktree | ThisTree
     commit: str
     reason: str
     items: list[str]  # the perf items' node ids, in the order this session runs them
@@ -76,6 +76,16 @@ def session_paths(config: pytest.Config) -> list[str] | None:
     return out
 
 
+class ThisTree:
+    """Both sides in this tree (`perfguard calibrate`): no worktree to make or remove."""
+
+    def __init__(self, root: Path) -> None:
+        self.rootdir = root
+
+    def remove(self) -> None:
+        """Nothing to remove: the tree is the user's."""
+
+
 def start(
     root: Path,
     options: Options,
@@ -83,11 +93,15 @@ def start(
     paths: Sequence[str] = (),
     *,
     record: bool = False,
+    same_tree: bool = False,
 ) -> AbSession:
     """Find REF, check it out, prepare the driver, launch the workers. A usage error says
     what went wrong. `items` None: this session has not collected yet; the workers collect
     `paths` (`session_paths`) meanwhile and are sent the items later. `record`: this tree's
-    worker records what each test runs."""
+    worker records what each test runs. `same_tree`: both sides are this tree
+    (`perfguard calibrate`), no revision is checked out."""
+    if same_tree:
+        return _start_same_tree(root, options, items, paths)
     from perfguard.git import GitError, ab_reference, resolve_commit
     from perfguard.pytest_plugin.ab.driver import Driver
     from perfguard.pytest_plugin.options import PARENT, trace_dir
@@ -134,6 +148,30 @@ def start(
     )
     driver.launch_both(items, paths)  # they get ready while this session does
     return AbSession(driver, worktree, commit, reason, list(items or ()))
+
+
+def _start_same_tree(
+    root: Path, options: Options, items: list[str] | None, paths: Sequence[str]
+) -> AbSession:
+    from perfguard.git import GitError, resolve_commit
+    from perfguard.pytest_plugin.ab.driver import Driver
+    from perfguard.pytest_plugin.options import trace_dir
+
+    try:
+        commit = resolve_commit(root, "HEAD")
+    except GitError:
+        commit = ""  # not a git checkout: nothing names the tree but its folder
+    driver = Driver(
+        root,
+        "this tree (A)",
+        root,
+        lambda rootdir: worker_args(options, rootdir),
+        seed=options.seed,
+        traces=trace_dir(options),
+        orders=options.orders,
+    )
+    driver.launch_both(items, paths)
+    return AbSession(driver, ThisTree(root), commit, "this tree beside itself", list(items or ()))
 
 
 def base_thresholds(ab: AbSession) -> Thresholds | None:

@@ -23,9 +23,9 @@ from typing import Any
 
 from perfguard.errors import PerfguardError
 from perfguard.measure.sampling import TIMED
+from perfguard.orders import Orders, child_environment
 from perfguard.pytest_plugin.ab import protocol
 from perfguard.pytest_plugin.ab.channel import open_listener
-from perfguard.pytest_plugin.orders import Orders, child_environment
 from perfguard.records import RecordError, VariantResult
 from perfguard.records.reach import Reach
 
@@ -109,6 +109,8 @@ class Side:
     conn: Connection | None = None
     collected: set[str] = field(default_factory=set)
     repeats: int = 0  # blocks the worker's settings ask for, learnt from its `ready`
+    call_ms: float | None = None  # a call's time after warm-up, learnt from its `ready`
+    launches: int = 0  # worker processes started for this side
     cuda: bool | None = None  # whether CUDA is available there (None: not known)
     traces: Path | None = None  # where the worker writes its Chrome traces
     reach: Path | None = None  # where its workers write what each test ran (one file each)
@@ -137,6 +139,7 @@ class Side:
         (the session's own test paths, relative to the tree) and `connect` sends it the
         items. FileNotFoundError when none of `paths` is in this tree."""
         self.stop()
+        self.launches += 1
         top = self.rootdir
         # whole files: a test new in this tree is no node id in the other
         wanted = paths if items is None else items
@@ -309,7 +312,7 @@ class Side:
             match self.recv():
                 case message if until is not None and isinstance(message, until):
                     if isinstance(message, protocol.Ready):
-                        self.repeats = message.repeats
+                        self.repeats, self.call_ms = message.repeats, message.call_ms
                     return None
                 case protocol.Result() as message:
                     result = VariantResult.from_json(message.result)
@@ -320,10 +323,12 @@ class Side:
                     due = (*((until,) if until else ()), protocol.Result, protocol.Ended)
                     raise protocol.unexpected(message, *due)
 
-    def block(self) -> tuple[float, ...]:
+    def block(self, slower_ms: float = 0.0) -> tuple[float, ...]:
+        """One block's times; `slower_ms`: each of its calls made that much slower (a
+        canary)."""
         TIMED.set()  # the worker times it: the driver's health monitor reads the clocks
         try:
-            self.send(protocol.Block())
+            self.send(protocol.Block(slower_ms))
             message = self.recv()
         finally:
             TIMED.clear()

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
 from perfguard.errors import PerfguardError
+from perfguard.measure.canary import delay_for, slowed
+from perfguard.measure.clock import Clock
 from perfguard.measure.placement import on_one_cpu
 from perfguard.measure.residency import Residency
 from perfguard.measure.sampling import (
@@ -26,9 +28,9 @@ from perfguard.measure.sampling import (
     WarmupOutcome,
     sample_on_demand,
 )
+from perfguard.orders import Orders
 from perfguard.pytest_plugin.ab import protocol
 from perfguard.pytest_plugin.ab.channel import connect
-from perfguard.pytest_plugin.orders import Orders
 from perfguard.pytest_plugin.timeout import paused
 
 
@@ -42,6 +44,7 @@ class WorkerLink:
         self.side = side
         self._items = items  # None: the driver sends them once it has collected
         self.floor: dict[str, Any] = {}  # the running item's settings, as the driver judged
+        self.slower_ms = 0.0  # the block being timed: its calls made this much slower
 
     @classmethod
     def from_orders(cls, orders: Orders) -> WorkerLink | None:
@@ -87,7 +90,9 @@ class WorkerLink:
         protocol.expect(self.recv(), protocol.Time)
 
     def _sampling_command(self) -> Command:
-        return protocol.expect(self.recv(), protocol.Block, protocol.Finish).KIND
+        command = protocol.expect(self.recv(), protocol.Block, protocol.Finish)
+        self.slower_ms = command.slower_ms if isinstance(command, protocol.Block) else 0.0
+        return command.KIND
 
     def sampler(self, residency: Residency | None = None) -> Sampler:
         """Sampling that announces `ready` after warm-up and then samples on command, each
@@ -96,7 +101,11 @@ class WorkerLink:
         when both trees do not fit)."""
 
         def ready(warmup: WarmupOutcome, settings: SamplingSettings) -> None:
-            self.send(protocol.Ready(repeats=settings.repeats, warmup_calls=warmup.calls))
+            last = sorted(warmup.times_ms[-5:])
+            call_ms = last[len(last) // 2] if last else None
+            self.send(
+                protocol.Ready(repeats=settings.repeats, warmup_calls=warmup.calls, call_ms=call_ms)
+            )
 
         def hand_over(block: tuple[float, ...]) -> None:
             self.send(protocol.Times(tuple(block)))
@@ -108,19 +117,21 @@ class WorkerLink:
             hand_over=hand_over,
             around_block=on_one_cpu,
         )
-        if residency is None:
-            return sampling
 
         @contextlib.contextmanager
         def around_block() -> Iterator[None]:
-            with residency.turn(), on_one_cpu():
+            turn = contextlib.nullcontext() if residency is None else residency.turn()
+            with turn, on_one_cpu():
                 yield
 
-        def sampler(*args: Any) -> Any:
+        def sampler(call: Callable[[], Any], clock: Clock, *args: Any) -> Any:
+            # a canary's block (`perfguard calibrate`): each call slower by what it asks
+            canaried = slowed(call, delay_for(clock), lambda: self.slower_ms)
             try:
-                return sampling(*args, around_block=around_block)
+                return sampling(canaried, clock, *args, around_block=around_block)
             finally:
-                residency.give_back()
+                if residency is not None:
+                    residency.give_back()
 
         return sampler
 

@@ -43,6 +43,11 @@ class Orders:
     sites: bool = False  # record each item's allocation sites (a memory verdict explained)
     instructions: tuple[str, ...] = ()  # under callgrind: the regions to count ...
     shim: str | None = None  # ... and the library that turns counting on and off
+    # `perfguard calibrate`: its rounds, canaries and output (what the driving session runs
+    # instead of one comparison per item), and the check of its predictions: every item's
+    # calls on this tree's side made this share slower in a plain A/B run
+    calibrate: dict[str, Any] | None = None
+    canary_pct: float | None = None
 
     @property
     def worker(self) -> bool:

@@ -1,0 +1,199 @@
+"""What a calibration measured: for each perf item, its rounds, each a comparison of the tree
+with itself as a pull request's A/B takes it (pairs of blocks until the sequential design
+decides), some with this side's calls made slower by a known share (a canary), each with the
+confirmation rounds it was given.
+
+The driving pytest session writes it (`pytest_plugin/ab/calibrating.py`); `perfguard
+calibrate` reads it and judges it (`calibrate.analysis`), without torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from perfguard.errors import PerfguardError
+
+VERSION = 1
+
+Blocks = tuple[tuple[float, ...], ...]
+
+
+class CalibrationError(PerfguardError, ValueError):
+    """A calibration record that does not read (another version, a cut file)."""
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One comparison of the tree with itself: each side's blocks (in pair order), how the
+    pairs were taken (`Pairing.to_json`), and what it cost."""
+
+    a: Blocks
+    b: Blocks
+    pairing: Mapping[str, Any]
+    wall_s: float  # from the first block asked to the last received
+    device_ms: float  # the timed calls of both sides, summed
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "a": [list(b) for b in self.a],
+            "b": [list(b) for b in self.b],
+            "pairing": dict(self.pairing),
+            "wall_s": self.wall_s,
+            "device_ms": self.device_ms,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> Comparison:
+        found = _object("comparison", data)
+        try:
+            return cls(
+                a=_blocks(found["a"]),
+                b=_blocks(found["b"]),
+                pairing=_object("pairing", found.get("pairing") or {}),
+                wall_s=float(found.get("wall_s", 0.0)),
+                device_ms=float(found.get("device_ms", 0.0)),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CalibrationError(f"a comparison does not read: {exc}") from None
+
+
+@dataclass(frozen=True)
+class Round:
+    """A round: `slower_pct` 0 for identical sides, else the canary's share; its comparison
+    and the confirmation rounds it was given (when it looked flagged before the run-wide
+    correction, as the pull request's check re-measures a flag)."""
+
+    slower_pct: float
+    slower_ms: float  # the canary's delay per call (0: none)
+    main: Comparison
+    confirmations: tuple[Comparison, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "slower_pct": self.slower_pct,
+            "slower_ms": self.slower_ms,
+            "main": self.main.to_json(),
+            "confirmations": [c.to_json() for c in self.confirmations],
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> Round:
+        found = _object("round", data)
+        return cls(
+            slower_pct=float(found.get("slower_pct", 0.0)),
+            slower_ms=float(found.get("slower_ms", 0.0)),
+            main=Comparison.from_json(found.get("main")),
+            confirmations=tuple(Comparison.from_json(c) for c in found.get("confirmations", [])),
+        )
+
+
+@dataclass(frozen=True)
+class Item:
+    """One perf item's calibration: its rounds in the order they ran, or why it has none."""
+
+    test: str
+    variant: str
+    rounds: tuple[Round, ...] = ()
+    call_ms: float | None = None  # a call's time after warm-up: what a canary is a share of
+    delay: str = "host"  # where the canary acted: "host" or "device" (CUDA)
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "test": self.test,
+            "variant": self.variant,
+            "call_ms": self.call_ms,
+            "delay": self.delay,
+            "error": self.error,
+            "rounds": [r.to_json() for r in self.rounds],
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> Item:
+        found = _object("item", data)
+        try:
+            return cls(
+                test=str(found["test"]),
+                variant=str(found["variant"]),
+                rounds=tuple(Round.from_json(r) for r in found.get("rounds", [])),
+                call_ms=None if found.get("call_ms") is None else float(found["call_ms"]),
+                delay=str(found.get("delay", "host")),
+                error=found.get("error"),
+            )
+        except KeyError as exc:
+            raise CalibrationError(f"an item lacks {exc}") from None
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A calibration run: what it was asked for, the rules it judged by, its items."""
+
+    rounds: int  # identical comparisons per item
+    canary: tuple[float, ...]  # the canaries' shares, in percent
+    canary_rounds: int  # comparisons per canary and item
+    confirm: int  # confirmation rounds a flag is given (the session's --perfguard-confirm)
+    thresholds: Mapping[str, Any]  # `Thresholds.to_json` of the session
+    items: tuple[Item, ...] = ()
+    device: str = "cpu"
+    launches: Mapping[str, int] = field(default_factory=dict)  # worker starts, per side
+    wall_s: float = 0.0  # the whole calibration, workers' start included
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": VERSION,
+            "rounds": self.rounds,
+            "canary": list(self.canary),
+            "canary_rounds": self.canary_rounds,
+            "confirm": self.confirm,
+            "thresholds": dict(self.thresholds),
+            "device": self.device,
+            "launches": dict(self.launches),
+            "wall_s": self.wall_s,
+            "items": [i.to_json() for i in self.items],
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> Calibration:
+        found = _object("calibration", data)
+        if found.get("version") != VERSION:
+            raise CalibrationError(
+                f"calibration record version {found.get('version')!r}, this perfguard reads "
+                f"{VERSION}"
+            )
+        try:
+            return cls(
+                rounds=int(found["rounds"]),
+                canary=tuple(float(c) for c in found["canary"]),
+                canary_rounds=int(found["canary_rounds"]),
+                confirm=int(found["confirm"]),
+                thresholds=_object("thresholds", found.get("thresholds") or {}),
+                items=tuple(Item.from_json(i) for i in found.get("items", [])),
+                device=str(found.get("device", "cpu")),
+                launches={str(k): int(v) for k, v in (found.get("launches") or {}).items()},
+                wall_s=float(found.get("wall_s", 0.0)),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CalibrationError(f"the calibration record does not read: {exc}") from None
+
+
+def schedule(rounds: int, canary: Sequence[float], canary_rounds: int, seed: int) -> list[float]:
+    """The order of an item's rounds (0: identical sides, else a canary's share): the first
+    identical, the rest shuffled alike for every item, so that drift during the run hits
+    identical and canary rounds alike and round k of a kind is the same place for each."""
+    import random
+
+    kinds = [0.0] * max(rounds - 1, 0) + [float(c) for c in canary for _ in range(canary_rounds)]
+    random.Random(f"calibrate:{seed}").shuffle(kinds)
+    return ([0.0] if rounds else []) + kinds
+
+
+def _object(name: str, data: Any) -> Mapping[str, Any]:
+    if not isinstance(data, Mapping):
+        raise CalibrationError(f"{name} must be an object, got {type(data).__name__}")
+    return data
+
+
+def _blocks(value: Any) -> Blocks:
+    return tuple(tuple(float(t) for t in block) for block in value)

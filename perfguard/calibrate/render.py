@@ -1,0 +1,114 @@
+"""The calibration's table, in Markdown (the job summary, `-o OUT.md`) and for the terminal."""
+
+from __future__ import annotations
+
+from perfguard.calibrate.analysis import RELIABLE, ItemReport, Report
+
+
+def markdown(report: Report) -> str:
+    cal = report.calibration
+    canaries = ", ".join(f"+{c:g}%" for c in cal.canary) or "none"
+    lines = [
+        "## perfguard calibrate",
+        "",
+        f"Each item compared with itself {cal.rounds} times as a pull request's A/B compares "
+        f"it (pairs of blocks until the sequential design decides, the run-wide correction, "
+        f"{cal.confirm} confirmation round(s) for a flag), and {cal.canary_rounds} times at "
+        f"each canary ({canaries}: this side's calls made that much slower), interleaved, on "
+        f"one pair of worker processes ({_launches(report)}), on {cal.device}.",
+        "",
+        "| test | variant | false alarms | noise (sd) | "
+        + " | ".join(f"+{c:g}% caught" for c in cal.canary)
+        + " | called reliably | bar | advised bar | per comparison |",
+        "| --- | --- | --- | --- | "
+        + " | ".join("---" for _ in cal.canary)
+        + " | --- | --- | --- | --- |",
+    ]
+    lines += [_row(item, len(cal.canary)) for item in report.items]
+    lines += ["", *_verdict_lines(report), "", *_notes(report)]
+    return "\n".join(lines) + "\n"
+
+
+def _row(item: ItemReport, canaries: int) -> str:
+    cells = [f"`{item.test}`", f"`{item.variant}`"]
+    if item.error is not None:
+        return (
+            "| "
+            + " | ".join([*cells, f"not calibrated: {item.error}"] + [""] * (canaries + 5))
+            + " |"
+        )
+    noise = item.noise_pct
+    cells += [
+        f"{item.false_alarms} of {item.identical}",
+        "–" if noise is None else f"{noise:.2f}%",
+    ]
+    for canary in item.canaries:
+        measured = "" if canary.measured_pct is None else f" (measured {canary.measured_pct:+.1f}%)"
+        missed = " **missed**" if canary.pct in item.missed else ""
+        cells.append(f"{canary.caught} of {canary.rounds}{measured}{missed}")
+    reliable = item.reliable_pct
+    advised = item.advised_bar_pct
+    cells += [
+        "none of the canaries" if reliable is None else f"+{reliable:g}%",
+        f"{item.bar_pct:g}%",
+        "–" if advised is None else f"{advised:g}% (`ab_min_change_pct={advised:g}`)",
+        f"{item.device_s:.2f} s timed, {item.wall_s:.1f} s wall",
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
+def _launches(report: Report) -> str:
+    launches = report.calibration.launches
+    if not launches:
+        return "workers started once per side"
+    said = ", ".join(f"{side} {n}" for side, n in sorted(launches.items()))
+    return f"worker starts per side: {said}"
+
+
+def _verdict_lines(report: Report) -> list[str]:
+    missed = report.missed
+    if missed:
+        return [
+            f"**The check did not fire**: {len(missed)} canary level(s) at or above the item's "
+            "bar were caught in none of their rounds: "
+            + "; ".join(f"`{i.test}` `{i.variant}` at +{p:g}%" for i, p in missed)
+            + ". A pull request slowed as much would pass here."
+        ]
+    rate = report.false_alarm_rate
+    said = (
+        "no identical round was judged"
+        if rate is None
+        else f"{rate:.1%} of identical rounds flagged"
+    )
+    return [f"Every canary at or above its item's bar was caught at least once; {said}."]
+
+
+def _notes(report: Report) -> list[str]:
+    return [
+        f"*Called reliably*: the smallest canary caught in at least {RELIABLE:.0%} of its "
+        "rounds, every larger one too. *Advised bar*: three standard deviations of the "
+        "identical rounds' paired change of the median, rounded up to half a percent (at "
+        "least 1%); paste it into the test's marker (`@pytest.mark.perfguard("
+        "ab_min_change_pct=...)`) or the ini file (`perfguard_ab_min_change`). A canary is a "
+        "delay at the end of each call (on the device for CUDA-timed items, else on the host): "
+        "it shows that a slowdown of that size, where it acts, is measured and called here "
+        "today; a change that adds a synchronization or slows only the tails acts elsewhere.",
+    ]
+
+
+def terminal(report: Report) -> str:
+    """A few lines for the terminal: per item, the false alarms and the canaries caught."""
+    out = []
+    for item in report.items:
+        if item.error is not None:
+            out.append(f"{item.test} [{item.variant}]: not calibrated: {item.error}")
+            continue
+        caught = ", ".join(f"+{c.pct:g}% {c.caught}/{c.rounds}" for c in item.canaries)
+        advised = item.advised_bar_pct
+        out.append(
+            f"{item.test} [{item.variant}]: false alarms {item.false_alarms}/{item.identical}"
+            + (f"; caught {caught}" if caught else "")
+            + ("" if advised is None else f"; advised bar {advised:g}%")
+            + (" -- MISSED " + ", ".join(f"+{p:g}%" for p in item.missed) if item.missed else "")
+        )
+    return "\n".join(out)

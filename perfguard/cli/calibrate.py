@@ -1,0 +1,138 @@
+"""`perfguard calibrate`: what this runner can detect, shown on it with known slowdowns.
+
+Runs one pytest session over the selected perf items (the arguments after `--`), told by its
+orders to calibrate (`pytest_plugin/ab/calibrating.py`), then judges its record
+(`calibrate.analysis`) and writes the table. Exit 1 when a canary at or above an item's bar
+was caught in none of its rounds (the check cannot fire there), 2 when nothing could be
+calibrated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from perfguard.cli.common import EXIT_OK, EXIT_REGRESSION
+from perfguard.errors import InputError
+from perfguard.files import write_json_atomic
+from perfguard.orders import Orders, child_environment
+
+if TYPE_CHECKING:
+    from perfguard.cli.common import Commands
+
+DEFAULT_ROUNDS = 20
+DEFAULT_CANARY = "2,5,10"
+
+
+def canary_rounds(rounds: int) -> int:
+    """Comparisons per canary and item: a quarter of the identical ones, at least 3."""
+    return max(3, math.ceil(rounds / 4))
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from perfguard.calibrate import Calibration, CalibrationError, analyze
+    from perfguard.calibrate.render import markdown, terminal
+
+    if args.rounds < 2:
+        raise InputError(f"--rounds must be 2 or more (a spread needs two), got {args.rounds}")
+    canary = _canary(args.canary)
+    with tempfile.TemporaryDirectory(prefix="perfguard-calibrate-") as tmp:
+        record = Path(tmp) / "calibration.json"
+        asked = {
+            "out": str(record),
+            "rounds": args.rounds,
+            "canary": list(canary),
+            "canary_rounds": canary_rounds(args.rounds),
+        }
+        code = _session(Path(tmp), asked, args.pytest_args)
+        try:
+            calibration = Calibration.from_json(json.loads(record.read_text(encoding="utf-8")))
+        except (OSError, ValueError, CalibrationError) as exc:
+            raise InputError(
+                f"calibrate: the pytest session (exit code {code}) wrote no calibration: {exc}"
+            ) from None
+    if not calibration.items:
+        raise InputError(
+            "calibrate: no perf item was selected (select them after --, e.g. -- tests/perf)"
+        )
+    report = analyze(calibration)
+    table = markdown(report)
+    print(terminal(report))
+    if args.output is not None:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(table, encoding="utf-8")
+        print(f"calibration table: {args.output}", file=sys.stderr)
+    else:
+        print(table)
+    if args.json is not None:
+        write_json_atomic(args.json, {**report.to_json(), "record": calibration.to_json()})
+    if all(item.error is not None for item in report.items):
+        raise InputError("calibrate: no item could be calibrated (see the table)")
+    return EXIT_REGRESSION if report.missed else EXIT_OK
+
+
+def _canary(text: str) -> tuple[float, ...]:
+    try:
+        found = tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise InputError(f"--canary takes percentages, e.g. 2,5,10, got {text!r}") from None
+    if any(not (0 < pct <= 100) for pct in found):
+        raise InputError(f"--canary: each share is above 0 and at most 100 percent, got {text!r}")
+    return tuple(sorted(set(found)))
+
+
+def _session(folder: Path, asked: dict[str, object], pytest_args: Sequence[str]) -> int:
+    """The calibrating pytest session, its output shown as it goes."""
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "--perfguard",
+        "--perfguard-compare=none",
+        "--perfguard-record=no",
+        f"--perfguard-json={folder / 'results.json'}",
+        f"--perfguard-report={folder / 'report.md'}",
+        "-p",
+        "no:cacheprovider",
+        *pytest_args,
+    ]
+    env = child_environment(Orders(calibrate=asked))
+    return subprocess.run(command, env=env, stdout=sys.stderr, check=False).returncode
+
+
+def register(sub: Commands) -> None:
+    p = sub.add_parser(
+        "calibrate",
+        usage="perfguard calibrate [--rounds N] [--canary 2,5,10] [--json OUT] [-o OUT.md] "
+        "[-- PYTEST ARGS]",
+        help="measure what this runner can detect: each perf item beside itself, and with "
+        "known slowdowns",
+        description="Measures the selected perf items as a pull request's A/B does, both "
+        "sides the same tree, for N rounds, plus rounds where one side's calls are made "
+        "slower by known shares (canaries), all on one pair of worker processes. Per item: "
+        "the false alarms, the canaries caught, the smallest change called reliably and the "
+        "bar to advise. Exit 1 when a canary at or above an item's bar was caught in none of "
+        "its rounds. Arguments after -- go to pytest (the tests, -k, --perfguard-variants).",
+    )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=DEFAULT_ROUNDS,
+        help=f"identical comparisons per item ({DEFAULT_ROUNDS}); each canary gets a quarter "
+        "as many, at least 3",
+    )
+    p.add_argument(
+        "--canary",
+        default=DEFAULT_CANARY,
+        help=f"the canaries' slowdowns, in percent of a call ({DEFAULT_CANARY})",
+    )
+    p.add_argument("--json", type=Path, help="write the figures (and the rounds) here")
+    p.add_argument("-o", "--output", type=Path, help="write the Markdown table here")
+    p.set_defaults(func=cmd_calibrate, pytest_args=[])  # what follows `--` (perfguard.cli.main)

@@ -1,0 +1,213 @@
+"""`perfguard calibrate`: rounds judged as the pull request's check judges them, the canaries
+caught, the check that cannot fire named, and the command end to end on a scripted clock."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from perfguard.calibrate import Calibration, CalibrationError, analyze, schedule
+from perfguard.calibrate.analysis import flagged_before_correction
+from perfguard.calibrate.record import Comparison, Item, Round
+from perfguard.calibrate.render import markdown
+from perfguard.stats.sequential import LOOKS
+from perfguard.stats.thresholds import Thresholds
+from tests.timing import SCRIPTED_CLOCK
+
+
+def _blocks(rng: random.Random, ms: float, pairs: int = 6) -> tuple[tuple[float, ...], ...]:
+    return tuple(tuple(ms * (1 + rng.gauss(0, 0.01)) for _ in range(30)) for _ in range(pairs))
+
+
+def _comparison(rng: random.Random, slower: float) -> Comparison:
+    pairing = {
+        "pairs": 6,
+        "order": " ".join(["AB"] * 6),
+        "sequential": {"looks": list(LOOKS), "stopped_at": 6},
+    }
+    a, b = _blocks(rng, 1.0), _blocks(rng, 1.0 * (1 + slower / 100))
+    return Comparison(a, b, pairing, wall_s=1.5, device_ms=360.0)
+
+
+def _calibration(shown: float, *, seed: int = 1) -> Calibration:
+    """Two items, 8 identical rounds and 4 at a +10% canary; `shown`: the share of the
+    canary's rounds that really slowed the side (0: a check that cannot see it)."""
+    rng = random.Random(seed)
+    kinds = schedule(8, (10.0,), 4, seed)
+    items = []
+    for test in ("t.py::test_a", "t.py::test_b"):
+        rounds = []
+        for k, kind in enumerate(kinds):
+            acting = kind if kind == 0 or (k % 4) < shown * 4 else 0.0
+            main = _comparison(rng, acting)
+            again = (_comparison(rng, acting),) if acting else ()
+            rounds.append(Round(kind, 0.1 * kind / 100, main, again))
+        items.append(Item(test, "eager", tuple(rounds), call_ms=1.0))
+    return Calibration(
+        rounds=8,
+        canary=(10.0,),
+        canary_rounds=4,
+        confirm=1,
+        thresholds=Thresholds().to_json(),
+        items=tuple(items),
+        launches={"A": 1, "B": 1},
+    )
+
+
+def test_the_schedule_starts_identical_and_is_the_same_for_every_item() -> None:
+    kinds = schedule(5, (2.0, 10.0), 3, seed=7)
+    assert kinds[0] == 0.0 and sorted(kinds) == [0.0] * 5 + [2.0] * 3 + [10.0] * 3
+    assert kinds == schedule(5, (2.0, 10.0), 3, seed=7) != schedule(5, (2.0, 10.0), 3, seed=8)
+
+
+def test_a_record_reads_back_and_one_of_another_version_is_refused() -> None:
+    cal = _calibration(1.0)
+    assert Calibration.from_json(json.loads(json.dumps(cal.to_json()))) == cal
+    with pytest.raises(CalibrationError, match="version 99"):
+        Calibration.from_json({**cal.to_json(), "version": 99})
+
+
+def test_identical_rounds_raise_no_alarm_and_a_ten_percent_canary_is_caught() -> None:
+    report = analyze(_calibration(1.0))
+    for item in report.items:
+        assert (item.identical, item.false_alarms) == (8, 0)
+        (canary,) = item.canaries
+        assert (canary.rounds, canary.caught) == (4, 4)
+        assert canary.measured_pct is not None and 9 < canary.measured_pct < 11
+        assert item.reliable_pct == 10.0 and item.missed == ()
+        assert item.advised_bar_pct is not None and 1.0 <= item.advised_bar_pct < 5.0
+    assert report.false_alarm_rate == 0.0 and report.detection_rate(10.0) == 1.0
+    assert not report.missed
+
+
+def test_a_canary_at_the_bar_never_caught_is_the_check_that_cannot_fire() -> None:
+    report = analyze(_calibration(0.0))
+    assert [(i.test, p) for i, p in report.missed] == [
+        ("t.py::test_a", 10.0),
+        ("t.py::test_b", 10.0),
+    ]
+    table = markdown(report)
+    assert "**The check did not fire**" in table and "0 of 4" in table
+    assert "**missed**" in table
+
+
+def test_a_round_is_confirmed_only_where_it_could_be_flagged() -> None:
+    rng = random.Random(3)
+    th = Thresholds()
+    assert flagged_before_correction("t.py::a", "eager", _comparison(rng, 10.0), th)
+    assert not flagged_before_correction("t.py::a", "eager", _comparison(rng, 0.0), th)
+
+
+def test_a_flag_that_its_confirmation_does_not_show_is_no_false_alarm() -> None:
+    """The pull request's check re-measures a flag; so does the calibration's judgement."""
+    rng = random.Random(5)
+    flagged = _comparison(rng, 10.0)  # an identical round that read +10% (a slow spell)
+    quiet = _comparison(rng, 0.0)
+    item = Item("t.py::a", "eager", (Round(0.0, 0.0, flagged, (quiet,)),), call_ms=1.0)
+    cal = Calibration(1, (), 0, 1, Thresholds().to_json(), (item,))
+    (report,) = analyze(cal).items
+    assert (report.identical, report.false_alarms) == (1, 0)
+    unconfirmed = Calibration(1, (), 0, 0, Thresholds().to_json(), (item,))
+    assert analyze(unconfirmed).items[0].false_alarms == 1
+
+
+CANARY_SCRIPT = """
+import perfguard.measure.canary as canary
+
+_extra = [0.0]
+
+
+def _delay(ms):  # a canary's delay, added to the scripted time of its call
+    _extra[0] += ms
+
+
+canary.host_delay = _delay
+
+
+def _scripted_with_canary(self, fn):
+    _extra[0] = 0.0
+    fn()
+    return (MS + _extra[0]) * (1.0 + _noise.gauss(0.0, 0.01))
+
+
+clock.HostClock.time_call = _scripted_with_canary
+"""
+
+TESTS = """
+import pytest, torch
+
+@pytest.mark.perfguard(variants=["eager"])
+def test_small(perfguard):
+    perfguard.run(torch.nn.Linear(8, 8).eval(), (torch.randn(2, 8),))
+"""
+
+
+@pytest.mark.slow
+def test_calibrate_end_to_end_catches_its_canary_and_starts_each_worker_once(
+    tmp_path: Path,
+) -> None:
+    """On a scripted clock (what the canary adds is added to the script): identical sides
+    are never flagged, a +10% canary is caught every time, on one worker per side."""
+    (tmp_path / "conftest.py").write_text(SCRIPTED_CLOCK + CANARY_SCRIPT)
+    (tmp_path / "test_small.py").write_text(TESTS)
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    out = tmp_path / "cal.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "perfguard.cli",
+            "calibrate",
+            "--rounds",
+            "3",
+            "--canary",
+            "10",
+            "--json",
+            str(out),
+            "-o",
+            str(tmp_path / "cal.md"),
+            "--",
+            "test_small.py",
+            "--perfguard-device=cpu",
+            "--perfguard-budget=0.05",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(out.read_text())
+    assert found["launches"] == {"A": 1, "B": 1}
+    (item,) = found["items"]
+    assert item["identical"]["rounds"] == 3 and item["identical"]["false_alarms"] == 0
+    assert item["canaries"] == [
+        {"pct": 10.0, "rounds": 3, "caught": 3, "measured_pct": pytest.approx(10, abs=1.5)}
+    ]
+    assert "| `test_small.py::test_small` | `eager` | 0 of 3 |" in (tmp_path / "cal.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--canary", "ten"], "--canary takes percentages"),
+        (["--canary", "0,5"], "above 0 and at most 100"),
+        (["--rounds", "1"], "--rounds must be 2 or more"),
+    ],
+)
+def test_calibrate_refuses_what_it_cannot_use_in_one_line(
+    args: list[str], said: str, tmp_path: Path
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "perfguard.cli", "calibrate", *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2 and said in done.stderr
+    assert done.stderr.count("\n") == 1
