@@ -24,8 +24,7 @@ import torch
 from torch import nn
 
 from perfguard.measure.memory_sites import record
-from perfguard.records.sites import diff
-from perfguard.stats.memory_why import LEAST_BYTES
+from perfguard.stats.memory_why import LEAST_BYTES, diff
 
 
 class Mlp(nn.Module):

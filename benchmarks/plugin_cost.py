@@ -53,8 +53,9 @@ def main() -> None:
         session(folder, off=False)  # warm the file cache
         rows = []
         for i in range(args.runs):
-            for off in (i % 2 == 0, i % 2 == 1):  # each pair in alternating order
-                rows.append({"run": i + 1, "perfguard": not off, "wall_s": session(folder, off)})
+            for switched_off in (i % 2 == 0, i % 2 == 1):  # each pair in alternating order
+                wall = session(folder, switched_off)
+                rows.append({"run": i + 1, "perfguard": not switched_off, "wall_s": wall})
         probe = subprocess.run(
             [sys.executable, "-c", PROBE], cwd=folder, capture_output=True, text=True, check=True
         ).stdout

@@ -103,9 +103,12 @@ def test_a_deliberate_run_is_pinned_to_the_reviewed_head_and_checked(
     workflow: dict[Any, Any],
 ) -> None:
     inputs = workflow[True]["workflow_dispatch"]["inputs"]  # yaml reads `on` as True
-    assert inputs["sha"]["required"] is True
+    assert {"pr", "sha", "calibrate"} <= set(inputs)
     config = _runs(workflow["jobs"]["config"])
     assert ".head.sha" in config and "SHA" in config
+    # optional to GitHub (a calibration has none), required by the config job otherwise
+    assert 'workflow_dispatch ] && [ "$CALIBRATE" != true ]' in config
+    assert "^[0-9a-f]{40}$" in config and "^[0-9]+$" in config
     for name in ("measure", "compare"):
         job = workflow["jobs"][name]
         assert _checkout_refs(job) == ["${{ needs.config.outputs.ref }}"]
@@ -179,6 +182,8 @@ FAIL = {
     )
 }
 """The step that fails the check: it runs `exit 1` whenever its condition lets it run."""
+MEASURE = {"config": actions_graph.Step(outputs={"task": "measure"})}
+"""The config job's word on a push or a pull request: measure (the calibration runs alone)."""
 OUTCOMES = {
     # the merge step's exit status, and whether it wrote main's record
     "clean": actions_graph.Step(outputs={"status": "0", "saved": "true"}),
@@ -197,7 +202,7 @@ def test_main_stores_and_alerts_every_commit_it_measured_whatever_the_verdict(
     incomplete run) is stored in main's record and reaches the alert, and the check is red;
     a merge that failed stores nothing (it wrote nothing) and is red."""
     jobs = actions_graph.play(
-        GRAPHS[graph](), event="push", steps={"compare": OUTCOMES[outcome], **FAIL}
+        GRAPHS[graph](), event="push", steps={"compare": OUTCOMES[outcome], **FAIL, **MEASURE}
     )
     assert jobs["compare"].result == ("success" if outcome == "clean" else "failure")
     stored = outcome != "merge failed"
@@ -219,7 +224,7 @@ def test_a_pull_request_is_commented_and_red_unless_clean_and_stores_nothing(
     step = OUTCOMES[outcome]
     pr_step = actions_graph.Step(outputs={"status": step.outputs["status"]})
     jobs = actions_graph.play(
-        GRAPHS[graph](), event="pull_request", steps={"compare": pr_step, **FAIL}
+        GRAPHS[graph](), event="pull_request", steps={"compare": pr_step, **FAIL, **MEASURE}
     )
     assert jobs["compare"].result == ("success" if outcome == "clean" else "failure")
     assert jobs["comment"].result == "success"  # posted even when the check is red
@@ -236,7 +241,7 @@ def test_a_missing_shard_stops_the_compare_and_stores_nothing() -> None:
         GRAPHS["shipped"](),
         event="push",
         jobs={"measure": "failure"},
-        steps={DOWNLOAD: actions_graph.Step(fails=True)},
+        steps={DOWNLOAD: actions_graph.Step(fails=True), **MEASURE},
     )
     assert jobs["compare"].result == "failure" and jobs["baselines"].result == "skipped"
 
@@ -252,3 +257,29 @@ def test_a_job_that_uploads_reports_forgets_the_ones_the_change_committed_first(
         checkout = max(i for i, s in enumerate(steps) if s.startswith("actions/checkout@"))
         assert forget == checkout + 2 or forget == checkout + 1, steps  # right after it
         assert all("upload-artifact" not in s for s in steps[:forget])
+
+
+@pytest.mark.parametrize("graph", list(GRAPHS))
+@pytest.mark.parametrize("missed", [False, True])
+def test_the_weekly_calibration_runs_alone_and_fails_when_a_canary_was_missed(
+    graph: str, missed: bool
+) -> None:
+    """On the schedule (and on demand) only the calibration runs: nothing is measured for a
+    pull request, stored, alerted or commented; the job is red when `perfguard calibrate`
+    exits 1 (a canary at or above an item's bar never caught), and its table still reaches
+    the job summary and the artifact."""
+    calibrate = {"config": actions_graph.Step(outputs={"task": "calibrate"})}
+    if missed:
+        calibrate["Calibrate"] = actions_graph.Step(fails=True)
+    jobs = actions_graph.play(GRAPHS[graph](), event="schedule", steps=calibrate)
+    assert jobs["calibrate"].result == ("failure" if missed else "success")
+    ran = jobs["calibrate"].steps
+    assert "The table in the job summary" in ran
+    assert any(s.startswith("actions/upload-artifact") for s in ran)
+    for job in ("measure", "compare", "comment", "baselines", "history", "pages", "fork-gate"):
+        assert jobs[job].result == "skipped", job
+    doc = GRAPHS[graph]()
+    assert doc["jobs"]["calibrate"]["permissions"] == {"contents": "read"}
+    assert "schedule" in doc[True]  # `on:` reads as True in YAML 1.1
+    pushed = actions_graph.play(doc, event="push", steps=MEASURE)
+    assert pushed["calibrate"].result == "skipped"

@@ -55,8 +55,8 @@ class Scaled(Workload):
         _, built = building.forward()
         factor = self.factor
 
-        def make_call(compiled: bool = True) -> Any:
-            call = built.make_call(compiled)
+        def make_call() -> Any:
+            call = built.make_call()
             return lambda: call() * factor
 
         return _with_call(built, make_call)
@@ -92,4 +92,4 @@ def test_the_forward_call_is_the_default_workload_and_anything_else_is_refused()
     job = Job.of(nn.Linear(2, 2), (torch.randn(1, 2),))
     assert job.work is FORWARD and job.workload == "forward" and job.in_place
     with pytest.raises(TypeError, match="work must be a TrainStep or a Generation"):
-        Job.of(nn.Linear(2, 2), (torch.randn(1, 2),), work=contextlib.nullcontext())
+        Job.of(nn.Linear(2, 2), (torch.randn(1, 2),), work=contextlib.nullcontext())  # type: ignore[arg-type]
