@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from typing import Any
 
 import pytest
 
@@ -97,15 +98,34 @@ def test_a_refusal_to_pin_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> No
         assert cpu is None
 
 
-def test_a_same_job_worker_times_every_block_on_the_shared_cpu() -> None:
+def test_a_same_job_worker_times_every_block_on_the_shared_cpu(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import contextlib
     from multiprocessing import Pipe
 
-    from perfguard.pytest_plugin.ab.worker import WorkerLink
+    from perfguard.pytest_plugin.ab import worker
 
+    pinned: list[str] = []
+
+    @contextlib.contextmanager
+    def recording_cpu() -> Any:
+        pinned.append("in")
+        yield None
+        pinned.append("out")
+
+    def one_block(call: Any, clock: Any, *args: Any, around_block: Any, **_: Any) -> None:
+        with around_block():
+            call()
+
+    monkeypatch.setattr(worker, "on_one_cpu", recording_cpu)
+    monkeypatch.setattr(worker, "sample_on_demand", one_block)
     here, there = Pipe()
     try:
-        sampler = WorkerLink(here, "head", []).sampler()
-        assert sampler.keywords["around_block"] is on_one_cpu  # type: ignore[attr-defined]
+        calls: list[int] = []
+        sampler: Any = worker.WorkerLink(here, "head", []).sampler()
+        sampler(lambda: calls.append(1), None)
+        assert pinned == ["in", "out"] and calls == [1]
     finally:
         here.close()
         there.close()

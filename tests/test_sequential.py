@@ -184,6 +184,7 @@ class FakeSide:
         self.log = [] if log is None else log
         self.fails_to_build: SideOutcome | None = None
         self.time_limit: float | None = None
+        self.call_ms: float | None = center
 
     def limit(self, seconds: float | None) -> None:
         self.time_limit = seconds
@@ -198,7 +199,7 @@ class FakeSide:
     def take_turn(self) -> None:
         self.log.append(f"{self.name} turn")
 
-    def block(self) -> tuple[float, ...]:
+    def block(self, slower_ms: float = 0.0) -> tuple[float, ...]:
         self.log.append(f"{self.name} block")
         self.blocks += 1
         # the whole block shares the host's state of the moment: noise per block

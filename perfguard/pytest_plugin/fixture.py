@@ -151,6 +151,54 @@ class PerfguardFixture:
             raise TypeError(f"perfguard.generate(): {exc}") from None
         return self._measure("generate", model, (input_ids,), kwargs, batch, options, generation)
 
+    def distributed(
+        self,
+        build: Callable[[int, int], Callable[[], Any]],
+        *,
+        world_size: int,
+        backend: str | None = None,
+        **options: Any,
+    ) -> VariantResult:
+        """Measure one step across `world_size` ranks that perfguard starts, and record it.
+
+        `build(rank, world_size)`, a function at the top level of a module, runs in each
+        rank once its process group is up (gloo on a CPU, NCCL one GPU a rank) and returns
+        the step to time there. The step's latency is the slowest rank's
+        (`perfguard.measure.distributed`); `options` as for `run`.
+        """
+        from perfguard.measure.distributed import DistributedJob, measure_distributed
+        from perfguard.measure.sampling import sample
+        from perfguard.pytest_plugin import timeout
+
+        options = self._check_call("distributed", options)
+        if self._state.counting is not None:
+            pytest.skip("instruction counts are of forward calls, not distributed steps")
+        settings, seed = self._settings(options, None), self._state.options.seed
+        job = DistributedJob.of(
+            build, world_size, backend, settings, test=self.test, variant=self.variant, seed=seed
+        )
+        self._state.progress.start(self._nodeid)
+        worker = self._state.worker
+        result = measure_distributed(
+            job,
+            progress=self._state.progress,
+            sampler=sample if worker is None else worker.sampler(None),
+            turn=None if worker is None else worker.wait_turn,
+            left=timeout.remaining,
+        )
+        return self._recorded(result)
+
+    def _recorded(self, result: VariantResult) -> VariantResult:
+        """Keep the item's result (and send it to the driver, in A/B); the item then skips
+        or fails as its result says."""
+        worker = self._state.worker
+        if worker is not None:
+            worker.send(Result(self._nodeid, result.to_json(), self._state.environment))
+        self.result = result
+        self._state.record(result, self._nodeid)
+        _end_item(self.variant, result)
+        return result
+
     def _measure(
         self,
         name: str,
@@ -198,12 +246,7 @@ class PerfguardFixture:
             )
         if residency is not None:
             result = residency.annotate(result)
-        if worker is not None:
-            worker.send(Result(self._nodeid, result.to_json(), self._state.environment))
-        self.result = result
-        self._state.record(result, self._nodeid)
-        _end_item(self.variant, result)
-        return result
+        return self._recorded(result)
 
     def _check_call(self, name: str, options: Mapping[str, Any]) -> dict[str, Any]:
         """This call's options, checked as the table says (a bad one is a TypeError naming

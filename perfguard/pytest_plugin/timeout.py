@@ -92,6 +92,13 @@ class _Alarm:
             self._deadline = None
             return True
 
+    def remaining(self) -> float | None:
+        """Seconds the running (or paused) item has left; None: no limit is kept."""
+        with self._cond:
+            if self._deadline is not None:
+                return max(self._deadline - time.monotonic(), 0.0)
+            return self._left
+
     def resume(self) -> None:
         with self._cond:
             if self._left is not None:
@@ -151,6 +158,11 @@ def begin(seconds: float, expired: Callable[[], None]) -> None:
         raise ItemTimeout(message(seconds))
 
     _ALARM.arm(seconds, on_expiry)
+
+
+def remaining() -> float | None:
+    """Seconds the current item has left before its limit (None: none is kept here)."""
+    return _ALARM.remaining() if _usable() else None
 
 
 def end() -> None:

@@ -13,7 +13,7 @@ from perfguard.records.counters import Counters
 from perfguard.records.sketch import BlockStats, QuantileSketch, percentile
 
 _SIGNED = {"drift_cosine", "peak_memory_increase_bytes"}  # the metrics that may be below 0
-WORKLOADS = ("forward", "train", "generate")
+WORKLOADS = ("forward", "train", "generate", "distributed")
 """What one sample times: a forward call (`perfguard.run`), a training step
 (`perfguard.train_step`: zero_grad, forward, loss, backward, optimizer step), or a greedy
 generation (`perfguard.generate`)."""

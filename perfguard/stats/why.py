@@ -10,6 +10,10 @@ On CUDA the operators' times are the host's, and the kernels' device times come 
 (`kernel: <name>`), headed by the device time of all of one call's kernels: a regression whose
 kernels kept their time went to the host (launches, Python, guards), one whose kernels grew
 went to the device.
+
+A distributed step (`perfguard.measure.distributed`) heads its rows with the time per step its
+ranks spent in collectives (the mean share of the step over ranks, times the step's median):
+an added all-reduce, or a doubled payload, shows there before any operator.
 """
 
 from __future__ import annotations
@@ -49,6 +53,17 @@ def device_time(result: VariantResult | None) -> float | None:
     return float(value) if isinstance(value, int | float) else None
 
 
+def collectives_ms(result: VariantResult | None) -> tuple[float, float] | None:
+    """A distributed step's (share of the step in collectives, their microseconds a step)."""
+    build = None if result is None else result.details.build
+    shares = build.get("collective_share") if isinstance(build, Mapping) else None
+    p50 = None if result is None else result.metrics.latency_p50_ms
+    if not isinstance(shares, list) or not shares or p50 is None:
+        return None
+    share = sum(float(s) for s in shares) / len(shares)
+    return share, share * p50 * 1000.0
+
+
 def explain(
     base: Mapping[str, float], head: Mapping[str, float], top: int = TOP
 ) -> tuple[tuple[str, float | None, float | None], ...]:
@@ -67,7 +82,14 @@ def why_of(
     if not base_times or not head_times:
         return ()
     devices = device_time(base), device_time(head)
-    first = ((ALL_KERNELS, *devices),) if None not in devices else ()
+    first: tuple[tuple[str, float | None, float | None], ...] = (
+        ((ALL_KERNELS, *devices),) if None not in devices else ()
+    )
+    base_share, head_share = collectives_ms(base), collectives_ms(head)
+    if base_share is not None and head_share is not None:
+        (b_share, b_us), (h_share, h_us) = base_share, head_share
+        name = f"collectives ({b_share:.0%} of the step, now {h_share:.0%})"
+        first = ((name, b_us, h_us), *first)
     return (*first, *explain(base_times, head_times))
 
 

@@ -27,8 +27,14 @@ History:
 - 12: a run has `reach`, the record of what each perf test ran (a full run's: its files'
   and blocks' table, each test's blocks, whole-file dependencies and package folders, the
   distributions it imported; `perfguard/records/reach.py`), and a selection has `reached`
-  (what of the change reached each measured test). An 11 file has neither: a partial run
-  against it measures everything.
+  (what of the change reached each measured test). `settings` records `unhealthy` and
+  `fail_on` as the run was judged, and `loosened` may name those and `confirm` too (rules
+  a change loosened, judged by the base's). A drift check may hold `nondeterministic` (the
+  spread of two eager calls: the model is not judged). New reason kinds: `baseline_error`
+  (the base had the item and could not measure it) and `nondeterministic`. A result's
+  `workload` may be `distributed` (`perfguard.distributed`: one step across ranks, its
+  `details` holding the ranks' figures). An 11 file has none of these: a partial run
+  against it measures everything, its settings read as the defaults were.
 
 Before the release (kept for the record; not read): 1 the results format; 2 counters; 3
 instruction counts; 4 confirmation records; 5 blocks and sketches instead of raw samples in
@@ -54,7 +60,9 @@ RELEASED = 11
 
 
 def _11_to_12(doc: dict[str, Any]) -> dict[str, Any]:
-    """12 only adds keys (`reach`, `selection.reached`): an 11 file has no record."""
+    """12 only adds keys and values (`reach`, `selection.reached`, recorded settings, a
+    drift check's `nondeterministic`, two reason kinds, the `distributed` workload): an 11
+    file has none of them and reads unchanged."""
     return {**doc, "schema_version": 12}
 
 

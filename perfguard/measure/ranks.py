@@ -1,0 +1,398 @@
+"""The ranks of a distributed step (`perfguard.measure.distributed`) and the word between
+them and the measuring process.
+
+`World` starts the ranks (spawned processes, joined in a process group through a file in a
+folder of their own), asks them in turn and gathers their answers within the item's time
+limit, and ends them. Each rank (`rank_main`) joins the group, builds the step twice (the
+drift reference), then answers until it is told to stop: a timed step after a barrier, the
+peak memory, one profiled step (the share in collectives). Every rank writes its threads'
+stacks to a file when signalled, so that a rank that is stuck is named with the line it is on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import pickle
+import re
+import signal
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from perfguard.errors import PerfguardError
+
+COLLECTIVE = re.compile(
+    r"gloo|nccl|c10d::|all_?reduce|all_?gather|reduce_?scatter|broadcast|all_?to_?all",
+    re.IGNORECASE,
+)
+"""A profiler event that is communication: gloo's and NCCL's work, c10d's calls."""
+
+
+GRACE_S = 2.0
+"""A rank that has not answered is named this long before the item's own limit ends it."""
+START_S = 120.0
+"""How long the ranks may take to start (import torch, join the group) before the item is
+an error naming those that did not (within the item's own limit)."""
+
+
+class DistributedError(PerfguardError, RuntimeError):
+    """A rank failed: raised, exited, or did not answer in time (the message names it)."""
+
+
+@dataclass
+class World:
+    """The rank processes of one item, and the word between them and this process."""
+
+    world_size: int
+    # seconds the item has left before its limit (None: no limit here): a rank that has not
+    # answered by then, less a second's grace, is named before the item's own alarm fires
+    left: Callable[[], float | None] = lambda: None
+    procs: list[Any] = field(default_factory=list)
+    conns: list[Connection] = field(default_factory=list)
+    folder: Path | None = None
+    last: tuple[float, ...] = ()  # each rank's time of the last step (ms)
+    steps: list[tuple[float, ...]] = field(default_factory=list)  # every timed step's
+    done: int = 0  # steps asked for so far
+
+    @classmethod
+    def start(
+        cls,
+        build: Callable[[int, int], Any],
+        world_size: int,
+        backend: str,
+        device_type: str,
+        *,
+        seed: int,
+        threads: int | None,
+        left: Callable[[], float | None],
+    ) -> World:
+        import multiprocessing
+
+        context = multiprocessing.get_context("spawn")
+        world = cls(world_size, left)
+        world.folder = Path(tempfile.mkdtemp(prefix="perfguard-world-"))
+        payload = pickle.dumps(build)
+        try:
+            for rank in range(world_size):
+                mine, theirs = context.Pipe()
+                proc = context.Process(
+                    target=rank_main,
+                    args=(
+                        rank, world_size, backend, device_type, str(world.folder), payload,
+                        theirs, seed, threads, os.getpid(),
+                    ),
+                    name=f"perfguard-rank-{rank}",
+                    daemon=True,
+                )  # fmt: skip
+                proc.start()
+                theirs.close()
+                world.procs.append(proc)
+                world.conns.append(mine)
+            world.ask(None, "start", most=START_S)
+        except BaseException:
+            world.close()
+            raise
+        return world
+
+    def ask(self, command: tuple[Any, ...] | None, what: str, most: float = math.inf) -> list[Any]:
+        """Send `command` to every rank (None: only wait) and gather each rank's answer,
+        within `most` seconds and the item's limit."""
+        for conn in self.conns if command is not None else ():
+            conn.send(command)
+        answers: list[Any] = [None] * self.world_size
+        waiting = set(range(self.world_size))
+        left = self.left()
+        budget = min(most, math.inf if left is None else left - GRACE_S)
+        limit = None if math.isinf(budget) else time.monotonic() + budget
+        within = f"{most:.0f} s" if budget == most else "the item's time limit"
+        while waiting:
+            for rank in sorted(waiting):
+                conn = self.conns[rank]
+                try:
+                    ready = conn.poll(0.01)
+                    message = conn.recv() if ready else None
+                except (EOFError, OSError):
+                    self.procs[rank].join(1.0)
+                    code = self.procs[rank].exitcode
+                    raise DistributedError(
+                        f"rank {rank} exited (exit code {code}) during {what}"
+                    ) from None
+                if message is None:
+                    continue
+                if message[0] == "error":
+                    raise self._failed(rank, message[1], what)
+                answers[rank] = message[1]
+                waiting.discard(rank)
+            if waiting and limit is not None and time.monotonic() > limit:
+                done = sorted(set(range(self.world_size)) - waiting)
+                where = [f"rank {r} at {self.where(r)}" for r in sorted(waiting)]
+                raise DistributedError(
+                    f"rank {', '.join(map(str, sorted(waiting)))} did not finish {what} within "
+                    f"{within}"
+                    + (f" (rank {', '.join(map(str, done))} did)" if done else "")
+                    + f"; {'; '.join(where)}"
+                )
+        return answers
+
+    def _failed(self, rank: int, error: str, what: str) -> DistributedError:
+        """Rank `rank` raised: named as the cause unless another rank has exited meanwhile
+        (then that rank is, and this rank's error is what the exit did to it: a collective
+        that lost its peer)."""
+        until = time.monotonic() + 1.0
+        while time.monotonic() < until:
+            gone = [r for r, p in enumerate(self.procs) if r != rank and p.exitcode is not None]
+            if gone:
+                code = self.procs[gone[0]].exitcode
+                return DistributedError(
+                    f"rank {gone[0]} exited (exit code {code}) during {what}; then rank "
+                    f"{rank}: {error}"
+                )
+            time.sleep(0.05)
+        return DistributedError(f"rank {rank}: {error} (during {what})")
+
+    def where(self, rank: int) -> str:
+        """The line rank `rank`'s main thread is on now, from the stack it writes when
+        signalled (a rank that is stuck is named with where it is stuck)."""
+        if self.folder is None or not hasattr(signal, "SIGUSR1"):
+            return "an unknown line"
+        dump = self.folder / f"stack-{rank}"
+        with contextlib.suppress(OSError):
+            os.kill(self.procs[rank].pid, signal.SIGUSR1)
+        until = time.monotonic() + 0.5
+        text = ""
+        while time.monotonic() < until:
+            text = dump.read_text() if dump.exists() else ""
+            if "rank_main" in text:
+                break
+            time.sleep(0.02)
+        return innermost_line(text) or "an unknown line"
+
+    def step(self) -> None:
+        """One timed step of every rank (the clock reads the slowest)."""
+        self.done += 1
+        times = tuple(float(t) for t in self.ask(("step",), f"step {self.done}"))
+        self.last = times
+        self.steps.append(times)
+
+    def close(self, patience: float = 2.0) -> None:
+        """End every rank: asked to stop and given `patience` seconds in all, then
+        terminated, then killed (a rank that failed or hung: no patience)."""
+        for conn in self.conns:
+            with contextlib.suppress(OSError, ValueError):  # a rank gone already
+                conn.send(("stop",))
+        until = time.monotonic() + patience
+        for proc in self.procs:
+            proc.join(max(until - time.monotonic(), 0.0))
+        for proc in self.procs:
+            if proc.is_alive():
+                proc.terminate()
+        for proc in self.procs:
+            proc.join(0.5)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(2.0)
+        for conn in self.conns:
+            conn.close()
+        if self.folder is not None:
+            import shutil
+
+            shutil.rmtree(self.folder, ignore_errors=True)
+        self.procs, self.conns = [], []
+
+
+def rank_main(
+    rank: int,
+    world_size: int,
+    backend: str,
+    device_type: str,
+    folder: str,
+    payload: bytes,
+    conn: Connection,
+    seed: int,
+    threads: int | None,
+    parent: int,
+) -> None:
+    """A rank: join the group, then answer the measuring process until it says stop."""
+    from perfguard.processes import follow_parent
+
+    follow_parent(parent)
+    _stack_on_signal(Path(folder) / f"stack-{rank}")
+    try:
+        import torch
+        import torch.distributed as dist
+
+        if threads:
+            torch.set_num_threads(threads)
+        if device_type == "cuda":
+            torch.cuda.set_device(rank)
+        dist.init_process_group(
+            backend,
+            init_method=f"file://{Path(folder) / 'rendezvous'}",
+            rank=rank,
+            world_size=world_size,
+        )
+        build = pickle.loads(payload)
+    except BaseException as exc:
+        conn.send(("error", _line(exc)))
+        return
+    conn.send(("ok", None))
+    rank_loop(rank, world_size, build, conn, seed, device_type)
+
+
+def _stack_on_signal(path: Path) -> None:
+    """Write every thread's stack to `path` when the measuring process signals."""
+    import faulthandler
+
+    if hasattr(signal, "SIGUSR1"):
+        faulthandler.register(signal.SIGUSR1, file=path.open("w"), all_threads=True)
+
+
+def innermost_line(dump: str) -> str | None:
+    """`file:line in function` where the rank's main thread is, in a faulthandler dump
+    (most recent call first; the main thread's stack is the one that holds `rank_main`)."""
+    for thread in dump.split("\n\n"):
+        if "rank_main" not in thread:
+            continue
+        for line in thread.splitlines():
+            found = re.match(r'\s*File "(.+)", line (\d+) in (.+)', line)
+            if found:
+                path, number, function = found.groups()
+                return f"{_short(path)}:{number} in {function}"
+    return None
+
+
+def _short(path: str) -> str:
+    """A path as a reader finds it: from the working folder, or from site-packages."""
+    with contextlib.suppress(ValueError):
+        return str(Path(path).relative_to(Path.cwd()))
+    parts = Path(path).parts
+    for anchor in ("site-packages", "dist-packages"):
+        if anchor in parts:
+            return "/".join(parts[parts.index(anchor) + 1 :])
+    return path
+
+
+def rank_loop(
+    rank: int,
+    world_size: int,
+    build: Callable[[int, int], Callable[[], Any]],
+    conn: Connection,
+    seed: int,
+    device_type: str,
+) -> None:
+    import torch
+    import torch.distributed as dist
+
+    def sync() -> None:
+        if device_type == "cuda":
+            torch.cuda.synchronize()
+
+    step: Callable[[], Any] | None = None
+    while True:
+        try:
+            command = conn.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            if command[0] == "stop":
+                dist.destroy_process_group()
+                return
+            if command[0] == "build":
+                outputs = []
+                for _ in range(2):  # the reference, then the step that is timed
+                    torch.manual_seed(seed)
+                    step = build(rank, world_size)
+                    if not callable(step):
+                        raise TypeError(f"build returned {type(step).__name__}, not a step")
+                    out = step()
+                    sync()
+                    outputs.append(_flat(out) if rank == 0 else None)
+                    _finite(out)
+                conn.send(("ok", outputs if rank == 0 else None))
+            elif command[0] == "step":
+                assert step is not None
+                dist.barrier()
+                sync()
+                began = time.perf_counter()
+                step()
+                sync()
+                conn.send(("ok", (time.perf_counter() - began) * 1000.0))
+            elif command[0] == "memory":
+                conn.send(("ok", _peak_bytes(device_type)))
+            elif command[0] == "profile":
+                assert step is not None
+                conn.send(("ok", _profiled(step, sync, dist)))
+        except Exception as exc:  # the measuring process names the rank
+            conn.send(("error", _line(exc)))
+
+
+def _flat(out: Any) -> list[float]:
+    from perfguard.measure.drift import flatten_outputs
+
+    return [float(v) for v in flatten_outputs(out)]
+
+
+def _finite(out: Any) -> None:
+    import numpy as np
+
+    from perfguard.measure.drift import flatten_outputs
+
+    try:
+        flat = flatten_outputs(out)
+    except ValueError:
+        return  # a step that returns nothing to compare: its time is what it has
+    if not np.all(np.isfinite(flat)):
+        raise ValueError("the step returned NaN or Inf")
+
+
+def _peak_bytes(device_type: str) -> int:
+    if device_type == "cuda":
+        import torch
+
+        return int(torch.cuda.max_memory_allocated())
+    import resource
+
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def _profiled(step: Callable[[], Any], sync: Callable[[], None], dist: Any) -> dict[str, Any]:
+    """One profiled step: its time, the collectives' share of it, operators' self time."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU]
+    if torch.cuda.is_available():
+        activities.append(ProfilerActivity.CUDA)
+    dist.barrier()
+    sync()
+    with profile(activities=activities) as prof:
+        began = time.perf_counter()
+        step()
+        sync()
+        step_us = (time.perf_counter() - began) * 1e6
+    self_us: dict[str, float] = {}
+    comm_us = 0.0
+    for event in prof.key_averages():
+        device = float(getattr(event, "self_device_time_total", 0.0) or 0.0)
+        own = float(event.self_cpu_time_total) + device
+        self_us[event.key] = self_us.get(event.key, 0.0) + own
+        if COLLECTIVE.search(event.key):
+            comm_us += float(event.cpu_time_total) + device
+    share = min(comm_us / step_us, 1.0) if step_us > 0 else 0.0
+    top = dict(sorted(self_us.items(), key=lambda kv: -kv[1])[:40])
+    return {
+        "step_us": step_us,
+        "collective_share": share,
+        "profile": {"calls": 1, "self_us": top},
+    }
+
+
+def _line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
