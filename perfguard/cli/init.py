@@ -1,4 +1,5 @@
-"""`perfguard init`: the workflow, an example perf test and the settings, written."""
+"""`perfguard init`: the workflow, an example perf test and the settings, written; `--check`:
+does the repository's workflow match this perfguard's release."""
 
 from __future__ import annotations
 
@@ -14,12 +15,20 @@ if TYPE_CHECKING:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
+    import sys
+
     from perfguard.git import git_state
-    from perfguard.init import InitOptions, init, next_steps
+    from perfguard.init import InitOptions, check, init, next_steps
 
     state = git_state(Path.cwd())
     if state is None:
         raise InputError("perfguard init writes into a git repository: run it inside one")
+    if args.check:
+        line = check(state.root)
+        if line is not None:
+            print(f"perfguard init --check: {line}", file=sys.stderr)
+            return EXIT_MISMATCH
+        return EXIT_OK
     options = InitOptions(
         tests=args.tests,
         labels=tuple(x.strip() for x in args.runner_labels.split(",") if x.strip()),
@@ -28,6 +37,8 @@ def cmd_init(args: argparse.Namespace) -> int:
         main_branch=args.main_branch,
         force=args.force,
         store=args.store,
+        vendored=args.vendored,
+        repository=args.workflow_repo,
     )
     done = init(state.root, options)
     for path in done.created:
@@ -42,6 +53,10 @@ def cmd_init(args: argparse.Namespace) -> int:
     for step in next_steps(options):
         print(f"  {step}")
     return EXIT_OK
+
+
+REPOSITORY = "perfguard/perfguard"  # perfguard.init.forms.REPOSITORY, without importing jinja2
+EXIT_MISMATCH = 1  # --check: the workflow is not this release's
 
 
 def register(sub: Commands) -> None:
@@ -69,4 +84,23 @@ def register(sub: Commands) -> None:
         "perfguard-baselines branch of the repository",
     )
     p.add_argument("--force", action="store_true", help="replace files that exist")
+    p.add_argument(
+        "--vendored",
+        action="store_true",
+        help="write the whole workflow into the repository, not a short caller of perfguard's "
+        "reusable workflow (for repositories that cannot call another repository's workflows)",
+    )
+    p.add_argument(
+        "--workflow-repo",
+        metavar="OWNER/NAME",
+        default=REPOSITORY,
+        help=f"where the caller finds perfguard's reusable workflow ({REPOSITORY}; a mirror's "
+        "name where GitHub.com cannot be reached)",
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing: exit 1 with one line when the repository's workflow is not "
+        "pinned to this perfguard's release",
+    )
     p.set_defaults(func=cmd_init)

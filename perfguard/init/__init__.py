@@ -1,8 +1,10 @@
 """`perfguard init`: put perfguard into a repository in one step.
 
-Writes the GitHub workflow, an example perf test beside the project's tests, and the pytest
-settings, then says what to do next. A file that exists is never replaced without `force`;
-settings are added to an existing pytest configuration only where they are missing.
+Writes the GitHub workflow (a short caller of perfguard's reusable workflow, pinned to this
+release; with `vendored`, the whole workflow), an example perf test beside the project's
+tests, and the pytest settings, then says what to do next. A file that exists is never
+replaced without `force`; settings are added to an existing pytest configuration only where
+they are missing. The forms of the workflow: `perfguard.init.forms`.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 import jinja2
 
 from perfguard.errors import PerfguardError
+from perfguard.init import forms
 from perfguard.version import __version__
 
 WORKFLOW = Path(".github/workflows/perfguard.yml")
@@ -37,6 +40,8 @@ class InitOptions:
     main_branch: str = "main"
     force: bool = False  # replace files that exist
     store: str | None = None  # an object store's URL (s3://bucket/prefix) instead of a branch
+    vendored: bool = False  # the whole workflow, not a caller of the reusable one
+    repository: str = forms.REPOSITORY  # where the reusable workflow is (a mirror's name)
 
 
 @dataclass
@@ -81,6 +86,8 @@ def _check(options: InitOptions) -> None:
         r"s3://[a-z0-9][a-z0-9.-]{1,62}(/[\w./-]*)?", options.store
     ):
         raise InitError(f"--store must be an s3://bucket/prefix URL, got {options.store!r}")
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", options.repository):
+        raise InitError(f"--workflow-repo must be OWNER/NAME, got {options.repository!r}")
     if not re.fullmatch(r"[\w./-]+", options.main_branch):
         raise InitError(f"--main-branch must be a branch name, got {options.main_branch!r}")
 
@@ -100,19 +107,61 @@ def pinned(names: str) -> str:
     return " ".join(out)
 
 
-def render_workflow(options: InitOptions, root: Path) -> str:
-    _check(options)
-    return _template("perfguard.yml.j2").render(
-        pin=pinned,
+def release_commit() -> str | None:
+    """The commit this perfguard was released from (written into a release build), or None."""
+    try:
+        from perfguard.init import release  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    commit = getattr(release, "COMMIT", None)
+    return commit if isinstance(commit, str) and re.fullmatch(r"[0-9a-f]{40}", commit) else None
+
+
+def _values(options: InitOptions, root: Path) -> forms.Values:
+    return forms.vendored_values(
         tests=options.tests,
-        labels=json.dumps(list(options.labels)),
+        ab=options.ab,
+        main_branch=options.main_branch,
+        project_install=_project_install(root),
+        labels=options.labels,
+        shards=options.shards,
+        store=options.store,
+    )
+
+
+def render_workflow(options: InitOptions, root: Path) -> str:
+    """The workflow `init` writes: the caller, or with `vendored` the whole workflow."""
+    _check(options)
+    values = _values(options, root)
+    if options.vendored:
+        return forms.workflow(
+            _template, values, reusable=False, ab=options.ab, version=__version__, pin=pinned
+        )
+    return forms.caller(
+        _template,
+        values=values,
+        labels=options.labels,
         shards=options.shards,
         ab=options.ab,
-        store=(options.store or "").rstrip("/"),
-        main_branch=options.main_branch,
-        version=__version__,
+        store=options.store,
         project_install=_project_install(root),
+        version=__version__,
+        commit=release_commit(),
+        repository=options.repository,
     )
+
+
+def render_reusable(store: bool) -> str:
+    """The reusable workflow (`on: workflow_call`) for baselines in a store or on a branch."""
+    values = forms.reusable_values(store)
+    return forms.workflow(
+        _template, values, reusable=True, ab=True, version=__version__, pin=pinned
+    )
+
+
+def check(root: Path) -> str | None:
+    """One line naming how the repository's workflow differs from this release, or None."""
+    return forms.mismatch(root / WORKFLOW, __version__, release_commit())
 
 
 def init(root: Path, options: InitOptions) -> Written:
