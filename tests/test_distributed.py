@@ -253,3 +253,15 @@ def test_a_regression_of_a_step_names_its_collectives_first() -> None:
     assert base_us == pytest.approx(0.2 * 10.0 * 1000, rel=0.1)
     assert head_us == pytest.approx(0.4 * 14.0 * 1000, rel=0.1)
     assert rows[1][0] == "c10d::allreduce_"
+
+
+def test_the_ranks_share_a_cpus_cores_unless_told(monkeypatch: pytest.MonkeyPatch) -> None:
+    from perfguard.measure.distributed import rank_threads
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    job = DistributedJob.of(unhostable, 4, "gloo", MeasureSettings(), test="t", variant="eager")
+    assert rank_threads(job, "cpu") == 4 and rank_threads(job, "cuda") is None
+    told = DistributedJob.of(
+        unhostable, 4, "gloo", MeasureSettings(threads=1), test="t", variant="eager"
+    )
+    assert rank_threads(told, "cpu") == 1

@@ -91,6 +91,15 @@ class DistributedJob:
         return self.test or getattr(self.build, "__name__", "distributed")
 
 
+def rank_threads(job: DistributedJob, device_type: str) -> int | None:
+    """Each rank's torch threads: as the settings say, else on a CPU the cores shared out
+    (torch would give every rank all of them: the ranks would fight for the cores and the
+    slowest rank would be whichever lost); on CUDA, torch's own choice."""
+    if job.settings.threads or device_type != "cpu":
+        return job.settings.threads
+    return max(1, (os.cpu_count() or 1) // job.world_size)
+
+
 def unhostable(world_size: int, backend: str, device_type: str) -> str | None:
     """Why this machine cannot host the world (a skip's reason), or None."""
     if backend == "nccl":
@@ -151,7 +160,7 @@ def measure_distributed(
         say(f"starting {job.world_size} rank(s) ({backend})")
         world = World.start(
             job.build, job.world_size, backend, device.type,
-            seed=job.seed, threads=job.settings.threads, left=left,
+            seed=job.seed, threads=rank_threads(job, device.type), left=left,
         )  # fmt: skip
         say("each rank builds its step (twice: the reference)")
         first = world.ask(("build",), "the build and the first steps")
