@@ -265,3 +265,50 @@ def test_the_ranks_share_a_cpus_cores_unless_told(monkeypatch: pytest.MonkeyPatc
         unhostable, 4, "gloo", MeasureSettings(threads=1), test="t", variant="eager"
     )
     assert rank_threads(told, "cpu") == 1
+
+
+CUDA_SUITE = """
+import pytest
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def build(rank, world_size):
+    torch.manual_seed(0)
+    model = DDP(torch.nn.Linear(2048, 2048).cuda(), device_ids=[rank])
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(256, 2048, device="cuda")
+
+    def step():
+        opt.zero_grad()
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    return step
+
+
+@pytest.mark.perfguard(variants=["eager"])
+def test_ddp(perfguard):
+    perfguard.distributed(build, world_size=torch.cuda.device_count())
+"""
+
+
+@pytest.mark.cuda
+def test_a_ddp_step_on_nccl_cuda_spans_every_gpu_of_the_machine(tmp_path: Path) -> None:
+    import torch
+
+    repo, pids = tmp_path / "repo", tmp_path / "pids"
+    repo.mkdir()
+    pids.mkdir()
+    (repo / "test_dist.py").write_text(CUDA_SUITE)
+    (repo / "pytest.ini").write_text("[pytest]\n")
+    found = _session(repo, pids, "--perfguard-compare=none", "--perfguard-device=cuda")
+    ok = found["test_ddp"]
+    assert ok["status"] == "ok", ok.get("error")
+    details = ok["details"]
+    assert details["backend"] == "nccl" and details["world_size"] == torch.cuda.device_count()
+    assert details["clock"].startswith("ranks_slowest (cuda")
+    assert ok["metrics"]["peak_memory_bytes"] == max(details["peak_memory_bytes_per_rank"]) > 0
+    assert all(0 <= share <= 1 for share in details["collective_share"])

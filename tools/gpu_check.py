@@ -98,14 +98,16 @@ def steps(stage: str) -> list[Step]:
             Step("torch, CUDA and NVML", ("{py}", "tools/gpu_env.py", "--device", "{device}")),
         ]
     if stage == "cuda":
+        picks = {"test_cuda": "not max-autotune", "test_distributed": "cuda"}
         return [
-            _cuda_tests(name, pytest, "not max-autotune" if name == "test_cuda" else None)
+            _cuda_tests(name, pytest, picks.get(name))
             # the quick files first: a stage cut at its deadline loses the compiles, not them
             for name in (
                 "test_health",
                 "test_ort",
                 "test_fingerprint",
                 "test_lending",
+                "test_distributed",  # its cuda item: a DDP step on NCCL over every GPU here
                 "test_cuda",
                 "test_cuda_training",
             )
