@@ -238,18 +238,22 @@ def test_a_stuck_rank_is_named_with_the_line_its_main_thread_is_on() -> None:
 
 
 def test_a_regression_of_a_step_names_its_collectives_first() -> None:
-    def step(center_ms: float, share: float) -> Any:
+    def step(center_ms: float, *shares: float) -> Any:
+        share = sum(shares) / len(shares)
         r = result("t::ddp", "eager", center_ms)
         details = dataclasses.replace(
             r.details,
             profile={"calls": 1, "self_us": {"c10d::allreduce_": share * center_ms * 1000}},
-            build={"world_size": 2, "collective_share": [share, share]},
+            build={"world_size": 2, "collective_share": list(shares)},
         )
         return dataclasses.replace(r, details=details)
 
-    rows = why_of(step(10.0, 0.2), step(14.0, 0.4))
+    # rank 1 a straggler: rank 0 waits for it inside the all-reduce
+    rows = why_of(step(10.0, 0.2, 0.2), step(14.0, 0.6, 0.2))
     name, base_us, head_us = rows[0]
-    assert name == "collectives (20% of the step, now 40%)"
+    assert name == (
+        "collectives (20% of the step, now 40%; ranks' work, busiest over idlest 1.00x, now 2.00x)"
+    )
     assert base_us == pytest.approx(0.2 * 10.0 * 1000, rel=0.1)
     assert head_us == pytest.approx(0.4 * 14.0 * 1000, rel=0.1)
     assert rows[1][0] == "c10d::allreduce_"

@@ -64,6 +64,18 @@ def collectives_ms(result: VariantResult | None) -> tuple[float, float] | None:
     return share, share * p50 * 1000.0
 
 
+def _imbalance(result: VariantResult | None) -> float | None:
+    """The ranks' work outside collectives, busiest over least busy, from each rank's share
+    of its profiled step (the ranks end a step together, so a straggler shows only as the
+    others' time waiting inside their collectives)."""
+    build = None if result is None else result.details.build
+    shares = build.get("collective_share") if isinstance(build, Mapping) else None
+    if not isinstance(shares, list) or len(shares) < 2:
+        return None
+    busy = [1.0 - float(share) for share in shares]
+    return max(busy) / min(busy) if min(busy) > 0 else None
+
+
 def explain(
     base: Mapping[str, float], head: Mapping[str, float], top: int = TOP
 ) -> tuple[tuple[str, float | None, float | None], ...]:
@@ -88,8 +100,14 @@ def why_of(
     base_share, head_share = collectives_ms(base), collectives_ms(head)
     if base_share is not None and head_share is not None:
         (b_share, b_us), (h_share, h_us) = base_share, head_share
-        name = f"collectives ({b_share:.0%} of the step, now {h_share:.0%})"
-        first = ((name, b_us, h_us), *first)
+        name = f"collectives ({b_share:.0%} of the step, now {h_share:.0%}"
+        imbalance = _imbalance(base), _imbalance(head)
+        if imbalance[0] is not None and imbalance[1] is not None:
+            # a straggler: the others wait for it inside their collectives
+            name += (
+                f"; ranks' work, busiest over idlest {imbalance[0]:.2f}x, now {imbalance[1]:.2f}x"
+            )
+        first = ((name + ")", b_us, h_us), *first)
     return (*first, *explain(base_times, head_times))
 
 
