@@ -53,8 +53,6 @@ $(FLOOR_STAMP): pyproject.toml constraints-dev.txt
 test-floor: $(FLOOR_STAMP)
 	$(FLOOR_PY) -m pytest -q -m "not slow" -p no:cacheprovider
 
-# the wheel and sdist as users get them: built, twine-checked, installed into a fresh venv,
-# then `perfguard init` and `pytest --perfguard` in a new repository
 # the reusable workflows and composite actions a release publishes, from the templates
 workflows: $(STAMP)
 	$(PY) tools/workflows.py
@@ -63,6 +61,8 @@ workflows: $(STAMP)
 release-check: $(STAMP)
 	$(PY) tools/release.py check
 
+# the wheel and sdist as users get them: built, twine-checked, installed into a fresh venv,
+# then `perfguard init` and `pytest --perfguard` in a new repository
 package-check: $(STAMP)
 	PY=$(PY) bash tools/package-check.sh
 
