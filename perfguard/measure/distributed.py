@@ -14,7 +14,7 @@ ranks stay up for the whole item and wait for the measuring process's word:
   the step itself changes between two identical runs, an all-reduce's summation order among
   them), and an output holding NaN or Inf is an error;
 - after sampling, untimed: each rank's peak memory (the largest rank's is the metric), and
-  one profiled step per rank: the share of the step spent in collectives (the profiler's
+  five profiled steps per rank: the share of the step spent in collectives (the profiler's
   communication events: gloo's and NCCL's work, c10d's calls), and the operators' self time
   of the slowest rank, which the report's "why" reads as it reads one process's.
 
