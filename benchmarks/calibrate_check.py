@@ -146,6 +146,11 @@ def main() -> None:
     parser.add_argument("--canary", type=float, default=10.0)
     parser.add_argument("--variants", default="eager")
     parser.add_argument("--out", type=Path, default=HERE / "data" / "calibrate-check.json")
+    parser.add_argument(
+        "--pr-runs",
+        type=Path,
+        help="take the pull-request runs from this earlier check's file (calibrate again only)",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="perfguard-calibrate-check-") as tmp:
         repo = scratch_repo(Path(tmp))
@@ -153,8 +158,8 @@ def main() -> None:
         print("calibrating ...", flush=True)
         cal = calibrate(repo, args.rounds, args.canary, args.variants)
         print(f"  {cal['seconds']:.0f} s", flush=True)
-        runs = []
-        for i in range(args.comparisons):
+        runs = [] if args.pr_runs is None else json.loads(args.pr_runs.read_text())["runs"]
+        for i in range(args.comparisons if args.pr_runs is None else 0):
             for canary in (0.0, args.canary) if i % 2 == 0 else (args.canary, 0.0):
                 runs.append(pr_run(repo, canary, args.variants, i))
                 loads.append(_load())

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from perfguard.calibrate import Calibration, CalibrationError, analyze, schedule
+from perfguard.calibrate import Calibration, CalibrationError, analyze, merged, schedule
 from perfguard.calibrate.analysis import flagged_before_correction
 from perfguard.calibrate.record import Comparison, Item, Round
 from perfguard.calibrate.render import markdown
@@ -70,6 +70,20 @@ def test_a_record_reads_back_and_one_of_another_version_is_refused() -> None:
     assert Calibration.from_json(json.loads(json.dumps(cal.to_json()))) == cal
     with pytest.raises(CalibrationError, match="version 99"):
         Calibration.from_json({**cal.to_json(), "version": 99})
+
+
+def test_the_pairs_records_join_into_one_calibration() -> None:
+    """Rounds shared among pairs of workers are judged as one calibration: each item's
+    rounds one after the other, the workers' starts summed."""
+    one, two = _calibration(1.0, seed=1), _calibration(1.0, seed=2)
+    joined = merged([one, two])
+    assert (joined.rounds, joined.canary_rounds) == (16, 8)
+    assert joined.launches == {"A": 2, "B": 2}
+    for item, first, second in zip(joined.items, one.items, two.items, strict=True):
+        assert item.rounds == (*first.rounds, *second.rounds)
+    report = analyze(joined)
+    assert [(i.identical, i.false_alarms) for i in report.items] == [(16, 0), (16, 0)]
+    assert [i.canaries[0].rounds for i in report.items] == [8, 8]
 
 
 def test_identical_rounds_raise_no_alarm_and_a_ten_percent_canary_is_caught() -> None:
@@ -148,11 +162,12 @@ def test_small(perfguard):
 
 
 @pytest.mark.slow
-def test_calibrate_end_to_end_catches_its_canary_and_starts_each_worker_once(
+def test_calibrate_end_to_end_catches_its_canary_and_starts_each_pair_once(
     tmp_path: Path,
 ) -> None:
     """On a scripted clock (what the canary adds is added to the script): identical sides
-    are never flagged, a +10% canary is caught every time, on one worker per side."""
+    are never flagged, a +10% canary is caught every time; the rounds shared among two pairs
+    of workers, each started once."""
     (tmp_path / "conftest.py").write_text(SCRIPTED_CLOCK + CANARY_SCRIPT)
     (tmp_path / "test_small.py").write_text(TESTS)
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
@@ -164,9 +179,11 @@ def test_calibrate_end_to_end_catches_its_canary_and_starts_each_worker_once(
             "perfguard.cli",
             "calibrate",
             "--rounds",
-            "3",
+            "4",
             "--canary",
             "10",
+            "--pairs",
+            "2",
             "--json",
             str(out),
             "-o",
@@ -183,13 +200,13 @@ def test_calibrate_end_to_end_catches_its_canary_and_starts_each_worker_once(
     )
     assert done.returncode == 0, done.stderr[-3000:]
     found = json.loads(out.read_text())
-    assert found["launches"] == {"A": 1, "B": 1}
+    assert found["launches"] == {"A": 2, "B": 2}
     (item,) = found["items"]
-    assert item["identical"]["rounds"] == 3 and item["identical"]["false_alarms"] == 0
+    assert item["identical"]["rounds"] == 4 and item["identical"]["false_alarms"] == 0
     assert item["canaries"] == [
         {"pct": 10.0, "rounds": 3, "caught": 3, "measured_pct": pytest.approx(10, abs=1.5)}
     ]
-    assert "| `test_small.py::test_small` | `eager` | 0 of 3 |" in (tmp_path / "cal.md").read_text()
+    assert "| `test_small.py::test_small` | `eager` | 0 of 4 |" in (tmp_path / "cal.md").read_text()
 
 
 @pytest.mark.parametrize(
@@ -198,6 +215,7 @@ def test_calibrate_end_to_end_catches_its_canary_and_starts_each_worker_once(
         (["--canary", "ten"], "--canary takes percentages"),
         (["--canary", "0,5"], "above 0 and at most 100"),
         (["--rounds", "1"], "--rounds must be 2 or more"),
+        (["--pairs", "0"], "--pairs must be 1 or more"),
     ],
 )
 def test_calibrate_refuses_what_it_cannot_use_in_one_line(

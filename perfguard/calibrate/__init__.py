@@ -8,7 +8,7 @@ table.
 """
 
 from perfguard.calibrate.analysis import Report, analyze, flagged_before_correction
-from perfguard.calibrate.record import Calibration, CalibrationError, schedule
+from perfguard.calibrate.record import Calibration, CalibrationError, merged, schedule
 
 __all__ = [
     "Calibration",
@@ -16,5 +16,6 @@ __all__ = [
     "Report",
     "analyze",
     "flagged_before_correction",
+    "merged",
     "schedule",
 ]

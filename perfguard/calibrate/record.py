@@ -10,7 +10,7 @@ calibrate` reads it and judges it (`calibrate.analysis`), without torch.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from perfguard.errors import PerfguardError
@@ -176,6 +176,41 @@ class Calibration:
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise CalibrationError(f"the calibration record does not read: {exc}") from None
+
+
+def merged(parts: Sequence[Calibration]) -> Calibration:
+    """Calibrations of the same items by several pairs of workers as one: each item's rounds
+    one after the other (the k-th round of a kind is then the k-th over all pairs), the
+    rounds asked for and the workers' starts summed."""
+    if not parts:
+        raise CalibrationError("no calibration to merge")
+    first = parts[0]
+    items: dict[tuple[str, str], Item] = {}
+    for part in parts:
+        for item in part.items:
+            key = (item.test, item.variant)
+            had = items.get(key)
+            if had is None:
+                items[key] = item
+                continue
+            items[key] = replace(
+                had,
+                rounds=(*had.rounds, *item.rounds),
+                call_ms=had.call_ms if had.call_ms is not None else item.call_ms,
+                error=had.error if not item.rounds else (item.error if not had.rounds else None),
+            )
+    launches: dict[str, int] = {}
+    for part in parts:
+        for side, count in part.launches.items():
+            launches[side] = launches.get(side, 0) + count
+    return replace(
+        first,
+        rounds=sum(p.rounds for p in parts),
+        canary_rounds=sum(p.canary_rounds for p in parts),
+        items=tuple(items.values()),
+        launches=launches,
+        wall_s=sum(p.wall_s for p in parts),
+    )
 
 
 def schedule(rounds: int, canary: Sequence[float], canary_rounds: int, seed: int) -> list[float]:

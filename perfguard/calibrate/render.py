@@ -15,7 +15,7 @@ def markdown(report: Report) -> str:
         f"it (pairs of blocks until the sequential design decides, the run-wide correction, "
         f"{cal.confirm} confirmation round(s) for a flag), and {cal.canary_rounds} times at "
         f"each canary ({canaries}: this side's calls made that much slower), interleaved, on "
-        f"one pair of worker processes ({_launches(report)}), on {cal.device}.",
+        f"a few pairs of worker processes ({_launches(report)}), on {cal.device}.",
         "",
         "| test | variant | false alarms | noise (sd) | "
         + " | ".join(f"+{c:g}% caught" for c in cal.canary)

@@ -1,10 +1,15 @@
 """`perfguard calibrate`: what this runner can detect, shown on it with known slowdowns.
 
-Runs one pytest session over the selected perf items (the arguments after `--`), told by its
-orders to calibrate (`pytest_plugin/ab/calibrating.py`), then judges its record
-(`calibrate.analysis`) and writes the table. Exit 1 when a canary at or above an item's bar
-was caught in none of its rounds (the check cannot fire there), 2 when nothing could be
-calibrated.
+Runs `--pairs` pytest sessions over the selected perf items (the arguments after `--`), each
+told by its orders to calibrate its share of the rounds on a pair of workers of its own
+(`pytest_plugin/ab/calibrating.py`), joins their records (`calibrate.record.merged`), judges
+them (`calibrate.analysis`) and writes the table. Several pairs, because a pull request
+measures on a fresh pair: two processes differ by an offset of their own (memory layout,
+where the allocator put things), fixed for the pair's life, that one long-lived pair shows
+as a constant and never as the spread a pull request meets (on the CPU VM one pair predicted
++10% caught in 25 of 25 rounds where fresh pairs caught 45 of 50; the CNN's 4 misses). Exit 1
+when a canary at or above an item's bar was caught in none of its rounds (the check cannot
+fire there), 2 when nothing could be calibrated.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ if TYPE_CHECKING:
 
 DEFAULT_ROUNDS = 20
 DEFAULT_CANARY = "2,5,10"
+DEFAULT_PAIRS = 4
 
 
 def canary_rounds(rounds: int) -> int:
@@ -37,27 +43,40 @@ def canary_rounds(rounds: int) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from perfguard.calibrate import Calibration, CalibrationError, analyze
+    from perfguard.calibrate import Calibration, CalibrationError, analyze, merged
     from perfguard.calibrate.render import markdown, terminal
 
     if args.rounds < 2:
         raise InputError(f"--rounds must be 2 or more (a spread needs two), got {args.rounds}")
     canary = _canary(args.canary)
+    if args.pairs < 1:
+        raise InputError(f"--pairs must be 1 or more, got {args.pairs}")
+    pairs = min(args.pairs, args.rounds)
+    parts = []
     with tempfile.TemporaryDirectory(prefix="perfguard-calibrate-") as tmp:
-        record = Path(tmp) / "calibration.json"
-        asked = {
-            "out": str(record),
-            "rounds": args.rounds,
-            "canary": list(canary),
-            "canary_rounds": canary_rounds(args.rounds),
-        }
-        code = _session(Path(tmp), asked, args.pytest_args)
-        try:
-            calibration = Calibration.from_json(json.loads(record.read_text(encoding="utf-8")))
-        except (OSError, ValueError, CalibrationError) as exc:
-            raise InputError(
-                f"calibrate: the pytest session (exit code {code}) wrote no calibration: {exc}"
-            ) from None
+        for index, (rounds, canaries) in enumerate(
+            zip(
+                _shares(args.rounds, pairs), _shares(canary_rounds(args.rounds), pairs), strict=True
+            )
+        ):
+            folder = Path(tmp) / f"pair-{index + 1}"
+            folder.mkdir()
+            record = folder / "calibration.json"
+            asked = {
+                "out": str(record),
+                "rounds": rounds,
+                "canary": list(canary),
+                "canary_rounds": canaries,
+            }
+            print(f"calibrate: worker pair {index + 1} of {pairs}", file=sys.stderr)
+            code = _session(folder, asked, args.pytest_args)
+            try:
+                parts.append(Calibration.from_json(json.loads(record.read_text(encoding="utf-8"))))
+            except (OSError, ValueError, CalibrationError) as exc:
+                raise InputError(
+                    f"calibrate: the pytest session (exit code {code}) wrote no calibration: {exc}"
+                ) from None
+    calibration = merged(parts)
     if not calibration.items:
         raise InputError(
             "calibrate: no perf item was selected (select them after --, e.g. -- tests/perf)"
@@ -76,6 +95,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if all(item.error is not None for item in report.items):
         raise InputError("calibrate: no item could be calibrated (see the table)")
     return EXIT_REGRESSION if report.missed else EXIT_OK
+
+
+def _shares(total: int, parts: int) -> list[int]:
+    """`total` split into `parts` shares as even as whole numbers go, the larger first."""
+    return [total // parts + (1 if index < total % parts else 0) for index in range(parts)]
 
 
 def _canary(text: str) -> tuple[float, ...]:
@@ -110,14 +134,14 @@ def _session(folder: Path, asked: dict[str, object], pytest_args: Sequence[str])
 def register(sub: Commands) -> None:
     p = sub.add_parser(
         "calibrate",
-        usage="perfguard calibrate [--rounds N] [--canary 2,5,10] [--json OUT] [-o OUT.md] "
-        "[-- PYTEST ARGS]",
+        usage="perfguard calibrate [--rounds N] [--canary 2,5,10] [--pairs 4] [--json OUT] "
+        "[-o OUT.md] [-- PYTEST ARGS]",
         help="measure what this runner can detect: each perf item beside itself, and with "
         "known slowdowns",
         description="Measures the selected perf items as a pull request's A/B does, both "
         "sides the same tree, for N rounds, plus rounds where one side's calls are made "
-        "slower by known shares (canaries), all on one pair of worker processes. Per item: "
-        "the false alarms, the canaries caught, the smallest change called reliably and the "
+        "slower by known shares (canaries), shared among a few pairs of worker processes. Per "
+        "item: the false alarms, the canaries caught, the smallest change called reliably and the "
         "bar to advise. Exit 1 when a canary at or above an item's bar was caught in none of "
         "its rounds. Arguments after -- go to pytest (the tests, -k, --perfguard-variants).",
     )
@@ -132,6 +156,14 @@ def register(sub: Commands) -> None:
         "--canary",
         default=DEFAULT_CANARY,
         help=f"the canaries' slowdowns, in percent of a call ({DEFAULT_CANARY})",
+    )
+    p.add_argument(
+        "--pairs",
+        type=int,
+        default=DEFAULT_PAIRS,
+        help=f"pairs of worker processes the rounds are shared among ({DEFAULT_PAIRS}): a pull "
+        "request measures on a fresh pair, whose processes differ by an offset of their own "
+        "that one long-lived pair never shows",
     )
     p.add_argument("--json", type=Path, help="write the figures (and the rounds) here")
     p.add_argument("-o", "--output", type=Path, help="write the Markdown table here")
