@@ -80,7 +80,11 @@ def test_the_pairs_records_join_into_one_calibration() -> None:
     assert (joined.rounds, joined.canary_rounds) == (16, 8)
     assert joined.launches == {"A": 2, "B": 2}
     for item, first, second in zip(joined.items, one.items, two.items, strict=True):
-        assert item.rounds == (*first.rounds, *second.rounds)
+        assert [r.main for r in item.rounds] == [r.main for r in (*first.rounds, *second.rounds)]
+        # each round confirmed by the other pair's round of the same kind, not its own pair
+        mine = item.rounds[0]
+        same_kind = [r.main for r in second.rounds if r.slower_pct == mine.slower_pct]
+        assert mine.confirmations == (same_kind[0],)
     report = analyze(joined)
     assert [(i.identical, i.false_alarms) for i in report.items] == [(16, 0), (16, 0)]
     assert [i.canaries[0].rounds for i in report.items] == [8, 8]

@@ -181,10 +181,15 @@ class Calibration:
 def merged(parts: Sequence[Calibration]) -> Calibration:
     """Calibrations of the same items by several pairs of workers as one: each item's rounds
     one after the other (the k-th round of a kind is then the k-th over all pairs), the
-    rounds asked for and the workers' starts summed."""
+    rounds asked for and the workers' starts summed. With more than one pair, a round's
+    confirmation is another pair's round of the same kind, as a pull request's flag is
+    measured again by a fresh pair of processes: re-measured on its own pair, a round would
+    carry that pair's offset into its confirmation."""
     if not parts:
         raise CalibrationError("no calibration to merge")
     first = parts[0]
+    if len(parts) > 1:
+        parts = [_confirmed_elsewhere(parts, index) for index in range(len(parts))]
     items: dict[tuple[str, str], Item] = {}
     for part in parts:
         for item in part.items:
@@ -211,6 +216,34 @@ def merged(parts: Sequence[Calibration]) -> Calibration:
         launches=launches,
         wall_s=sum(p.wall_s for p in parts),
     )
+
+
+def _confirmed_elsewhere(parts: Sequence[Calibration], index: int) -> Calibration:
+    """Part `index` with each round's confirmations taken from the next parts' rounds of the
+    same item and kind (its own kept where no other pair has one)."""
+    others = [parts[(index + step) % len(parts)] for step in range(1, len(parts))]
+    items = []
+    for item in parts[index].items:
+        alike = [
+            {r.slower_pct: [x.main for x in o.rounds if x.slower_pct == r.slower_pct]
+             for r in o.rounds}
+            for other in others
+            for o in other.items
+            if (o.test, o.variant) == (item.test, item.variant)
+        ]  # fmt: skip
+        seen: dict[float, int] = {}
+        rounds = []
+        for r in item.rounds:
+            position = seen.get(r.slower_pct, 0)
+            seen[r.slower_pct] = position + 1
+            found = [
+                kinds[r.slower_pct][position % len(kinds[r.slower_pct])]
+                for kinds in alike
+                if kinds.get(r.slower_pct)
+            ][: max(parts[index].confirm, 1)]
+            rounds.append(replace(r, confirmations=tuple(found)) if found else r)
+        items.append(replace(item, rounds=tuple(rounds)))
+    return replace(parts[index], items=tuple(items))
 
 
 def schedule(rounds: int, canary: Sequence[float], canary_rounds: int, seed: int) -> list[float]:
