@@ -16,7 +16,7 @@ import pytest
 
 from perfguard.measure.distributed import DistributedJob, unhostable
 from perfguard.measure.job import MeasureSettings
-from perfguard.measure.ranks import innermost_line
+from perfguard.measure.stacks import innermost_line
 from perfguard.stats.why import why_of
 from tests.factories import result
 from tests.timing import ONE_THREAD

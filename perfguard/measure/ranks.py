@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from perfguard.errors import PerfguardError
+from perfguard.measure.stacks import innermost_line
 
 COLLECTIVE = re.compile(
     r"gloo|nccl|c10d::|all_?reduce|all_?gather|reduce_?scatter|broadcast|all_?to_?all",
@@ -251,31 +252,6 @@ def _stack_on_signal(path: Path) -> None:
 
     if hasattr(signal, "SIGUSR1"):
         faulthandler.register(signal.SIGUSR1, file=path.open("w"), all_threads=True)
-
-
-def innermost_line(dump: str) -> str | None:
-    """`file:line in function` where the rank's main thread is, in a faulthandler dump
-    (most recent call first; the main thread's stack is the one that holds `rank_main`)."""
-    for thread in dump.split("\n\n"):
-        if "rank_main" not in thread:
-            continue
-        for line in thread.splitlines():
-            found = re.match(r'\s*File "(.+)", line (\d+) in (.+)', line)
-            if found:
-                path, number, function = found.groups()
-                return f"{_short(path)}:{number} in {function}"
-    return None
-
-
-def _short(path: str) -> str:
-    """A path as a reader finds it: from the working folder, or from site-packages."""
-    with contextlib.suppress(ValueError):
-        return str(Path(path).relative_to(Path.cwd()))
-    parts = Path(path).parts
-    for anchor in ("site-packages", "dist-packages"):
-        if anchor in parts:
-            return "/".join(parts[parts.index(anchor) + 1 :])
-    return path
 
 
 def rank_loop(
