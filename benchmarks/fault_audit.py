@@ -66,8 +66,13 @@ FREE_FORM = re.compile(
 
 
 def leaves(doc: Any, path: str = "") -> Iterator[tuple[str, Any]]:
-    """Every field of the document, lists by their first element, to depth 4."""
-    if isinstance(doc, dict) and path.count(".") < 4:
+    """Every field of the document, lists by their first element, to depth 4. A mapping
+    keyed by data (test ids, file paths: `selection.reached`, `reach`'s tables) is one
+    field: its keys hold dots and brackets that a path cannot."""
+    keyed_by_data = isinstance(doc, dict) and any(re.search(r"[.\[\]]", k) for k in doc)
+    if keyed_by_data and path:
+        yield path, doc
+    elif isinstance(doc, dict) and path.count(".") < 4:
         for key, value in doc.items():
             yield from leaves(value, f"{path}.{key}" if path else key)
     elif isinstance(doc, list) and doc and isinstance(doc[0], dict):
