@@ -184,3 +184,25 @@ def test_a_setting_and_a_rule_read_from_a_file_are_checked_alike() -> None:
     with pytest.raises(RecordError, match=re.escape("alpha: must be above 0 and below 1, got 2")):
         Thresholds.from_json({"alpha": 2})
     assert Thresholds.from_json({"gate_p99": True}).gate_p99 is True
+
+
+@pytest.mark.parametrize(
+    ("guarded", "said"),
+    [
+        ({"run": {"repeats": "fast"}}, "settings.guarded.run.repeats"),
+        ({"run": {"fail_on": 12345}}, "settings.guarded.run.fail_on"),
+        ({"run": {}, "tests": {"t::x": {"budget_s": float("nan")}}}, "guarded.tests.t::x"),
+        ({"tests": {}}, "settings.guarded must be an object with a run object"),
+    ],
+)
+def test_a_guarded_setting_of_the_wrong_type_is_a_wrong_file(
+    guarded: dict[str, Any], said: str
+) -> None:
+    """The base's guarded settings decide a later change's verdict: one that does not read is
+    refused, naming it, never left out in silence."""
+    doc = run_of([]).to_json()
+    doc["settings"] = {**doc.get("settings", {}), "guarded": guarded}
+    with pytest.raises(RecordError, match=re.escape(said)):
+        Run.from_json(doc)
+    doc["settings"]["guarded"] = {"run": {"repeats": 5, "fail_on": "regression"}}
+    Run.from_json(doc)

@@ -120,6 +120,27 @@ def _check_settings(settings: Mapping[str, Any]) -> None:
             check(row, value, f"settings.{row.field}", error=RecordError)
         elif not isinstance(value, str):  # a shard ("1/4"), a revision
             raise RecordError(f"settings.{row.field} must be a string, got {value!r}")
+    _check_guarded(settings.get("guarded"))
+
+
+def _check_guarded(guarded: Any) -> None:
+    """`settings.guarded` (the settings a later change may not loosen: {"run": {...},
+    "tests": {test: {...}}}), each value by its row: a base's value decides a verdict."""
+    if guarded is None:
+        return
+    if not isinstance(guarded, Mapping) or not isinstance(guarded.get("run"), Mapping):
+        raise RecordError(f"settings.guarded must be an object with a run object, got {guarded!r}")
+    tests = guarded.get("tests") or {}
+    if not isinstance(tests, Mapping):
+        raise RecordError(f"settings.guarded.tests must be an object, got {tests!r}")
+    named = {"run": guarded["run"], **{f"tests.{t}": v for t, v in tests.items()}}
+    for where, values in named.items():
+        if not isinstance(values, Mapping):
+            raise RecordError(f"settings.guarded.{where} must be an object, got {values!r}")
+        for name, value in values.items():
+            row = BY_FIELD.get(name)
+            if row is not None and (row.bounds is not None or row.choices):
+                check(row, value, f"settings.guarded.{where}.{name}", error=RecordError)
 
 
 def _listed(data: Mapping[str, Any], key: str) -> Sequence[Any]:
