@@ -139,7 +139,7 @@ def _check_guarded(guarded: Any) -> None:
             raise RecordError(f"settings.guarded.{where} must be an object, got {values!r}")
         for name, value in values.items():
             row = BY_FIELD.get(name)
-            if row is not None and (row.bounds is not None or row.choices):
+            if value is not None and row is not None and (row.bounds is not None or row.choices):
                 check(row, value, f"settings.guarded.{where}.{name}", error=RecordError)
 
 
