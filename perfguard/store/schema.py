@@ -28,10 +28,12 @@ History:
   and blocks' table, each test's blocks, whole-file dependencies and package folders, the
   distributions it imported; `perfguard/records/reach.py`), and a selection has `reached`
   (what of the change reached each measured test). `settings` records `unhealthy` and
-  `fail_on` as the run was judged, and `loosened` may name those and `confirm` too (rules
-  a change loosened, judged by the base's). A drift check may hold `nondeterministic` (the
-  spread of two eager calls: the model is not judged). New reason kinds: `baseline_error`
-  (the base had the item and could not measure it) and `nondeterministic`. A result's
+  `fail_on` as the run was judged, and `guarded` (the settings a later change may not
+  loosen, as this run measured by: `run`, and `tests` from the markers), and `loosened`
+  may name those and `confirm` too (rules a change loosened, judged by the base's). A drift
+  check may hold `nondeterministic` (the spread of two eager calls: the model is not
+  judged). New reason kinds: `baseline_error` (the base had the item and could not
+  measure it) and `nondeterministic`. A result's
   `workload` may be `distributed` (`perfguard.distributed`: one step across ranks, its
   `details` holding the ranks' figures). An 11 file has none of these: a partial run
   against it measures everything, its settings read as the defaults were.
