@@ -33,20 +33,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.fault_harness import git
+
 HERE = Path(__file__).resolve().parent
 SUITE = HERE.parent / "examples" / "perf" / "test_models.py"
 LATENCY = ("latency_p50_ms", "latency_p95_ms", "latency_p99_ms")
-
-
-def git(cwd: Path, *args: str) -> None:
-    env = {
-        **os.environ,
-        "GIT_AUTHOR_NAME": "perfguard",
-        "GIT_AUTHOR_EMAIL": "check@example.com",
-        "GIT_COMMITTER_NAME": "perfguard",
-        "GIT_COMMITTER_EMAIL": "check@example.com",
-    }
-    subprocess.run(["git", *args], cwd=cwd, env=env, check=True, stdout=subprocess.DEVNULL)
 
 
 def scratch_repo(root: Path) -> Path:

@@ -34,7 +34,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.calibrate_check import git, wilson
+from benchmarks.calibrate_check import wilson
+from benchmarks.fault_harness import git
 
 HERE = Path(__file__).resolve().parent
 

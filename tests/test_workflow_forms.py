@@ -171,6 +171,12 @@ def test_init_check_names_a_workflow_of_another_release_in_one_line(
     assert "a vendored copy installing perfguard 0.0.9" in capsys.readouterr().err
 
 
+def test_the_command_names_the_repository_forms_calls() -> None:
+    from perfguard.cli import init as command
+
+    assert command.REPOSITORY == forms.REPOSITORY  # kept twice: the command imports no jinja2
+
+
 def test_the_published_workflows_and_actions_are_fresh() -> None:
     """What a release's commit holds is what this perfguard renders (`make workflows`)."""
     for path, text in published_files.published().items():

@@ -225,12 +225,11 @@ def _confirmed_elsewhere(parts: Sequence[Calibration], index: int) -> Calibratio
     items = []
     for item in parts[index].items:
         alike = [
-            {r.slower_pct: [x.main for x in o.rounds if x.slower_pct == r.slower_pct]
-             for r in o.rounds}
+            _by_kind(o)
             for other in others
             for o in other.items
             if (o.test, o.variant) == (item.test, item.variant)
-        ]  # fmt: skip
+        ]
         seen: dict[float, int] = {}
         rounds = []
         for r in item.rounds:
@@ -244,6 +243,14 @@ def _confirmed_elsewhere(parts: Sequence[Calibration], index: int) -> Calibratio
             rounds.append(replace(r, confirmations=tuple(found)) if found else r)
         items.append(replace(item, rounds=tuple(rounds)))
     return replace(parts[index], items=tuple(items))
+
+
+def _by_kind(item: Item) -> dict[float, list[Comparison]]:
+    """An item's main comparisons by kind (0 identical, else the canary's share), in order."""
+    kinds: dict[float, list[Comparison]] = {}
+    for r in item.rounds:
+        kinds.setdefault(r.slower_pct, []).append(r.main)
+    return kinds
 
 
 def schedule(rounds: int, canary: Sequence[float], canary_rounds: int, seed: int) -> list[float]:

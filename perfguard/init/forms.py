@@ -63,8 +63,8 @@ class Values:
     python: str
     store: str
 
-    def render(self, **more: Any) -> dict[str, Any]:
-        return {**self.__dict__, **more}
+    def render(self) -> dict[str, Any]:
+        return dict(self.__dict__)
 
 
 def _quoted(value: str) -> str:
