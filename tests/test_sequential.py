@@ -185,6 +185,7 @@ class FakeSide:
         self.fails_to_build: SideOutcome | None = None
         self.time_limit: float | None = None
         self.call_ms: float | None = center
+        self.delays: list[float] = []  # the canary's delay each block was asked for
 
     def limit(self, seconds: float | None) -> None:
         self.time_limit = seconds
@@ -201,6 +202,7 @@ class FakeSide:
 
     def block(self, slower_ms: float = 0.0) -> tuple[float, ...]:
         self.log.append(f"{self.name} block")
+        self.delays.append(slower_ms)
         self.blocks += 1
         # the whole block shares the host's state of the moment: noise per block
         level = self.center * math.exp(self.rng.gauss(0, self.spread))
@@ -220,6 +222,22 @@ def _driver(
     driver.a = FakeSide("A", 1.0, spread, seed, log)  # type: ignore[assignment]
     driver.b = FakeSide("B", head_center, spread, seed + 1, log)  # type: ignore[assignment]
     return driver
+
+
+def test_a_canary_is_a_share_of_the_timed_calls_not_of_the_warm_up(tmp_path: Path) -> None:
+    """A training step's warm-up calls ran twice its steady time: a +10% canary sized from
+    them added 20%. Once a block was timed without a delay, the delay is a share of that
+    block's call time; only a first block before any such one falls back on the warm-up."""
+    log: list[str] = []
+    driver = _driver(tmp_path, 1.0, 0.001, log=log)
+    driver.b.call_ms = 2.0  # what the worker saw at the end of its warm-up
+    driver.slower_pct = 10.0
+    driver.measure("t::x", ["t::x"], lambda _: None, Design())
+    b = driver.b.delays  # type: ignore[attr-defined]
+    first_b = log.index("B block") < log.index("A block")
+    assert b[0] == pytest.approx(0.2 if first_b else 0.1, rel=0.02)
+    assert b[1:] == pytest.approx([0.1] * (len(b) - 1), rel=0.02)
+    assert driver.a.delays == [0.0] * len(driver.a.delays)  # type: ignore[attr-defined]
 
 
 def test_both_sides_build_at_once_and_time_one_after_the_other(tmp_path: Path) -> None:

@@ -154,7 +154,8 @@ class Calibrating(AbDriving):
             error = f"a worker ended during round {len(rounds) + 1}: " + (
                 ended.message if ended is not None else "crashed"
             )
-        return Item(test, variant, tuple(rounds), driver.b.call_ms, delay, error)
+        call_ms = driver.steady_ms or driver.b.call_ms
+        return Item(test, variant, tuple(rounds), call_ms, delay, error)
 
     def _compare(
         self,

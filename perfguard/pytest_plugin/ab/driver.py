@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import random
 import shutil
+import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -119,6 +120,9 @@ class Driver:
         # a canary on every item (the calibration's own check of the PR path): this tree's
         # calls made this share slower (orders `canary_pct`)
         self.slower_pct = float(mine.canary_pct or 0.0)
+        # the item's call time as its timed blocks show it, once one was taken without a
+        # canary: what a canary's delay is a share of (`canary_ms`)
+        self.steady_ms: float | None = None
 
     def measure(
         self,
@@ -174,6 +178,7 @@ class Driver:
         """Start the item on both sides: they build it at once, then compile and warm up one
         after the other. The sides ready to sample (an ended one's outcome is in
         `outcomes`)."""
+        self.steady_ms = None
         going = [
             side
             for side in (self.a, self.b)
@@ -201,11 +206,11 @@ class Driver:
     ) -> Taken:
         """Pairs of blocks until the sequential design decides (one side alone: the blocks
         its settings ask for). `slower_pct`: this tree's calls made that share of a call's
-        time slower (a canary; its call time as its worker measured it after warm-up). A
-        side that crashes leaves `active`, its outcome in `outcomes`."""
+        time slower (a canary, `canary_ms`). A side that crashes leaves `active`, its
+        outcome in `outcomes`."""
         paired = len(active) == 2
         pairs = LOOKS[-1] if paired else max((s.repeats for s in active), default=0)
-        slower_ms = slower_pct / 100.0 * (self.b.call_ms or 0.0)
+        delays: list[float] = []
         orders: list[str] = []
         blocks: dict[str, list[tuple[float, ...]]] = {"A": [], "B": []}
         sequential: dict[str, Any] | None = None
@@ -218,11 +223,18 @@ class Driver:
             upto = f"up to {pairs}" if paired else str(pairs)
             progress(f"A/B: pair {index + 1} of {upto} ({orders[-1]})")
             for side in order:
+                delay = self.canary_ms(slower_pct) if side is self.b else 0.0
                 try:
-                    blocks[side.name].append(side.block(slower_ms if side is self.b else 0.0))
+                    block = side.block(delay)
                 except WorkerExitedError as exc:
                     outcomes[side.name] = self._crash(side, exc)
                     active.remove(side)
+                    continue
+                blocks[side.name].append(block)
+                if side is self.b:
+                    delays.append(delay)
+                if not delay and block:
+                    self.steady_ms = statistics.median(block)
             if paired and len(active) == 2:
                 d = design or Design()
                 stop, found = should_stop(
@@ -238,7 +250,18 @@ class Driver:
                 if stop:
                     break
         pairing = Pairing(tuple(orders), sequential)
+        slower_ms = statistics.fmean(delays) if delays else 0.0
         return Taken(tuple(blocks["A"]), tuple(blocks["B"]), pairing, slower_ms)
+
+    def canary_ms(self, slower_pct: float) -> float:
+        """A canary's delay per call: `slower_pct` of the item's call time as the latest block
+        timed without a delay showed it (either side: both run the same code in a
+        calibration), before any such block the call time the worker saw at the end of its
+        warm-up. Warm-up calls can be slower than timed ones (a training step's first calls
+        ran twice as long: a +10% canary sized from them measured +19.6%)."""
+        if slower_pct <= 0:
+            return 0.0
+        return slower_pct / 100.0 * (self.steady_ms or self.b.call_ms or 0.0)
 
     def close_item(
         self, active: list[Side], outcomes: dict[str, SideOutcome], progress: Progress
