@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +82,16 @@ def test_a_stage_keeps_its_time_archives_after_every_step_and_names_files_plainl
             (py, "-c", f"import sys, tarfile; print(tarfile.open({str(archive)!r}).getnames())"),
         ),
         Step("needs a program", ("no-such-program-here",), needs=("no-such-program-here",)),
-        Step("slow", (py, "-c", "import time; time.sleep(120)")),
+        Step(
+            "slow",  # with a child of its own, which the deadline ends too
+            (
+                py,
+                "-c",
+                "import subprocess, sys, time; "
+                f"c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); "
+                f"open({str(tmp_path / 'child.pid')!r}, 'w').write(str(c.pid)); time.sleep(120)",
+            ),
+        ),
         Step("after the deadline", (py, "-c", "pass")),
         Step("the table", (py, "-c", "print('table')"), closing=True),
     ]
@@ -95,6 +105,7 @@ def test_a_stage_keeps_its_time_archives_after_every_step_and_names_files_plainl
     assert re.fullmatch(r"   traces: exit 0 after \d+ s", said[1])
     assert said[3] == "   needs a program: skipped, no no-such-program-here on this machine"
     assert re.fullmatch(r"   slow: stopped at the stage's deadline after \d+ s", said[4])
+    assert _ended(int((tmp_path / "child.pid").read_text()))
     assert said[5].startswith("   after the deadline: not run, the stage's 10 s are spent")
     assert "--steps fake --only 5" in said[5]
     assert re.fullmatch(r"   the table: exit 0 after \d+ s", said[6])
@@ -112,6 +123,20 @@ def test_a_stage_keeps_its_time_archives_after_every_step_and_names_files_plainl
     ]
     assert "fake/trace[eager].json" in logs["02-what-step-1-left.log"]  # archived as it went
     assert all(PLAIN.match(n) for n in logs)
+
+
+def _ended(pid: int) -> bool:
+    """Whether process `pid` has ended (gone, or a zombie no one has reaped yet)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        if state == "Z":
+            return True
+        time.sleep(0.1)
+    return False
 
 
 def test_every_stage_fits_the_files_a_call_brings_back() -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -56,12 +57,15 @@ NEWEST = ("compile-dynamic", "aot-inductor")
 """The variants no GPU has measured yet: in the `figures` stage, with the other new items."""
 STUDY_PLAN = ("0:8", "5:8", "20:4")
 """Injected change (%): runs, each level its own step (the runs are kept as they finish)."""
-CALIBRATE = ("--rounds", "40", "--canary", "2,5,10", "--budget", "1.0")
-"""The GPU table in one run (`benchmarks/calibrate_gpu.py`): the GPU-bound study model (in eager
-and compile-reduce-overhead) and the demo suite's forward items, each compared with itself 40
-times and 10 times at each of +2%, +5% and +10%, on one pair of worker processes, at the
-GPU-bound suite's 3% bar. (It replaces the paired study's GPU stage, which started three
-processes and their CUDA per comparison: 57 s each on an H100.)"""
+CALIBRATE = ("--rounds", "40", "--canary", "2,5,10", "--budget", "0.25")
+"""The GPU table in one run (`benchmarks/calibrate_gpu.py`): the GPU-bound study model and the
+demo suite's forward items in eager, each compared with itself 40 times and 10 times at each
+of +2%, +5% and +10%, on four pairs of worker processes (not calibrate's eight: each pair
+starts CUDA and builds every item), at the GPU-bound suite's 3% bar, each item's sampling
+budget 0.25 s, so that the 280 comparisons fit the stage's minutes; then, if time is left,
+the study model in compile-reduce-overhead on two pairs (every worker compiles it cold). It
+replaces the paired study's GPU stage, which started three processes and their CUDA per
+comparison: 57 s each on an H100."""
 STATE = Path(os.environ.get("GPU_CHECK_STATE") or "/tmp/perfguard-gpu-check").resolve()
 """Where the studies keep their runs between calls: a stage called again on a machine still
 warm goes on where the last call stopped (each run is kept as it finishes), and one given
@@ -146,7 +150,13 @@ def steps(stage: str) -> list[Step]:
         ]
     if stage == "calibrate":
         table = ("{py}", "-m", "benchmarks.calibrate_gpu", *CALIBRATE, "--device", "{device}")
-        return [Step("calibrate: the GPU table", (*table, "--out", "{work}"))]
+        return [
+            Step("calibrate: the GPU table", (*table, "--pairs", "4", "--out", "{work}/forward")),
+            Step(
+                "calibrate: compiled, CUDA graphs",
+                (*table, "--part", "compiled", "--pairs", "2", "--out", "{work}/compiled"),
+            ),
+        ]
     if stage == "study":
         study = ("{py}", "benchmarks/detection.py")
         where = f"{{state}}/{stage}"
@@ -263,6 +273,20 @@ def run_stage(stage: str, ctx: Context, only: int | None = None) -> bool:
     return ok
 
 
+def _end_group(child: subprocess.Popen[bytes]) -> None:
+    """End `child`'s process group: asked first (SIGTERM), then killed after 5 s."""
+    for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(child.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            child.wait(timeout=grace)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
 def _run_step(step: Step, number: int, work: Path, ctx: Context, seconds: float) -> bool:
     fill = {"py": ctx.python, "work": str(work), "device": ctx.device, "state": str(ctx.state)}
     argv = list(step.argv)
@@ -273,22 +297,27 @@ def _run_step(step: Step, number: int, work: Path, ctx: Context, seconds: float)
     with log.open("w", encoding="utf-8") as sink:
         sink.write("$ " + " ".join(argv) + "\n")
         sink.flush()
+        code: int | None
         try:
-            done = subprocess.run(
+            # a session of its own: at the deadline the step's whole process tree ends (a
+            # step's own children, pytest's workers, would go on using the GPU otherwise)
+            child = subprocess.Popen(
                 argv,
                 cwd=ROOT,
                 env=ctx.env,
                 stdout=sink,
                 stderr=subprocess.STDOUT,
-                timeout=seconds,
-                check=False,
+                start_new_session=True,
             )
-            code: int | None = done.returncode
-        except subprocess.TimeoutExpired:
-            code = None
         except OSError as exc:
             sink.write(f"could not start: {exc}\n")
             code = 127
+        else:
+            try:
+                code = child.wait(timeout=seconds)
+            except subprocess.TimeoutExpired:
+                _end_group(child)
+                code = None
     took = time.monotonic() - started
     if code is None:
         ctx.say(f"   {step.name}: stopped at the stage's deadline after {took:.0f} s")
