@@ -7,6 +7,7 @@ import json
 import random
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -24,19 +25,22 @@ def _blocks(rng: random.Random, ms: float, pairs: int = 6) -> tuple[tuple[float,
     return tuple(tuple(ms * (1 + rng.gauss(0, 0.01)) for _ in range(30)) for _ in range(pairs))
 
 
-def _comparison(rng: random.Random, slower: float) -> Comparison:
+def _comparison(rng: random.Random, slower: float, offset: float = 0.0) -> Comparison:
+    """A comparison whose B side is `slower` percent slower, and `offset` percent more for
+    the pair of workers that took it."""
     pairing = {
         "pairs": 6,
         "order": " ".join(["AB"] * 6),
         "sequential": {"looks": list(LOOKS), "stopped_at": 6},
     }
-    a, b = _blocks(rng, 1.0), _blocks(rng, 1.0 * (1 + slower / 100))
+    a, b = _blocks(rng, 1.0), _blocks(rng, (1 + slower / 100) * (1 + offset / 100))
     return Comparison(a, b, pairing, wall_s=1.5, device_ms=360.0)
 
 
-def _calibration(shown: float, *, seed: int = 1) -> Calibration:
+def _calibration(shown: float, *, seed: int = 1, offset: float = 0.0) -> Calibration:
     """Two items, 8 identical rounds and 4 at a +10% canary; `shown`: the share of the
-    canary's rounds that really slowed the side (0: a check that cannot see it)."""
+    canary's rounds that really slowed the side (0: a check that cannot see it); `offset`:
+    the pair's own, on every round it took."""
     rng = random.Random(seed)
     kinds = schedule(8, (10.0,), 4, seed)
     items = []
@@ -44,8 +48,8 @@ def _calibration(shown: float, *, seed: int = 1) -> Calibration:
         rounds = []
         for k, kind in enumerate(kinds):
             acting = kind if kind == 0 or (k % 4) < shown * 4 else 0.0
-            main = _comparison(rng, acting)
-            again = (_comparison(rng, acting),) if acting else ()
+            main = _comparison(rng, acting, offset)
+            again = (_comparison(rng, acting, offset),) if acting else ()
             rounds.append(Round(kind, 0.1 * kind / 100, main, again))
         items.append(Item(test, "eager", tuple(rounds), call_ms=1.0))
     return Calibration(
@@ -79,15 +83,59 @@ def test_the_pairs_records_join_into_one_calibration() -> None:
     joined = merged([one, two])
     assert (joined.rounds, joined.canary_rounds) == (16, 8)
     assert joined.launches == {"A": 2, "B": 2}
+    assert joined.pairs == 2
     for item, first, second in zip(joined.items, one.items, two.items, strict=True):
-        assert [r.main for r in item.rounds] == [r.main for r in (*first.rounds, *second.rounds)]
+        assert [r.main for r in item.rounds] == [
+            *(replace(r.main, pair=0) for r in first.rounds),
+            *(replace(r.main, pair=1) for r in second.rounds),
+        ]
         # each round confirmed by the other pair's round of the same kind, not its own pair
         mine = item.rounds[0]
         same_kind = [r.main for r in second.rounds if r.slower_pct == mine.slower_pct]
-        assert mine.confirmations == (same_kind[0],)
+        assert mine.confirmations == (replace(same_kind[0], pair=1),)
     report = analyze(joined)
     assert [(i.identical, i.false_alarms) for i in report.items] == [(16, 0), (16, 0)]
     assert [i.canaries[0].rounds for i in report.items] == [8, 8]
+
+
+def _pairs(offsets: list[float]) -> Calibration:
+    """One calibration from pairs of workers with these offsets of their own."""
+    return merged([_calibration(1.0, seed=10 + k, offset=o) for k, o in enumerate(offsets)])
+
+
+def test_the_spread_between_pairs_is_told_from_the_spread_within() -> None:
+    """Offsets of -3% and +3% (sd 3.5%) over rounds whose own noise is a fraction of a
+    percent: the estimate finds the pairs' spread, and none where the pairs agree."""
+    apart = analyze(_pairs([-3.0, 3.0, -3.0, 3.0]), draws=2)
+    for item in apart.items:
+        assert item.offsets is not None
+        assert 2.5 < item.offsets.between_pct < 4.5 and item.offsets.within_pct < 1.0
+        assert item.noise_pct is not None and item.noise_pct > 2.5
+        assert item.advised_bar_pct is not None and item.advised_bar_pct >= 8.0
+    alike = analyze(_pairs([0.0, 0.0, 0.0, 0.0]), draws=2)
+    for item in alike.items:
+        assert item.offsets is not None and item.offsets.between_pct < 0.5
+        assert item.advised_bar_pct is not None and item.advised_bar_pct < 3.0
+
+
+def test_a_fresh_pair_is_predicted_to_miss_what_the_pairs_offsets_hide() -> None:
+    """One pair in four 7% off: every pair caught +10% (that one read +17%), but a fresh pair
+    is as likely 7% off the other way (which process is "A" is arbitrary), where +10% reads
+    +3%, under the 5% bar: an eighth of the rounds and of their confirmations. The prediction
+    says so, the counts do not."""
+    apart = analyze(_pairs([0.0, 0.0, 0.0, 7.0]), draws=8)
+    alike = analyze(_pairs([0.0, 0.0, 0.0, 0.0]), draws=2)
+    for item in apart.items:
+        (canary,) = item.canaries
+        assert canary.caught == canary.rounds and canary.fresh is not None
+        assert 0.6 < canary.fresh < 0.9
+        assert item.reliable_pct is None  # predicted under 90%: not called reliably
+    assert [i.canaries[0].fresh for i in alike.items] == [1.0, 1.0]
+    assert alike.false_alarm_rate == 0.0 and alike.detection_rate(10.0) == 1.0
+    detection = apart.detection_rate(10.0)
+    assert detection is not None and detection < 0.9
+    assert apart.seen()["caught"] == {"10": [32, 32]}
+    assert "fresh pair" in markdown(apart) and "between pairs" in markdown(apart)
 
 
 def test_identical_rounds_raise_no_alarm_and_a_ten_percent_canary_is_caught() -> None:
@@ -208,9 +256,26 @@ def test_calibrate_end_to_end_catches_its_canary_and_starts_each_pair_once(
     (item,) = found["items"]
     assert item["identical"]["rounds"] == 4 and item["identical"]["false_alarms"] == 0
     assert item["canaries"] == [
-        {"pct": 10.0, "rounds": 3, "caught": 3, "measured_pct": pytest.approx(10, abs=1.5)}
+        {
+            "pct": 10.0,
+            "rounds": 3,
+            "caught": 3,
+            "measured_pct": pytest.approx(10, abs=1.5),
+            "predicted": pytest.approx(1.0, abs=0.1),
+        }
     ]
-    assert "| `test_small.py::test_small` | `eager` | 0 of 4 |" in (tmp_path / "cal.md").read_text()
+    table = (tmp_path / "cal.md").read_text()
+    assert "| `test_small.py::test_small` | `eager` | 0 of 4" in table
+    # the rounds kept in the JSON are judged again without measuring: the same table
+    again = subprocess.run(
+        [sys.executable, "-m", "perfguard.cli", "calibrate", "--judge", str(out), "-o", "again.md"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert (tmp_path / "again.md").read_text() == table
 
 
 @pytest.mark.parametrize(
@@ -220,6 +285,7 @@ def test_calibrate_end_to_end_catches_its_canary_and_starts_each_pair_once(
         (["--canary", "0,5"], "above 0 and at most 100"),
         (["--rounds", "1"], "--rounds must be 2 or more"),
         (["--pairs", "0"], "--pairs must be 1 or more"),
+        (["--judge", "missing.json"], "calibrate --judge: missing.json does not read"),
     ],
 )
 def test_calibrate_refuses_what_it_cannot_use_in_one_line(
@@ -233,3 +299,19 @@ def test_calibrate_refuses_what_it_cannot_use_in_one_line(
     )
     assert done.returncode == 2 and said in done.stderr
     assert done.stderr.count("\n") == 1
+
+
+def test_the_rounds_of_a_calibration_cut_short_are_judged_again(tmp_path: Path) -> None:
+    """After each pair of workers the rounds so far are in --json; a calibration stopped by a
+    job's time limit keeps them, and `--judge` makes the table of them."""
+    cut = tmp_path / "cut.json"
+    cut.write_text(json.dumps({"partial": "1 of 2 pairs", "record": _calibration(1.0).to_json()}))
+    done = subprocess.run(
+        [sys.executable, "-m", "perfguard.cli", "calibrate", "--judge", str(cut), "-o", "t.md"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "| `t.py::test_a` | `eager` | 0 of 8" in (tmp_path / "t.md").read_text()

@@ -7,8 +7,9 @@ session writes, `analysis` judges it as the pull request's check would, `render`
 table.
 """
 
-from perfguard.calibrate.analysis import Report, analyze, flagged_before_correction
+from perfguard.calibrate.analysis import analyze, flagged_before_correction
 from perfguard.calibrate.record import Calibration, CalibrationError, merged, schedule
+from perfguard.calibrate.report import Report
 
 __all__ = [
     "Calibration",

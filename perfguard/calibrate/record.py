@@ -34,6 +34,7 @@ class Comparison:
     pairing: Mapping[str, Any]
     wall_s: float  # from the first block asked to the last received
     device_ms: float  # the timed calls of both sides, summed
+    pair: int = 0  # which pair of workers took it (`merged` numbers them)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -42,7 +43,13 @@ class Comparison:
             "pairing": dict(self.pairing),
             "wall_s": self.wall_s,
             "device_ms": self.device_ms,
+            "pair": self.pair,
         }
+
+    def shifted(self, factor: float) -> Comparison:
+        """This comparison with this tree's side's times multiplied by `factor`: taken on a
+        pair of workers whose offset differs by that much."""
+        return replace(self, b=tuple(tuple(t * factor for t in block) for block in self.b))
 
     @classmethod
     def from_json(cls, data: Any) -> Comparison:
@@ -54,6 +61,7 @@ class Comparison:
                 pairing=_object("pairing", found.get("pairing") or {}),
                 wall_s=float(found.get("wall_s", 0.0)),
                 device_ms=float(found.get("device_ms", 0.0)),
+                pair=int(found.get("pair", 0)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise CalibrationError(f"a comparison does not read: {exc}") from None
@@ -96,7 +104,7 @@ class Item:
     test: str
     variant: str
     rounds: tuple[Round, ...] = ()
-    call_ms: float | None = None  # a call's time after warm-up: what a canary is a share of
+    call_ms: float | None = None  # a call's time in the timed blocks: what a canary is a share of
     delay: str = "host"  # where the canary acted: "host" or "device" (CUDA)
     error: str | None = None
 
@@ -139,6 +147,7 @@ class Calibration:
     device: str = "cpu"
     launches: Mapping[str, int] = field(default_factory=dict)  # worker starts, per side
     wall_s: float = 0.0  # the whole calibration, workers' start included
+    pairs: int = 1  # pairs of workers the rounds were shared among
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -151,6 +160,7 @@ class Calibration:
             "device": self.device,
             "launches": dict(self.launches),
             "wall_s": self.wall_s,
+            "pairs": self.pairs,
             "items": [i.to_json() for i in self.items],
         }
 
@@ -173,6 +183,7 @@ class Calibration:
                 device=str(found.get("device", "cpu")),
                 launches={str(k): int(v) for k, v in (found.get("launches") or {}).items()},
                 wall_s=float(found.get("wall_s", 0.0)),
+                pairs=int(found.get("pairs", 1)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise CalibrationError(f"the calibration record does not read: {exc}") from None
@@ -188,6 +199,7 @@ def merged(parts: Sequence[Calibration]) -> Calibration:
     if not parts:
         raise CalibrationError("no calibration to merge")
     first = parts[0]
+    parts = [_numbered(part, index) for index, part in enumerate(parts)]
     if len(parts) > 1:
         parts = [_confirmed_elsewhere(parts, index) for index in range(len(parts))]
     items: dict[tuple[str, str], Item] = {}
@@ -215,7 +227,22 @@ def merged(parts: Sequence[Calibration]) -> Calibration:
         items=tuple(items.values()),
         launches=launches,
         wall_s=sum(p.wall_s for p in parts),
+        pairs=sum(p.pairs for p in parts),
     )
+
+
+def _numbered(part: Calibration, pair: int) -> Calibration:
+    """`part` with each of its comparisons saying it was taken by pair `pair`."""
+
+    def mark(r: Round) -> Round:
+        return replace(
+            r,
+            main=replace(r.main, pair=pair),
+            confirmations=tuple(replace(c, pair=pair) for c in r.confirmations),
+        )
+
+    items = tuple(replace(i, rounds=tuple(mark(r) for r in i.rounds)) for i in part.items)
+    return replace(part, items=items)
 
 
 def _confirmed_elsewhere(parts: Sequence[Calibration], index: int) -> Calibration:

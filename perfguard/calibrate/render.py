@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from perfguard.calibrate.analysis import RELIABLE, ItemReport, Report
+from perfguard.calibrate.report import RELIABLE, ItemReport, Report
 
 
 def markdown(report: Report) -> str:
@@ -37,15 +37,21 @@ def _row(item: ItemReport, canaries: int) -> str:
             + " | ".join([*cells, f"not calibrated: {item.error}"] + [""] * (canaries + 5))
             + " |"
         )
-    noise = item.noise_pct
+    fresh = item.fresh_false_alarms
     cells += [
-        f"{item.false_alarms} of {item.identical}",
-        "–" if noise is None else f"{noise:.2f}%",
+        f"{item.false_alarms} of {item.identical}"
+        + ("" if fresh is None else f"; fresh pair {fresh:.1%}"),
+        _noise(item),
     ]
     for canary in item.canaries:
-        measured = "" if canary.measured_pct is None else f" (measured {canary.measured_pct:+.1f}%)"
+        said = []
+        if canary.measured_pct is not None:
+            said.append(f"measured {canary.measured_pct:+.1f}%")
+        if canary.fresh is not None:
+            said.append(f"fresh pair {canary.fresh:.0%}")
         missed = " **missed**" if canary.pct in item.missed else ""
-        cells.append(f"{canary.caught} of {canary.rounds}{measured}{missed}")
+        inside = f" ({'; '.join(said)})" if said else ""
+        cells.append(f"{canary.caught} of {canary.rounds}{inside}{missed}")
     reliable = item.reliable_pct
     advised = item.advised_bar_pct
     cells += [
@@ -55,6 +61,16 @@ def _row(item: ItemReport, canaries: int) -> str:
         f"{item.device_s:.2f} s timed, {item.wall_s:.1f} s wall",
     ]
     return "| " + " | ".join(cells) + " |"
+
+
+def _noise(item: ItemReport) -> str:
+    noise = item.noise_pct
+    if noise is None:
+        return "–"
+    if item.offsets is None:
+        return f"{noise:.2f}%"
+    within, between = item.offsets.within_pct, item.offsets.between_pct
+    return f"{noise:.2f}% ({within:.2f}% within a pair, {between:.2f}% between pairs)"
 
 
 def _launches(report: Report) -> str:
@@ -78,17 +94,22 @@ def _verdict_lines(report: Report) -> list[str]:
     said = (
         "no identical round was judged"
         if rate is None
-        else f"{rate:.1%} of identical rounds flagged"
+        else f"{rate:.1%} of identical comparisons predicted flagged"
     )
     return [f"Every canary at or above its item's bar was caught at least once; {said}."]
 
 
 def _notes(report: Report) -> list[str]:
     return [
-        f"*Called reliably*: the smallest canary caught in at least {RELIABLE:.0%} of its "
-        "rounds, every larger one too. *Advised bar*: three standard deviations of the "
-        "identical rounds' paired change of the median, rounded up to half a percent (at "
-        "least 1%); paste it into the test's marker (`@pytest.mark.perfguard("
+        "Counts are what these pairs of worker processes saw. A pull request measures on a "
+        "fresh pair, whose two processes differ by an offset of their own that one pair's "
+        "rounds all share: *fresh pair* is the share predicted there, each round judged again "
+        "moved onto offsets drawn from those the pairs showed, either sign (with one pair, "
+        "they are not known and the counts stand for it). "
+        f"*Called reliably*: the smallest canary predicted caught in at least {RELIABLE:.0%} of "
+        "comparisons, every larger one too. *Advised bar*: three standard deviations of a "
+        "fresh pair's paired change of the median for identical code, rounded up to half a "
+        "percent (at least 1%); paste it into the test's marker (`@pytest.mark.perfguard("
         "ab_min_change_pct=...)`) or the ini file (`perfguard_ab_min_change`). A canary is a "
         "delay at the end of each call (on the device for CUDA-timed items, else on the host): "
         "it shows that a slowdown of that size, where it acts, is measured and called here "
@@ -103,10 +124,16 @@ def terminal(report: Report) -> str:
         if item.error is not None:
             out.append(f"{item.test} [{item.variant}]: not calibrated: {item.error}")
             continue
-        caught = ", ".join(f"+{c.pct:g}% {c.caught}/{c.rounds}" for c in item.canaries)
+        caught = ", ".join(
+            f"+{c.pct:g}% {c.caught}/{c.rounds}"
+            + ("" if c.fresh is None else f" (fresh pair {c.fresh:.0%})")
+            for c in item.canaries
+        )
         advised = item.advised_bar_pct
+        fresh = item.fresh_false_alarms
         out.append(
             f"{item.test} [{item.variant}]: false alarms {item.false_alarms}/{item.identical}"
+            + ("" if fresh is None else f" (fresh pair {fresh:.1%})")
             + (f"; caught {caught}" if caught else "")
             + ("" if advised is None else f"; advised bar {advised:g}%")
             + (" -- MISSED " + ", ".join(f"+{p:g}%" for p in item.missed) if item.missed else "")

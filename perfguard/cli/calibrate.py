@@ -30,11 +30,12 @@ from perfguard.files import write_json_atomic
 from perfguard.orders import Orders, child_environment
 
 if TYPE_CHECKING:
+    from perfguard.calibrate import Calibration
     from perfguard.cli.common import Commands
 
 DEFAULT_ROUNDS = 20
 DEFAULT_CANARY = "2,5,10"
-DEFAULT_PAIRS = 4
+DEFAULT_PAIRS = 8
 
 
 def canary_rounds(rounds: int) -> int:
@@ -43,7 +44,7 @@ def canary_rounds(rounds: int) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from perfguard.calibrate import Calibration, CalibrationError, analyze, merged
+    from perfguard.calibrate import analyze
     from perfguard.calibrate.render import markdown, terminal
 
     if args.rounds < 2:
@@ -51,6 +52,42 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     canary = _canary(args.canary)
     if args.pairs < 1:
         raise InputError(f"--pairs must be 1 or more, got {args.pairs}")
+    calibration = _judged_again(args.judge) if args.judge is not None else _measure(args, canary)
+    if not calibration.items:
+        raise InputError(
+            "calibrate: no perf item was selected (select them after --, e.g. -- tests/perf)"
+        )
+    report = analyze(calibration)
+    table = markdown(report)
+    print(terminal(report))
+    if args.output is not None:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(table, encoding="utf-8")
+        print(f"calibration table: {args.output}", file=sys.stderr)
+    else:
+        print(table)
+    if args.json is not None:
+        write_json_atomic(args.json, {**report.to_json(), "record": calibration.to_json()})
+    if all(item.error is not None for item in report.items):
+        raise InputError("calibrate: no item could be calibrated (see the table)")
+    return EXIT_REGRESSION if report.missed else EXIT_OK
+
+
+def _judged_again(path: Path) -> Calibration:
+    """The rounds of an earlier calibration's `--json` (whole, or cut short after a pair)."""
+    from perfguard.calibrate import Calibration, CalibrationError
+
+    try:
+        found = json.loads(path.read_text(encoding="utf-8"))
+        return Calibration.from_json(found.get("record") if isinstance(found, dict) else found)
+    except (OSError, ValueError, CalibrationError) as exc:
+        raise InputError(f"calibrate --judge: {path} does not read: {exc}") from None
+
+
+def _measure(args: argparse.Namespace, canary: tuple[float, ...]) -> Calibration:
+    """The rounds, measured: one driving pytest session per pair of workers."""
+    from perfguard.calibrate import Calibration, CalibrationError, merged
+
     pairs = min(args.pairs, args.rounds)
     parts = []
     with tempfile.TemporaryDirectory(prefix="perfguard-calibrate-") as tmp:
@@ -76,25 +113,12 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                 raise InputError(
                     f"calibrate: the pytest session (exit code {code}) wrote no calibration: {exc}"
                 ) from None
-    calibration = merged(parts)
-    if not calibration.items:
-        raise InputError(
-            "calibrate: no perf item was selected (select them after --, e.g. -- tests/perf)"
-        )
-    report = analyze(calibration)
-    table = markdown(report)
-    print(terminal(report))
-    if args.output is not None:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(table, encoding="utf-8")
-        print(f"calibration table: {args.output}", file=sys.stderr)
-    else:
-        print(table)
-    if args.json is not None:
-        write_json_atomic(args.json, {**report.to_json(), "record": calibration.to_json()})
-    if all(item.error is not None for item in report.items):
-        raise InputError("calibrate: no item could be calibrated (see the table)")
-    return EXIT_REGRESSION if report.missed else EXIT_OK
+            if args.json is not None and index + 1 < pairs:
+                # the rounds so far, judged by nobody yet: a calibration cut short (a job's
+                # time limit) keeps what it measured (`perfguard calibrate --judge` reads it)
+                partial = {"partial": f"{index + 1} of {pairs} pairs"}
+                write_json_atomic(args.json, {**partial, "record": merged(parts).to_json()})
+    return merged(parts)
 
 
 def _shares(total: int, parts: int) -> list[int]:
@@ -134,8 +158,8 @@ def _session(folder: Path, asked: dict[str, object], pytest_args: Sequence[str])
 def register(sub: Commands) -> None:
     p = sub.add_parser(
         "calibrate",
-        usage="perfguard calibrate [--rounds N] [--canary 2,5,10] [--pairs 4] [--json OUT] "
-        "[-o OUT.md] [-- PYTEST ARGS]",
+        usage="perfguard calibrate [--rounds N] [--canary 2,5,10] [--pairs 8] [--json OUT] "
+        "[-o OUT.md] [--judge JSON] [-- PYTEST ARGS]",
         help="measure what this runner can detect: each perf item beside itself, and with "
         "known slowdowns",
         description="Measures the selected perf items as a pull request's A/B does, both "
@@ -165,6 +189,17 @@ def register(sub: Commands) -> None:
         "request measures on a fresh pair, whose processes differ by an offset of their own "
         "that one long-lived pair never shows",
     )
-    p.add_argument("--json", type=Path, help="write the figures (and the rounds) here")
+    p.add_argument(
+        "--json",
+        type=Path,
+        help="write the figures and the rounds here (the rounds so far after each pair)",
+    )
+    p.add_argument(
+        "--judge",
+        type=Path,
+        metavar="JSON",
+        help="measure nothing: judge the rounds of an earlier calibration's --json (one cut "
+        "short too) by this perfguard",
+    )
     p.add_argument("-o", "--output", type=Path, help="write the Markdown table here")
     p.set_defaults(func=cmd_calibrate, pytest_args=[])  # what follows `--` (perfguard.cli.main)
