@@ -61,13 +61,17 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
     return (max(0.0, centre - half), min(1.0, centre + half))
 
 
-def calibrate(repo: Path, rounds: int, canary: float, variants: str) -> dict[str, Any]:
-    out = repo.parent / "calibration.json"
+def calibrate(
+    repo: Path, rounds: int, canary: float, variants: str, keep: Path | None, pairs: int
+) -> dict[str, Any]:
+    out = keep or repo.parent / "calibration.json"
     cmd = [
         sys.executable,
         "-m",
         "perfguard.cli",
         "calibrate",
+        "--pairs",
+        str(pairs),
         "--rounds",
         str(rounds),
         "--canary",
@@ -86,6 +90,15 @@ def calibrate(repo: Path, rounds: int, canary: float, variants: str) -> dict[str
     found: dict[str, Any] = json.loads(out.read_text())
     found["seconds"] = time.monotonic() - started
     return found
+
+
+def judged_again(path: Path) -> dict[str, Any]:
+    """An earlier calibration's record judged by this perfguard's analysis."""
+    from perfguard.calibrate import Calibration, analyze
+
+    found = json.loads(path.read_text())
+    report = analyze(Calibration.from_json(found["record"])).to_json()
+    return {**report, "seconds": found.get("seconds", report["wall_s"])}
 
 
 def pr_run(repo: Path, canary: float, variants: str, index: int) -> dict[str, Any]:
@@ -120,9 +133,12 @@ def pr_run(repo: Path, canary: float, variants: str, index: int) -> dict[str, An
         if c["metric"] not in LATENCY or not c.get("gating", True):
             continue
         key = f"{c['test']} [{c['variant']}]"
-        mine = items.setdefault(key, {"flagged": False, "caught": False})
+        mine = items.setdefault(key, {"flagged": False, "caught": False, "change_pct": None})
         mine["flagged"] |= c["verdict"] in ("regression", "improvement")
         mine["caught"] |= c["verdict"] == "regression"
+        if c["metric"] == "latency_p50_ms":
+            mine["change_pct"] = c.get("change_pct")
+            mine["confirm_pct"] = c.get("confirm_change_pct")
     return {"canary": canary, "seconds": time.monotonic() - started, "items": items}
 
 
@@ -136,26 +152,38 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=40)
     parser.add_argument("--canary", type=float, default=10.0)
     parser.add_argument("--variants", default="eager")
+    parser.add_argument("--pairs", type=int, default=8, help="calibrate's --pairs")
     parser.add_argument("--out", type=Path, default=HERE / "data" / "calibrate-check.json")
     parser.add_argument(
         "--pr-runs",
         type=Path,
         help="take the pull-request runs from this earlier check's file (calibrate again only)",
     )
+    parser.add_argument(
+        "--record",
+        type=Path,
+        help="the calibration's --json (its record included): kept here, or, when it exists, "
+        "judged again by this perfguard instead of calibrating",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="perfguard-calibrate-check-") as tmp:
         repo = scratch_repo(Path(tmp))
         loads = [_load()]
-        print("calibrating ...", flush=True)
-        cal = calibrate(repo, args.rounds, args.canary, args.variants)
-        print(f"  {cal['seconds']:.0f} s", flush=True)
         runs = [] if args.pr_runs is None else json.loads(args.pr_runs.read_text())["runs"]
+        if args.rounds == 0:
+            cal = None
+        elif args.record is not None and args.record.exists():
+            cal = judged_again(args.record)
+        else:
+            print("calibrating ...", flush=True)
+            cal = calibrate(repo, args.rounds, args.canary, args.variants, args.record, args.pairs)
+            print(f"  {cal['seconds']:.0f} s", flush=True)
         for i in range(args.comparisons if args.pr_runs is None else 0):
             for canary in (0.0, args.canary) if i % 2 == 0 else (args.canary, 0.0):
                 runs.append(pr_run(repo, canary, args.variants, i))
                 loads.append(_load())
                 print(f"  PR run {len(runs)} of {2 * args.comparisons}", flush=True)
-    summary = summarize(cal, runs, args.canary)
+    summary = {} if cal is None else summarize(cal, runs, args.canary)
     summary["load_avg_1min"] = {"min": min(loads), "max": max(loads)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"summary": summary, "runs": runs}, indent=1) + "\n")
