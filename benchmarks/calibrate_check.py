@@ -128,7 +128,7 @@ def pr_run(repo: Path, canary: float, variants: str, index: int) -> dict[str, An
     started = time.monotonic()
     subprocess.run(cmd, cwd=repo, env=env, check=False, stdout=subprocess.DEVNULL)
     run = json.loads(results.read_text())
-    items: dict[str, dict[str, bool]] = {}
+    items: dict[str, dict[str, Any]] = {}
     for c in run.get("comparisons", []):
         if c["metric"] not in LATENCY or not c.get("gating", True):
             continue
