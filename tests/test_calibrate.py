@@ -267,13 +267,7 @@ def test_calibrate_end_to_end_catches_its_canary_and_starts_each_pair_once(
     table = (tmp_path / "cal.md").read_text()
     assert "| `test_small.py::test_small` | `eager` | 0 of 4" in table
     # the rounds kept in the JSON are judged again without measuring: the same table
-    again = subprocess.run(
-        [sys.executable, "-m", "perfguard.cli", "calibrate", "--judge", str(out), "-o", "again.md"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    again = _judge(out, "again.md")
     assert again.returncode == 0, again.stderr[-3000:]
     assert (tmp_path / "again.md").read_text() == table
 
@@ -306,12 +300,17 @@ def test_the_rounds_of_a_calibration_cut_short_are_judged_again(tmp_path: Path) 
     job's time limit keeps them, and `--judge` makes the table of them."""
     cut = tmp_path / "cut.json"
     cut.write_text(json.dumps({"partial": "1 of 2 pairs", "record": _calibration(1.0).to_json()}))
-    done = subprocess.run(
-        [sys.executable, "-m", "perfguard.cli", "calibrate", "--judge", str(cut), "-o", "t.md"],
-        cwd=tmp_path,
+    done = _judge(cut, "t.md")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "| `t.py::test_a` | `eager` | 0 of 8" in (tmp_path / "t.md").read_text()
+
+
+def _judge(record: Path, table: str) -> subprocess.CompletedProcess[str]:
+    """`perfguard calibrate --judge RECORD -o TABLE`, in RECORD's folder."""
+    return subprocess.run(
+        [sys.executable, "-m", "perfguard.cli", "calibrate", "--judge", str(record), "-o", table],
+        cwd=record.parent,
         capture_output=True,
         text=True,
         timeout=300,
     )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "| `t.py::test_a` | `eager` | 0 of 8" in (tmp_path / "t.md").read_text()
