@@ -165,7 +165,8 @@ def register(sub: Commands) -> None:
         description="Measures the selected perf items as a pull request's A/B does, both "
         "sides the same tree, for N rounds, plus rounds where one side's calls are made "
         "slower by known shares (canaries), shared among a few pairs of worker processes. Per "
-        "item: the false alarms, the canaries caught, the smallest change called reliably and the "
+        "item: the false alarms and the canaries caught, as these pairs saw them and as a fresh "
+        "pair (a pull request's) is predicted to, the smallest change called reliably and the "
         "bar to advise. Exit 1 when a canary at or above an item's bar was caught in none of "
         "its rounds. Arguments after -- go to pytest (the tests, -k, --perfguard-variants).",
     )
