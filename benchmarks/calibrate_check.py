@@ -25,7 +25,6 @@ import argparse
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -33,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.fault_harness import git
+from benchmarks.fault_harness import committed_repo
 
 HERE = Path(__file__).resolve().parent
 SUITE = HERE.parent / "examples" / "perf" / "test_models.py"
@@ -41,15 +40,12 @@ LATENCY = ("latency_p50_ms", "latency_p95_ms", "latency_p99_ms")
 
 
 def scratch_repo(root: Path) -> Path:
-    repo = root / "repo"
-    (repo / "tests").mkdir(parents=True)
-    shutil.copy(SUITE, repo / "tests" / "test_models.py")
-    (repo / "pytest.ini").write_text("[pytest]\n")
-    (repo / ".gitignore").write_text("reports/\n__pycache__/\n")
-    git(repo, "init", "-q", "-b", "main")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "the demo suite")
-    return repo
+    files = {
+        "tests/test_models.py": SUITE.read_text(),
+        "pytest.ini": "[pytest]\n",
+        ".gitignore": "reports/\n__pycache__/\n",
+    }
+    return committed_repo(root / "repo", files, "the demo suite")
 
 
 def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:

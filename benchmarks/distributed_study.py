@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.calibrate_check import wilson
-from benchmarks.fault_harness import git
+from benchmarks.fault_harness import committed_repo, git
 
 HERE = Path(__file__).resolve().parent
 
@@ -86,15 +86,12 @@ HEADS = {
 
 
 def scratch(root: Path, matmuls: int) -> Path:
-    repo = root / "repo"
-    (repo / "tests").mkdir(parents=True)
-    (repo / "tests" / "test_ddp.py").write_text(_sized(TEST, matmuls))
-    (repo / "pytest.ini").write_text("[pytest]\n")
-    (repo / ".gitignore").write_text("reports/\n__pycache__/\n")
-    git(repo, "init", "-q", "-b", "main")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "base")
-    return repo
+    files = {
+        "tests/test_ddp.py": _sized(TEST, matmuls),
+        "pytest.ini": "[pytest]\n",
+        ".gitignore": "reports/\n__pycache__/\n",
+    }
+    return committed_repo(root / "repo", files)
 
 
 def _sized(text: str, matmuls: int) -> str:

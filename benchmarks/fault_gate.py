@@ -15,7 +15,16 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from benchmarks.fault_harness import Case, Ran, Seed, git, perfguard, pytest_session
+from benchmarks.fault_harness import (
+    IGNORED,
+    Case,
+    Ran,
+    Seed,
+    committed_repo,
+    git,
+    perfguard,
+    pytest_session,
+)
 
 MODEL = """
 import pytest, torch
@@ -27,15 +36,7 @@ def test_mlp(perfguard):
 
 
 def _repo(where: Path, files: dict[str, str]) -> Path:
-    repo = where / "repo"
-    repo.mkdir()
-    (repo / ".gitignore").write_text("reports/\n*.json\n__pycache__/\nbaselines/\n")
-    for name, text in files.items():
-        (repo / name).write_text(text)
-    git(repo, "init", "-q", "-b", "main")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "base")
-    return repo
+    return committed_repo(where / "repo", {".gitignore": IGNORED, **files})
 
 
 def _gate(repo: Path, session: Ran, kind: str) -> tuple[Ran, list[str]]:

@@ -10,7 +10,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,8 @@ PYTEST_FAST = (
     "no:cacheprovider",
     "-q",
 )
+IGNORED = "reports/\n*.json\n__pycache__/\nbaselines/\n"
+"""The audit's repositories' .gitignore: what sessions write stays out of their commits."""
 MODELS = """
 import torch
 
@@ -94,6 +96,19 @@ def pytest_session(*args: str, cwd: Path, env: dict[str, str] | None = None, dro
     return run([sys.executable, "-m", "pytest", *fast, *args], cwd, env)
 
 
+def committed_repo(repo: Path, files: Mapping[str, str], message: str = "base") -> Path:
+    """A git repository at `repo` (made, with its parents) holding `files` (a path under it:
+    its text) in one commit on `main`."""
+    repo.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text)
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", message)
+    return repo
+
+
 def git(cwd: Path, *args: str) -> str:
     env = {**os.environ, "GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@b.c"}
     env |= {"GIT_COMMITTER_NAME": "a", "GIT_COMMITTER_EMAIL": "a@b.c"}
@@ -152,13 +167,11 @@ class Seed:
 
 
 def make_seed(where: Path) -> Seed:
-    repo = where / "seed"
-    repo.mkdir(parents=True)
-    (repo / ".gitignore").write_text("reports/\n*.json\n__pycache__/\nbaselines/\n")
-    (repo / "test_models.py").write_text(MODELS.format(width=64))
-    git(repo, "init", "-q", "-b", "main")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "A")
+    repo = committed_repo(
+        where / "seed",
+        {".gitignore": IGNORED, "test_models.py": MODELS.format(width=64)},
+        "A",
+    )
     first = pytest_session("--perfguard", "--perfguard-save", cwd=repo)
     (repo / "test_models.py").write_text(MODELS.format(width=256))
     git(repo, "commit", "-q", "-am", "B: wider")
