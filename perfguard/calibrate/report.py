@@ -163,9 +163,13 @@ class Report:
         flagged = sum(i.false_alarm_share * i.identical for i in self.items)
         return flagged / rounds if rounds else None
 
+    def _at(self, pct: float) -> list[Canary]:
+        """Every item's canary of `pct`."""
+        return [c for i in self.items for c in i.canaries if c.pct == pct]
+
     def detection_rate(self, pct: float) -> float | None:
         """The share of comparisons slowed by `pct` the check is predicted to catch."""
-        found = [c for i in self.items for c in i.canaries if c.pct == pct]
+        found = self._at(pct)
         rounds = sum(c.rounds for c in found)
         return sum(c.share * c.rounds for c in found) / rounds if rounds else None
 
@@ -174,7 +178,7 @@ class Report:
         rounds = sum(i.identical for i in self.items)
         canaries = {}
         for pct in self.calibration.canary:
-            found = [c for i in self.items for c in i.canaries if c.pct == pct]
+            found = self._at(pct)
             canaries[f"{pct:g}"] = [sum(c.caught for c in found), sum(c.rounds for c in found)]
         return {
             "false_alarms": [sum(i.false_alarms for i in self.items), rounds],
