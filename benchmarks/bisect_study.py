@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tests.gitrepo import git
+
 DEPTH = 20
 MODELS = """
 import torch
@@ -46,27 +48,6 @@ def test_mlp(perfguard):
     perfguard.run(model, inputs)
 """
 PYTEST_ARGS = ("--perfguard-device=cpu",)
-ENV = {
-    "GIT_AUTHOR_NAME": "study",
-    "GIT_AUTHOR_EMAIL": "study@localhost",
-    "GIT_COMMITTER_NAME": "study",
-    "GIT_COMMITTER_EMAIL": "study@localhost",
-}
-
-
-def git(repo: Path, *args: str) -> str:
-    import os
-
-    done = subprocess.run(
-        ["git", *args],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        check=True,
-        env={**os.environ, **ENV},
-    )
-    return done.stdout.strip()
-
 
 def scratch(repo: Path, commits: int, culprit: int, extra_pct: int) -> list[str]:
     """good, then `commits` commits; the one at index `culprit` (1-based) adds the compute."""

@@ -58,6 +58,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.gitrepo import git
+
 LEVELS = (5, 10, 20, 50)
 DEPTH = 20
 MODELS = ("linear", "conv")
@@ -292,7 +294,7 @@ def _measure_ab(
     """What the plugin's A/B confirmation runs: pytest on the head commit of `extra_pct`
     with `--perfguard-ab` at the base commit, for the flagged models only."""
     repo, base, heads = ab
-    _git(repo, "checkout", "-q", "--detach", heads[extra_pct])
+    git(repo, "checkout", "-q", "--detach", heads[extra_pct])
     tmp = out.with_suffix(".tmp").resolve()
     cmd = [
         sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--perfguard",
@@ -397,11 +399,6 @@ def _study_models(extra_pct: int) -> str:
     )
 
 
-def _git(repo: Path, *args: str) -> str:
-    done = subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True)
-    return done.stdout.strip()
-
-
 STUDY_PYTEST = (
     sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--perfguard",
     "--perfguard-fail-on=never", "--perfguard-report=last-report.md",
@@ -439,21 +436,21 @@ def ab_repository(
         levels = sorted({*levels, *(int(k) for k in saved["heads"])})
         shutil.rmtree(repo, ignore_errors=True)
     repo.mkdir(parents=True)
-    _git(repo, "init", "-q", "-b", "main")
-    _git(repo, "config", "user.email", "study@perfguard")
-    _git(repo, "config", "user.name", "perfguard study")
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "config", "user.email", "study@perfguard")
+    git(repo, "config", "user.name", "perfguard study")
     (repo / "test_study.py").write_text(_study_test(kinds, variants), encoding="utf-8")
     (repo / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")  # its own rootdir
     (repo / "study_models.py").write_text(_study_models(0), encoding="utf-8")
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-q", "-m", "base")
-    base = _git(repo, "rev-parse", "HEAD")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "base")
+    base = git(repo, "rev-parse", "HEAD")
     heads: dict[int, str] = {}
     for level in levels:
-        _git(repo, "checkout", "-q", "--detach", base)
+        git(repo, "checkout", "-q", "--detach", base)
         (repo / "study_models.py").write_text(_study_models(level), encoding="utf-8")
-        _git(repo, "commit", "-q", "--allow-empty", "-am", f"head +{level}%")
-        heads[level] = _git(repo, "rev-parse", "HEAD")
+        git(repo, "commit", "-q", "--allow-empty", "-am", f"head +{level}%")
+        heads[level] = git(repo, "rev-parse", "HEAD")
     index.write_text(json.dumps({"base": base, "heads": heads, "suite": suite}), encoding="utf-8")
     return repo, base, heads
 
@@ -499,7 +496,7 @@ def _run_ab_study(
     started = time.monotonic()
     for done, (level, i) in enumerate(todo, 1):
         out = directory / f"ab-plus{level:02d}-{i:03d}.json"
-        _git(repo, "checkout", "-q", "--detach", heads[level])
+        git(repo, "checkout", "-q", "--detach", heads[level])
         json_out = f"--perfguard-json={out.with_suffix('.tmp').resolve()}"
         cmd = [*STUDY_PYTEST, f"--perfguard-ab={base}", *bar_option, json_out, "test_study.py"]
         began = time.monotonic()
@@ -518,12 +515,12 @@ def wall_study(directory: Path, runs: int) -> dict[str, Any]:
     repo, base, heads = ab_repository(directory, (0,))
     exclude = repo / ".git" / "info" / "exclude"  # what runs write there keeps the tree clean
     exclude.write_text("baselines/\nreports/\nlast-report.md\n", encoding="utf-8")
-    _git(repo, "checkout", "-q", "--detach", base)
+    git(repo, "checkout", "-q", "--detach", base)
     for old in (repo / "baselines").glob("*/*.json*"):  # plain or compressed
         old.unlink()
     save = [*STUDY_PYTEST, "--perfguard-save", "--perfguard-compare=none", "test_study.py"]
     subprocess.run(save, cwd=repo, check=True, stdout=subprocess.DEVNULL)
-    _git(repo, "checkout", "-q", "--detach", heads[0])
+    git(repo, "checkout", "-q", "--detach", heads[0])
     walls: dict[str, list[dict[str, Any]]] = {"stored": [], "ab": []}
     started = time.monotonic()
     for i in range(runs):

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.gitrepo import git
+
 HERE = Path(__file__).resolve().parent
 TOKEN = "ghs_AUDITtoken0123456789abcdef"  # given to every command; must never be printed
 PASSWORD = "hunter2-audit-pw"  # in remote URLs; must never be printed
@@ -107,15 +109,6 @@ def committed_repo(repo: Path, files: Mapping[str, str], message: str = "base") 
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", message)
     return repo
-
-
-def git(cwd: Path, *args: str) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@b.c"}
-    env |= {"GIT_COMMITTER_NAME": "a", "GIT_COMMITTER_EMAIL": "a@b.c"}
-    done = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True)
-    if done.returncode:
-        raise RuntimeError(f"git {' '.join(args)}: {done.stderr.strip()}")
-    return done.stdout.strip()
 
 
 def message(out: str) -> str:

@@ -39,6 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.gitrepo import git
+
 SIZES = {
     "64M": (4, 2048, 8),
     "256M": (4, 4096, 8),
@@ -157,10 +159,6 @@ def run_watched(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[Peak, f
     done.set()
     watcher.join()
     return peak, time.perf_counter() - start, out
-
-
-def git(cwd: Path, *args: str) -> None:
-    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True)
 
 
 @dataclass(frozen=True)

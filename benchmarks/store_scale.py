@@ -35,6 +35,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from tests.gitrepo import git
+
 HERE = Path(__file__).resolve().parent
 CLI = [str(Path(sys.executable).with_name("perfguard"))]
 ENV = {
@@ -44,12 +46,6 @@ ENV = {
     "GIT_COMMITTER_NAME": "bench",
     "GIT_COMMITTER_EMAIL": "bench@localhost",
 }
-
-
-def git(cwd: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", *args], cwd=cwd, env=ENV, check=True, capture_output=True, text=True
-    ).stdout.strip()
 
 
 def cpu_model() -> str:

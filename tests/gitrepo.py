@@ -1,4 +1,5 @@
-"""Scratch git repositories for tests: one `git` helper, with an identity of its own."""
+"""Scratch git repositories for tests and benchmarks: the one `git` helper, with an identity
+of its own."""
 
 from __future__ import annotations
 
@@ -16,10 +17,11 @@ ENV = {
 
 
 def git(cwd: Path, *args: str) -> str:
-    """Run git in `cwd`; its standard output, stripped (a failure raises)."""
-    return subprocess.run(
-        ["git", *args], cwd=cwd, env=ENV, check=True, capture_output=True, text=True
-    ).stdout.strip()
+    """Run git in `cwd`; its standard output, stripped (a failure raises, with git's words)."""
+    done = subprocess.run(["git", *args], cwd=cwd, env=ENV, capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"git {' '.join(args)}: {done.stderr.strip()}")
+    return done.stdout.strip()
 
 
 def commit(cwd: Path, message: str) -> str:
