@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING
 
-from perfguard.history.changepoints import DETECTED_METRICS, Detection, Reach, find_steps, reach
+from perfguard.history.changepoints import DETECTED_METRICS, Detection, Sight, find_steps, reach
 from perfguard.history.series import Ordered, Series
 from perfguard.report.format import cell, metric_value, pct, sci
 
@@ -103,7 +103,7 @@ def analyze(
 ) -> History:
     settings = settings or Detection()
     found: list[ChangePoint] = []
-    searched: list[tuple[Series, Reach]] = []
+    searched: list[tuple[Series, Sight]] = []
     unpaired: set[str] = set()
     for s in series:
         if s.metric not in metrics:
@@ -176,7 +176,7 @@ def _searched_steps(s: Series, settings: Detection) -> list[ChangePoint]:
 
 
 def _search_notes(
-    searched: Sequence[tuple[Series, Reach]], unpaired: set[str], commits: int
+    searched: Sequence[tuple[Series, Sight]], unpaired: set[str], commits: int
 ) -> tuple[str, ...]:
     """What the search over commits measured alone could and could not see."""
     if not searched:

@@ -144,7 +144,7 @@ def find_steps(values: Sequence[float], settings: Detection | None = None) -> li
 
 
 @dataclass(frozen=True)
-class Reach:
+class Sight:
     """What the search can see in a series of `n` commits: a lone step only between the
     `first` and the `last` index (nearer an end, the rank test cannot reach `max_p` even
     when every point of one side lies beyond every point of the other), and only one of
@@ -162,7 +162,7 @@ def _best_p(left: int, right: int) -> float:
     return min(1.0, 2.0 / math.comb(left + right, left))
 
 
-def reach(values: Sequence[float], settings: Detection | None = None) -> Reach:
+def reach(values: Sequence[float], settings: Detection | None = None) -> Sight:
     import numpy as np
 
     settings = settings or Detection()
@@ -179,4 +179,4 @@ def reach(values: Sequence[float], settings: Detection | None = None) -> Reach:
     half = max(n // 2, 1)
     least = math.sqrt(settings.penalty * math.log(max(n, 2)) * n / (half * max(n - half, 1)))
     smallest = max(100.0 * math.expm1(least * noise), settings.min_change_pct)
-    return Reach(n, seen[0] if seen else None, seen[-1] if seen else None, smallest)
+    return Sight(n, seen[0] if seen else None, seen[-1] if seen else None, smallest)

@@ -10,7 +10,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from perfguard.records.reach import Reach, ReachBuilder
-from perfguard.selection.blocks import MODULE, Blocks, checksum, read_blocks
+from perfguard.selection.blocks import MODULE, BlockReader, checksum
 from perfguard.selection.static import Imports, search_roots
 
 if TYPE_CHECKING:
@@ -23,7 +23,7 @@ class _Files:
     def __init__(self, root: Path) -> None:
         self.root = root
         self._sums: dict[str, str] = {}
-        self._blocks: dict[str, Blocks | None] = {}
+        self.blocks = BlockReader(root)  # None for a file that does not parse
 
     def sums(self, path: str) -> str:
         if path not in self._sums:
@@ -32,15 +32,6 @@ class _Files:
             except OSError:
                 self._sums[path] = "missing"
         return self._sums[path]
-
-    def blocks(self, path: str) -> Blocks | None:
-        """None for a file that does not parse (it is then a whole-file dependency)."""
-        if path not in self._blocks:
-            try:
-                self._blocks[path] = read_blocks((self.root / path).read_bytes())
-            except (OSError, SyntaxError, ValueError):
-                self._blocks[path] = None
-        return self._blocks[path]
 
 
 def build_reach(

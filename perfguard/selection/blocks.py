@@ -26,6 +26,7 @@ from __future__ import annotations
 import ast
 import hashlib
 from dataclasses import dataclass
+from pathlib import Path
 
 MODULE = "<module>"
 """The name of a file's own block (what importing it runs)."""
@@ -189,3 +190,21 @@ def _stub(
     copy = type(node)(**{f: getattr(node, f) for f in node._fields})
     copy.body = body
     return copy
+
+
+class BlockReader:
+    """The files of a tree read into blocks, each once: `reader(path)` is the blocks of
+    `path` under `root` (None: missing, or it does not parse, which makes it a whole-file
+    dependency)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._blocks: dict[str, Blocks | None] = {}
+
+    def __call__(self, path: str) -> Blocks | None:
+        if path not in self._blocks:
+            try:
+                self._blocks[path] = read_blocks((self.root / path).read_bytes())
+            except (OSError, SyntaxError, ValueError):
+                self._blocks[path] = None
+        return self._blocks[path]

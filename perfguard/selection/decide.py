@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from perfguard.records.reach import Footprint, Reach
-from perfguard.selection.blocks import Blocks, read_blocks
+from perfguard.selection.blocks import BlockReader
 from perfguard.selection.forcing import moves_every_test
 from perfguard.selection.static import Changes, Imports, forcing, inert, search_roots
 
@@ -141,7 +141,7 @@ class _Judge:
     ) -> None:
         self.root, self.changes, self.reach = root, changes, reach
         self.changed = set(changes.paths)
-        self._blocks: dict[str, Blocks | None] = {}
+        self.head_blocks = BlockReader(root)  # each file's blocks now (None: deleted, unparsed)
         self.seen = {path for path, _ in reach.files}
         # the static reading adds only what the record never saw
         self.unseen_py = {
@@ -150,15 +150,6 @@ class _Judge:
             if p.endswith(".py") and p not in self.seen and not p.startswith("../")
         }
         self.imports = Imports(search_roots(root, [s.path for s in tests.values()]))
-
-    def head_blocks(self, path: str) -> Blocks | None:
-        """The blocks of `path` now (None: deleted, or it does not parse)."""
-        if path not in self._blocks:
-            try:
-                self._blocks[path] = read_blocks((self.root / path).read_bytes())
-            except (OSError, SyntaxError, ValueError):
-                self._blocks[path] = None
-        return self._blocks[path]
 
     def why(self, test: str, source: PerfTest) -> str | None:
         """What of the change reaches `test` (None: nothing)."""
