@@ -39,6 +39,7 @@ from perfguard.measure.job import MeasureSettings
 from perfguard.measure.ranks import DistributedError, World
 from perfguard.measure.sampling import Progress, Sampler, SamplingOutcome, sample
 from perfguard.records import Details, Metrics, VariantResult
+from perfguard.records.ranks import RankFigures
 
 BACKENDS = ("gloo", "nccl")
 
@@ -121,15 +122,19 @@ def unhostable(world_size: int, backend: str, device_type: str) -> str | None:
 
 
 class WorldClock:
-    """The time of a step: the slowest rank's, as each rank timed its own."""
+    """The time of a step: the slowest rank's, as each rank timed its own. Each step it
+    timed is kept with every rank's time (`timed`): the warm-up's and the blocks', not the
+    re-warm steps between blocks, which no clock times."""
 
     name = "ranks_slowest"
 
     def __init__(self, world: World) -> None:
         self.world = world
+        self.timed: list[tuple[float, ...]] = []
 
     def time_call(self, fn: Callable[[], Any]) -> float:
         fn()
+        self.timed.append(self.world.last)
         return max(self.world.last)
 
 
@@ -168,12 +173,15 @@ def measure_distributed(
             say("waiting for its turn")
             turn()
         clock = WorldClock(world)
-        world.steps.clear()
         outcome = sampler(world.step, clock, job.settings.sampling, say)
         say("peak memory and the collectives")
         memory = world.ask(("memory",), "the memory readings")
         profiles = world.ask(("profile",), "the profiled step")
-        return _result(job, item, backend, device.type, world, outcome, first[0], memory, profiles)
+        # each rank's times of the steps that are the samples: the last the clock timed
+        sampled = clock.timed[len(clock.timed) - len(outcome.samples_ms) :]
+        return _result(
+            job, item, backend, device.type, sampled, outcome, first[0], memory, profiles
+        )
     except DistributedError as exc:
         if world is not None:
             world.close(patience=0.0)
@@ -188,7 +196,7 @@ def _result(
     item: dict[str, Any],
     backend: str,
     device_type: str,
-    world: World,
+    sampled: Sequence[tuple[float, ...]],
     outcome: SamplingOutcome,
     outputs: Any,
     memory: Sequence[int],
@@ -201,9 +209,9 @@ def _result(
         return VariantResult(**item, status="error", error="no step was timed")
     reference, again = outputs
     check, figures = _drift(reference, again)
-    per_rank = list(zip(*world.steps, strict=True)) if world.steps else []
+    per_rank = list(zip(*sampled, strict=True)) if sampled else []
     rank_p50 = [statistics.median(times) for times in per_rank]
-    imbalance = [max(s) / min(s) for s in world.steps if min(s) > 0]
+    imbalance = [max(s) / min(s) for s in sampled if min(s) > 0]
     slowest = max(range(len(profiles)), key=lambda r: profiles[r]["step_us"]) if profiles else 0
     shares = [p["collective_share"] for p in profiles]
     latency = summarize(samples).metric_fields()
@@ -216,16 +224,16 @@ def _result(
         warmup_stable=outcome.warmup.stable,
         repeats=len(outcome.blocks_ms),
         profile=profiles[slowest]["profile"] if profiles else None,
-        build={
-            "world_size": job.world_size,
-            "backend": backend,
-            "rank_p50_ms": rank_p50,
-            "imbalance_p50": statistics.median(imbalance) if imbalance else None,
-            "imbalance_max": max(imbalance) if imbalance else None,
-            "peak_memory_bytes_per_rank": list(memory),
-            "collective_share": shares,
-            "slowest_rank": slowest,
-        },
+        build=RankFigures(
+            world_size=job.world_size,
+            backend=backend,
+            rank_p50_ms=tuple(rank_p50),
+            imbalance_p50=statistics.median(imbalance) if imbalance else None,
+            imbalance_max=max(imbalance) if imbalance else None,
+            peak_memory_bytes_per_rank=tuple(memory),
+            collective_share=tuple(shares),
+            slowest_rank=slowest,
+        ).to_json(),
     )
     metrics = Metrics(
         **latency,

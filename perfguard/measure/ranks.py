@@ -58,7 +58,6 @@ class World:
     conns: list[Connection] = field(default_factory=list)
     folder: Path | None = None
     last: tuple[float, ...] = ()  # each rank's time of the last step (ms)
-    steps: list[tuple[float, ...]] = field(default_factory=list)  # every timed step's
     done: int = 0  # steps asked for so far
 
     @classmethod
@@ -82,15 +81,23 @@ class World:
         try:
             for rank in range(world_size):
                 mine, theirs = context.Pipe()
+                start = RankStart(
+                    rank=rank,
+                    world_size=world_size,
+                    backend=backend,
+                    device_type=device_type,
+                    folder=str(world.folder),
+                    payload=payload,
+                    seed=seed,
+                    threads=threads,
+                    parent=os.getpid(),
+                )
                 proc = context.Process(
                     target=rank_main,
-                    args=(
-                        rank, world_size, backend, device_type, str(world.folder), payload,
-                        theirs, seed, threads, os.getpid(),
-                    ),
+                    args=(start, theirs),
                     name=f"perfguard-rank-{rank}",
                     daemon=True,
-                )  # fmt: skip
+                )
                 proc.start()
                 theirs.close()
                 world.procs.append(proc)
@@ -179,7 +186,6 @@ class World:
         self.done += 1
         times = tuple(float(t) for t in self.ask(("step",), f"step {self.done}"))
         self.last = times
-        self.steps.append(times)
 
     def close(self, patience: float = 2.0) -> None:
         """End every rank: asked to stop and given `patience` seconds in all, then
@@ -207,43 +213,47 @@ class World:
         self.procs, self.conns = [], []
 
 
-def rank_main(
-    rank: int,
-    world_size: int,
-    backend: str,
-    device_type: str,
-    folder: str,
-    payload: bytes,
-    conn: Connection,
-    seed: int,
-    threads: int | None,
-    parent: int,
-) -> None:
+@dataclass(frozen=True, kw_only=True)
+class RankStart:
+    """What a rank's process is started with."""
+
+    rank: int
+    world_size: int
+    backend: str  # gloo, nccl
+    device_type: str  # cpu, cuda (a rank's GPU is its rank)
+    folder: str  # the world's folder: the rendezvous file, each rank's stack file
+    payload: bytes  # `build`, pickled
+    seed: int
+    threads: int | None  # torch's threads in the rank (None: its default)
+    parent: int  # the measuring process: the rank ends with it
+
+
+def rank_main(start: RankStart, conn: Connection) -> None:
     """A rank: join the group, then answer the measuring process until it says stop."""
     from perfguard.processes import follow_parent
 
-    follow_parent(parent)
-    _stack_on_signal(Path(folder) / f"stack-{rank}")
+    follow_parent(start.parent)
+    _stack_on_signal(Path(start.folder) / f"stack-{start.rank}")
     try:
         import torch
         import torch.distributed as dist
 
-        if threads:
-            torch.set_num_threads(threads)
-        if device_type == "cuda":
-            torch.cuda.set_device(rank)
+        if start.threads:
+            torch.set_num_threads(start.threads)
+        if start.device_type == "cuda":
+            torch.cuda.set_device(start.rank)
         dist.init_process_group(
-            backend,
-            init_method=f"file://{Path(folder) / 'rendezvous'}",
-            rank=rank,
-            world_size=world_size,
+            start.backend,
+            init_method=f"file://{Path(start.folder) / 'rendezvous'}",
+            rank=start.rank,
+            world_size=start.world_size,
         )
-        build = pickle.loads(payload)
+        build = pickle.loads(start.payload)
     except BaseException as exc:
         conn.send(("error", _line(exc)))
         return
     conn.send(("ok", None))
-    rank_loop(rank, world_size, build, conn, seed, device_type)
+    rank_loop(start.rank, start.world_size, build, conn, start.seed, start.device_type)
 
 
 def _stack_on_signal(path: Path) -> None:

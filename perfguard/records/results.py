@@ -10,6 +10,7 @@ from typing import Any
 
 from perfguard.records.base import STATUSES, RecordError, Status, finite_or_none, flag, text
 from perfguard.records.counters import Counters
+from perfguard.records.ranks import RankFigures
 from perfguard.records.sketch import BlockStats, QuantileSketch, percentile
 
 _SIGNED = {"drift_cosine", "peak_memory_increase_bytes"}  # the metrics that may be below 0
@@ -183,6 +184,11 @@ class Details:
 
     def with_note(self, text: str) -> Details:
         return replace(self, notes=(*self.notes, text))
+
+    @property
+    def ranks(self) -> RankFigures | None:
+        """A distributed step's figures per rank (None: any other workload's)."""
+        return RankFigures.from_build(self.build)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = dict(self.build)

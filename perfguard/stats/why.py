@@ -55,25 +55,18 @@ def device_time(result: VariantResult | None) -> float | None:
 
 def collectives_ms(result: VariantResult | None) -> tuple[float, float] | None:
     """A distributed step's (share of the step in collectives, their microseconds a step)."""
-    build = None if result is None else result.details.build
-    shares = build.get("collective_share") if isinstance(build, Mapping) else None
+    ranks = None if result is None else result.details.ranks
+    share = None if ranks is None else ranks.mean_collective_share
     p50 = None if result is None else result.metrics.latency_p50_ms
-    if not isinstance(shares, list) or not shares or p50 is None:
+    if share is None or p50 is None:
         return None
-    share = sum(float(s) for s in shares) / len(shares)
     return share, share * p50 * 1000.0
 
 
 def _imbalance(result: VariantResult | None) -> float | None:
-    """The ranks' work outside collectives, busiest over least busy, from each rank's share
-    of its profiled step (the ranks end a step together, so a straggler shows only as the
-    others' time waiting inside their collectives)."""
-    build = None if result is None else result.details.build
-    shares = build.get("collective_share") if isinstance(build, Mapping) else None
-    if not isinstance(shares, list) or len(shares) < 2:
-        return None
-    busy = [1.0 - float(share) for share in shares]
-    return max(busy) / min(busy) if min(busy) > 0 else None
+    """The ranks' work outside collectives, busiest over least busy (`RankFigures`)."""
+    ranks = None if result is None else result.details.ranks
+    return None if ranks is None else ranks.compute_imbalance
 
 
 def explain(
