@@ -8,6 +8,7 @@ import platform
 import re
 import shutil
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -103,7 +104,7 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", words).strip("-") or "unknown"
 
 
-def machine_key(env: dict[str, Any]) -> str:
+def machine_key(env: Mapping[str, Any]) -> str:
     """`cuda-<gpu model>` or `cpu-<cpu model>-<n>c`: the default key of `--perfguard-machine`."""
     if env.get("device_type") == "cuda":
         return f"cuda-{slug(str(env.get('device', 'gpu')))}"

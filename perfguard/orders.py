@@ -57,6 +57,11 @@ class Orders:
     def with_(self, **more: Any) -> Orders:
         return replace(self, **more)
 
+    def for_workers(self) -> Orders:
+        """What an A/B driver passes on to its workers: its orders but for those addressed
+        to the driving session alone (a calibration's, a canary's)."""
+        return replace(self, calibrate=None, canary_pct=None)
+
     def env(self) -> dict[str, str]:
         """The environment entry that gives these orders to a child."""
         data = {k: v for k, v in asdict(self).items() if v not in (None, False, (), [])}

@@ -626,3 +626,31 @@ def threshold_default(key: str) -> Any:
 
 
 ENABLE_HELP = "measure perf tests (without it they are skipped)"
+
+
+@dataclass(frozen=True)
+class MarkerSettings:
+    """A test's `@pytest.mark.perfguard(...)`, checked: its variants and its other keys."""
+
+    variants: tuple[str, ...] | None
+    options: Mapping[str, Any]
+
+    @property
+    def thresholds(self) -> dict[str, Any]:
+        return {k: v for k, v in self.options.items() if k in THRESHOLD_KEYS}
+
+    @property
+    def guarded(self) -> dict[str, Any]:
+        """The marker's values of the settings that take the power to see a slowdown."""
+        return {k: self.options[k] for k in GUARDED_ITEM if k in self.options}
+
+
+@dataclass(frozen=True)
+class ItemSettings:
+    """A perf test's settings: its marker, checked, merged with the session's options."""
+
+    test: str  # the test function's node id (every variant and parameter of it)
+    variants: tuple[str, ...]
+    marker: MarkerSettings
+    timeout_s: float  # the marker's `timeout_s`, else the session's `--perfguard-timeout`
+    depends: tuple[str, ...] = ()  # the marker's globs of files the test reads

@@ -116,6 +116,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     # calibration's judgement
     (
         "perfguard.pipeline",
+        "perfguard.plan",
         "perfguard.calibrate",
         "perfguard.accept",
         "perfguard.report",

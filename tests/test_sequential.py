@@ -228,16 +228,32 @@ def test_a_canary_is_a_share_of_the_timed_calls_not_of_the_warm_up(tmp_path: Pat
     """A training step's warm-up calls ran twice its steady time: a +10% canary sized from
     them added 20%. Once a block was timed without a delay, the delay is a share of that
     block's call time; only a first block before any such one falls back on the warm-up."""
+    from perfguard.pytest_plugin.ab.calibrating import Canary
+
     log: list[str] = []
     driver = _driver(tmp_path, 1.0, 0.001, log=log)
     driver.b.call_ms = 2.0  # what the worker saw at the end of its warm-up
-    driver.slower_pct = 10.0
+    driver.slowing = Canary(10.0, lambda: driver.b.call_ms)  # the calibrating roles' seam
     driver.measure("t::x", ["t::x"], lambda _: None, Design())
     b = driver.b.delays  # type: ignore[attr-defined]
     first_b = log.index("B block") < log.index("A block")
     assert b[0] == pytest.approx(0.2 if first_b else 0.1, rel=0.02)
     assert b[1:] == pytest.approx([0.1] * (len(b) - 1), rel=0.02)
     assert driver.a.delays == [0.0] * len(driver.a.delays)  # type: ignore[attr-defined]
+
+
+def test_a_pull_requests_driver_slows_nothing_and_never_names_the_canary(tmp_path: Path) -> None:
+    """The canary enters through one seam that only the calibrating roles set: a pull
+    request's driver and its confirmation neither read it nor branch on it."""
+    import perfguard.pytest_plugin.ab.driver as driver_module
+    import perfguard.pytest_plugin.confirm as confirm_module
+
+    driver = _driver(tmp_path, 1.0, 0.001)
+    driver.measure("t::x", ["t::x"], lambda _: None, Design())
+    assert set(driver.a.delays) | set(driver.b.delays) == {0.0}  # type: ignore[attr-defined]
+    for module in (driver_module, confirm_module):
+        text = Path(str(module.__file__)).read_text(encoding="utf-8").lower()
+        assert "canary" not in text, module.__name__
 
 
 def test_both_sides_build_at_once_and_time_one_after_the_other(tmp_path: Path) -> None:

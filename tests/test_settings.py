@@ -109,14 +109,14 @@ def test_the_child_command_line_comes_from_the_table(tmp_path: Path) -> None:
 def test_every_rule_with_an_option_reaches_the_verdicts(tmp_path: Path) -> None:
     """A session's Thresholds are built from the rows that are rules and options, not from
     a hand-kept list: each takes the value the session was given."""
+    from perfguard.plan import thresholds_of
     from perfguard.pytest_plugin.options import default_options
-    from perfguard.pytest_plugin.state import SessionState
+    from perfguard.pytest_plugin.planning import asked
 
     rules = [s for s in SETTINGS if s.threshold and s.flag]
     assert {s.name for s in rules} >= {"min_change", "ab_min_change", "gate_p99"}
     given = {s.field: (True if s.read == "switch" else 7.5) for s in rules}
-    state = SessionState(default_options(tmp_path, **given), progress=None)  # type: ignore[arg-type]
-    th = state.thresholds()
+    th = thresholds_of(asked(default_options(tmp_path, **given), tmp_path).rules, {})
     for s in rules:
         assert getattr(th, str(s.marker)) == given[s.field], s.name
 
@@ -125,8 +125,8 @@ def test_the_end_of_a_session_takes_each_setting_from_its_option(tmp_path: Path)
     """The pipeline's settings take each field from the session's option of that name; what
     the session works out itself is given, and nothing else is left to a default."""
     from perfguard.pipeline import FinishSettings
-    from perfguard.pytest_plugin.finish import finish_settings
     from perfguard.pytest_plugin.options import default_options
+    from perfguard.pytest_plugin.planning import finish_settings
 
     worked_out = {
         "root",
@@ -155,14 +155,7 @@ def test_the_end_of_a_session_takes_each_setting_from_its_option(tmp_path: Path)
         "confirm": 3,
     }
     assert set(given) == by_name
-    settings = finish_settings(
-        default_options(tmp_path, **given),
-        root=tmp_path,
-        machine="m",
-        compare="abc123",
-        unsaved_reason=None,
-        thresholds=Thresholds(),
-    )
+    settings = finish_settings(default_options(tmp_path, **given), root=tmp_path, machine="m")
     for name, value in given.items():
         assert getattr(settings, name) == value, name
     assert (settings.root, settings.machine) == (tmp_path, "m")

@@ -17,7 +17,10 @@ import contextlib
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from perfguard.measure.job import Job
 
 ROOM_SHARE = 0.25
 """Room to spare: with both trees resident, the device keeps at least this share of its
@@ -101,3 +104,21 @@ class Residency:
             return result
         details = replace(result.details, notes=(*result.details.notes, note))
         return replace(result, details=details)
+
+
+def residency_for(job: Job) -> Residency | None:
+    """Where an A/B side's weights wait between its blocks, on a GPU: the model measured in
+    place may wait in host memory; a copy (int8, pruning, a training step) or CUDA graphs
+    (which hold their weights' addresses) stay resident. None off a GPU."""
+    from perfguard.measure.runner import resolve_device
+    from perfguard.variants.compile import GRAPHED_ON_CUDA
+
+    try:
+        device = resolve_device(job.settings.device)
+    except Exception:  # the measurement says what is wrong with it
+        return None
+    if device.type != "cuda":
+        return None
+    compile_part = job.variant.part("compile")
+    graphed = compile_part is not None and compile_part.name in GRAPHED_ON_CUDA
+    return Residency(job.model, device, movable=job.in_place and not graphed)

@@ -22,6 +22,7 @@ from perfguard.pytest_plugin.keys import (
     item_settings_key,
     options_key,
     recording_key,
+    role_key,
     state_key,
     tests_key,
     undo_key,
@@ -83,7 +84,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "perfguard" not in metafunc.fixturenames or VARIANT_PARAM not in metafunc.fixturenames:
         return
     from perfguard.pytest_plugin.collection import variants_for
-    from perfguard.pytest_plugin.marker import ItemSettings, read_marker
+    from perfguard.pytest_plugin.marker import read_marker
+    from perfguard.settings import ItemSettings
 
     options = metafunc.config.stash[options_key]
     test = test_name(metafunc)
@@ -119,7 +121,7 @@ def perfguard(request: pytest.FixtureRequest, _perfguard_variant: str) -> Perfgu
     step: `perfguard.train_step(model, (x,), loss_fn=..., optimizer=...)`."""
     from perfguard.pytest_plugin.fixture import for_item
 
-    return for_item(request.node, request.config.stash[state_key], str(_perfguard_variant))
+    return for_item(request.node, request.config.stash[role_key], str(_perfguard_variant))
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -132,6 +134,5 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, A
     if state is not None and report.failed:
         from perfguard.pytest_plugin.gaps import first_line
 
-        state.collection_errors += 1
         where = collector.nodeid or str(getattr(collector, "path", "") or "")
         state.tally.collection.append((where, first_line(report)))

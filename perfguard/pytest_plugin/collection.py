@@ -9,8 +9,8 @@ import pytest
 from perfguard.variants.spec import DEFAULT_VARIANTS
 
 if TYPE_CHECKING:
-    from perfguard.pytest_plugin.marker import MarkerSettings
     from perfguard.pytest_plugin.options import Options
+    from perfguard.settings import MarkerSettings
 
 VARIANT_PARAM = "_perfguard_variant"
 SKIP_REASON = "perf test: measured only with --perfguard (run `pytest --perfguard`)"

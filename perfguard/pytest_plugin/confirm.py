@@ -53,22 +53,21 @@ def remeasurer(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
     orders: Orders | None = None,
+    sites: bool = False,
 ) -> Remeasure:
     """A `Remeasure` that runs the flagged items' test items in a child pytest session.
 
     Beside the base commit (A/B) when it is in this repository. Otherwise alone, starting
     no sooner than `options.confirm_gap_s` after the last of those items was measured (or
     re-measured): a slowdown of the host lasts seconds to minutes, and must not hit both.
-    `orders`: what the child sessions are told besides (recording allocation sites: then
-    nothing is timed against anything, and nothing waits).
+    `orders`: what the child sessions are told besides; `sites`: they record allocation
+    sites (then nothing is timed against anything, and nothing waits).
     """
     root = Path(config.rootpath)
     # the child reads the same ini file and loads the same plugins as this session
     extra = ["-c", str(config.inipath)] if config.inipath else []
     extra += plugin_args(config.invocation_params.args)
-    # a canary (calibration's check of the PR path) slows the re-measure's tree alike
-    told = orders or Orders(canary_pct=options.orders.canary_pct)
-    child = run_child or functools.partial(_run_child, orders=told)
+    child = run_child or functools.partial(_run_child, orders=orders)
     rounds = 0
     last_end = -math.inf
 
@@ -86,7 +85,7 @@ def remeasurer(
             return ConfirmRound(())
         rounds += 1
         flagged = [key for key in keys if key in items]
-        if ab is None and orders is None:
+        if ab is None and not sites:
             latest = max([last_end, *(measured_at.get(i, -math.inf) for i in items.values())])
             wait = options.confirm_gap_s - (clock() - latest)
             if wait > 0:
@@ -98,7 +97,7 @@ def remeasurer(
             (
                 f"confirming {len(flagged)} flagged{open_} item(s) {where} "
                 f"({rounds} of {options.confirm})"
-                if orders is None
+                if not sites
                 else f"recording the allocation sites of {len(flagged)} item(s) {where}"
             )
             + f": {', '.join(items.values())}"

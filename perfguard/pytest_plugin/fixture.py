@@ -14,17 +14,17 @@ import pytest
 from perfguard.bounds import check
 from perfguard.pytest_plugin.ab.protocol import Result
 from perfguard.pytest_plugin.collection import test_id
-from perfguard.pytest_plugin.marker import MarkerSettings, settings_of
+from perfguard.pytest_plugin.marker import settings_of
 from perfguard.pytest_plugin.options import trace_dir
-from perfguard.pytest_plugin.state import SessionState
 from perfguard.records import VariantResult
-from perfguard.settings import MARKER_KEYS, THRESHOLD_KEYS
+from perfguard.settings import MARKER_KEYS, THRESHOLD_KEYS, MarkerSettings
 
 if TYPE_CHECKING:
     from perfguard.measure.compile_cache import CompileCache
     from perfguard.measure.drift import Reference
     from perfguard.measure.job import Job, MeasureSettings
-    from perfguard.measure.residency import Residency
+    from perfguard.pytest_plugin.roles import Role
+    from perfguard.pytest_plugin.state import SessionState
     from perfguard.variants.workload import Workload
 
 # the marker keys that `perfguard.run(...)` takes too: how to measure, not how to judge
@@ -33,15 +33,15 @@ RUN_OPTIONS = tuple(k for k in MARKER_KEYS if k not in ITEM_KEYS and k not in TH
 REFERENCE_CACHE = 8
 
 
-def for_item(item: pytest.Item, state: SessionState, variant: str) -> PerfguardFixture:
+def for_item(item: pytest.Item, role: Role, variant: str) -> PerfguardFixture:
     """The fixture's object for one perf item (its settings read where its test's items
-    were made); the seeds set, so that random weights match in every variant and run."""
+    were made), in the session of `role`; the seeds set, so that random weights match in
+    every variant and run."""
     settings = settings_of(item)
     marker = settings.marker if settings is not None else MarkerSettings(None, {})
-    if state.ab is None:  # an A/B driver leaves the measuring to its workers
-        _seed(state.options.seed)
-    state.used_fixture.add(item.nodeid)
-    return PerfguardFixture(test_id(item, variant), variant, marker, state, item.nodeid)
+    if role.measures_here():  # an A/B driver leaves the measuring to its workers
+        _seed(role.state.options.seed)
+    return PerfguardFixture(test_id(item, variant), variant, marker, role, item.nodeid)
 
 
 def _seed(seed: int) -> None:
@@ -62,14 +62,18 @@ class PerfguardFixture:
     """Measures the model of a test under the variant of the current test item."""
 
     def __init__(
-        self, test: str, variant: str, marker: MarkerSettings, state: SessionState, nodeid: str
+        self, test: str, variant: str, marker: MarkerSettings, role: Role, nodeid: str
     ) -> None:
         self.test = test
         self.variant = variant
         self._marker = marker
-        self._state = state
+        self._role = role
         self._nodeid = nodeid
         self.result: VariantResult | None = None
+
+    @property
+    def _state(self) -> SessionState:
+        return self._role.state
 
     def run(
         self,
@@ -171,14 +175,14 @@ class PerfguardFixture:
         from perfguard.pytest_plugin import timeout
 
         options = self._check_call("distributed", options)
-        if self._state.counting is not None:
+        if self._role.counting is not None:
             pytest.skip("instruction counts are of forward calls, not distributed steps")
         settings, seed = self._settings(options, None), self._state.options.seed
         job = DistributedJob.of(
             build, world_size, backend, settings, test=self.test, variant=self.variant, seed=seed
         )
         self._state.progress.start(self._nodeid)
-        worker = self._state.worker
+        worker = self._role.link
         result = measure_distributed(
             job,
             progress=self._state.progress,
@@ -191,7 +195,7 @@ class PerfguardFixture:
     def _recorded(self, result: VariantResult) -> VariantResult:
         """Keep the item's result (and send it to the driver, in A/B); the item then skips
         or fails as its result says."""
-        worker = self._state.worker
+        worker = self._role.link
         if worker is not None:
             worker.send(Result(self._nodeid, result.to_json(), self._state.environment))
         self.result = result
@@ -210,6 +214,7 @@ class PerfguardFixture:
         work: Workload | None,
     ) -> VariantResult:
         from perfguard.measure.job import Job
+        from perfguard.measure.residency import residency_for
         from perfguard.measure.runner import measure_model
         from perfguard.measure.sampling import sample
 
@@ -224,7 +229,7 @@ class PerfguardFixture:
             test=self.test,
             caller=f"perfguard.{name}()",
         )
-        if self._state.counting is not None:
+        if self._role.counting is not None:
             if job.work.name != "forward":
                 pytest.skip(
                     "instruction counts are of forward calls, not training steps or generations"
@@ -232,10 +237,10 @@ class PerfguardFixture:
             self._count(job)
         progress = self._state.progress
         progress.start(self._nodeid)
-        worker = self._state.worker
-        residency = None if worker is None else _residency(job)
+        worker = self._role.link
+        residency = None if worker is None else residency_for(job)
         reference = self._reference(job)  # the untimed call a recording session records
-        recording = self._state.recording
+        recording = self._role.recording
         with contextlib.nullcontext() if recording is None else recording.recorder.paused():
             result = measure_model(
                 job,
@@ -284,7 +289,7 @@ class PerfguardFixture:
         merged.update({k: v for k, v in self._marker.options.items() if k in RUN_OPTIONS})
         merged.update(options)
         # where this tree loosened the base's (its ini, marker or this call), the base's
-        merged.update(self._state.floor_of(self._nodeid))
+        merged.update(self._role.floor(self._nodeid))
         return MeasureSettings(
             sampling=SamplingSettings(budget_s=merged["budget_s"], repeats=merged["repeats"]),
             device=str(merged["device"]),
@@ -322,7 +327,7 @@ class PerfguardFixture:
         from perfguard.measure.isolation import torch_state
         from perfguard.measure.runner import resolve_device
 
-        state, settings = self._state, job.settings
+        state, settings, references = self._state, job.settings, self._role.references
         try:
             where = resolve_device(settings.device)
             # the reference belongs to this test's model: same weights in another test, or
@@ -331,16 +336,16 @@ class PerfguardFixture:
                 f"{self.test}:{where}:{settings.threads}:{job.work.key()}:"
                 f"{fingerprint(job.model, job.inputs, job.kwargs)}"
             )
-            reference = state.references.get(key)
+            reference = references.get(key)
             if reference is None:
                 state.progress("eager reference")
                 with torch_state(settings.threads):
                     reference = compute_reference(
                         job.model, job.inputs, where, job.kwargs, job.work
                     )
-                state.references[key] = reference
-                while len(state.references) > REFERENCE_CACHE:
-                    state.references.popitem(last=False)
+                references[key] = reference
+                while len(references) > REFERENCE_CACHE:
+                    references.popitem(last=False)
             if state.environment is None:
                 from perfguard.environment import collect_environment
 
@@ -353,32 +358,13 @@ class PerfguardFixture:
         """Under callgrind: run the counted regions instead of measuring, then end the item."""
         from perfguard.measure.instructions import count_regions
 
-        assert self._state.counting is not None
-        modes, regions = self._state.counting
+        assert self._role.counting is not None
+        modes, regions = self._role.counting
         try:
             count_regions(job, modes, regions)
         except Exception as exc:  # the parent reads this line from pytest's summary
             pytest.fail(f"{self.variant}: {type(exc).__name__}: {exc}", pytrace=False)
         pytest.skip("instructions counted under callgrind")
-
-
-def _residency(job: Job) -> Residency | None:
-    """Where an A/B side's weights wait between its blocks, on a GPU: the model measured in
-    place may wait in host memory; a copy (int8, pruning, a training step) or CUDA graphs
-    (which hold their weights' addresses) stay resident."""
-    from perfguard.measure.residency import Residency
-    from perfguard.measure.runner import resolve_device
-    from perfguard.variants.compile import GRAPHED_ON_CUDA
-
-    try:
-        device = resolve_device(job.settings.device)
-    except Exception:  # the measurement says what is wrong with it
-        return None
-    if device.type != "cuda":
-        return None
-    compile_part = job.variant.part("compile")
-    graphed = compile_part is not None and compile_part.name in GRAPHED_ON_CUDA
-    return Residency(job.model, device, movable=job.in_place and not graphed)
 
 
 def _end_item(variant: str, result: VariantResult) -> None:

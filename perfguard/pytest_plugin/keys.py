@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from perfguard.pytest_plugin.marker import ItemSettings
     from perfguard.pytest_plugin.options import Options  # noqa: F401
+    from perfguard.pytest_plugin.roles import Role  # noqa: F401
     from perfguard.pytest_plugin.state import SessionState  # noqa: F401
+    from perfguard.settings import ItemSettings
 
 
 options_key = pytest.StashKey["Options"]()
@@ -21,6 +22,8 @@ tests_key = pytest.StashKey[dict[str, "ItemSettings"]]()
 node id; kept on each of its items too (`marker.settings_of`)."""
 state_key = pytest.StashKey["SessionState"]()
 """A measuring session's state (with `--perfguard` only)."""
+role_key = pytest.StashKey["Role"]()
+"""The plugin object of a measuring session's role (`roles`), registered beside it."""
 undo_key = pytest.StashKey[list[Callable[[], None]]]()
 """What `pytest_configure` changed in the process (signal handlers, import hooks)."""
 item_settings_key = pytest.StashKey["ItemSettings"]()

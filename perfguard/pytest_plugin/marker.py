@@ -7,15 +7,13 @@ fixture, the time limit and the selection step read that, never the marker again
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 from perfguard.bounds import check
 from perfguard.pytest_plugin.keys import item_settings_key
-from perfguard.settings import MARKER_KEYS, THRESHOLD_KEYS
+from perfguard.settings import MARKER_KEYS, ItemSettings, MarkerSettings
 from perfguard.variants.spec import UnknownVariantError, parse_variant
 
 # key -> (accepted types, description), from the one table of settings
@@ -24,28 +22,7 @@ KEYS: dict[str, tuple[tuple[type, ...], str]] = {
 }
 
 
-@dataclass(frozen=True)
-class MarkerSettings:
-    variants: tuple[str, ...] | None
-    options: Mapping[str, Any]
-
-    @property
-    def thresholds(self) -> dict[str, Any]:
-        return {k: v for k, v in self.options.items() if k in THRESHOLD_KEYS}
-
-
 MARKER = "@pytest.mark.perfguard"
-
-
-@dataclass(frozen=True)
-class ItemSettings:
-    """A perf test's settings: its marker, checked, merged with the session's options."""
-
-    test: str  # the test function's node id (every variant and parameter of it)
-    variants: tuple[str, ...]
-    marker: MarkerSettings
-    timeout_s: float  # the marker's `timeout_s`, else the session's `--perfguard-timeout`
-    depends: tuple[str, ...] = ()  # the marker's globs of files the test reads
 
 
 def settings_of(item: pytest.Item) -> ItemSettings | None:

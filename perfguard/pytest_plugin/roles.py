@@ -8,11 +8,18 @@
 - `AbWorker` (`ab/roles.py`): a worker of an A/B driver: it runs the items the driver asks
   for, when asked;
 - `Counting`: a session under callgrind counting instructions for a measuring session.
+
+Each makes the session's plan right after collection (`planning`) and owns what it alone
+writes: the health monitor and the watchdog the measuring session's, the A/B session its
+driver's, the link to the driver its worker's, the regions to count the counting session's.
+What the `perfguard` fixture asks of the session it measures in is a `Role`'s (`link`,
+`counting`, `recording`, `references`).
 """
 
 from __future__ import annotations
 
 import warnings
+from collections import OrderedDict
 from collections.abc import Generator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -20,28 +27,67 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from perfguard.errors import PerfguardWarning
-from perfguard.pytest_plugin import timeout
+from perfguard.pytest_plugin import planning, timeout
 from perfguard.pytest_plugin.benchmark_bridge import result_from_benchmark
-from perfguard.pytest_plugin.collection import measured_in_ab, shard_items, test_id, variant_of
-from perfguard.pytest_plugin.finish import finish_session, terminal_summary
+from perfguard.pytest_plugin.collection import (
+    measured_in_ab,
+    shard_items,
+    test_id,
+    test_of,
+    variant_of,
+)
+from perfguard.pytest_plugin.finish import Ending, finish_session, terminal_summary
 from perfguard.pytest_plugin.fixture import PerfguardFixture
 from perfguard.pytest_plugin.gaps import first_line
-from perfguard.pytest_plugin.guard import guard_items
-from perfguard.pytest_plugin.selection import select
 from perfguard.pytest_plugin.state import SessionState
 from perfguard.pytest_plugin.timeout import limit_of
 from perfguard.records import VariantResult
 
 if TYPE_CHECKING:
-    pass
+    from perfguard.health import Monitor
+    from perfguard.measure.callgrind import Regions
+    from perfguard.measure.drift import Reference
+    from perfguard.pytest_plugin.ab.worker import WorkerLink
+    from perfguard.pytest_plugin.recording import Recording
+    from perfguard.watchdog import Watchdog
 
 
-class Counting:
+class Role:
+    """What every role has: the session's shared state, and what the `perfguard` fixture
+    asks of the session it measures in."""
+
+    link: WorkerLink | None = None  # an A/B worker's link to its driver
+    counting: tuple[tuple[str, ...], Regions] | None = None  # callgrind's regions to count
+
+    def __init__(self, state: SessionState, recording: Recording | None = None) -> None:
+        self.state = state
+        self.recording = recording  # what each perf test runs, recorded in this process
+        # the eager references of the tests measured last, by model (`fixture._reference`)
+        self.references: OrderedDict[str, Reference] = OrderedDict()
+
+    def measures_here(self) -> bool:
+        """Whether this session runs its perf items itself (an A/B driver's workers do)."""
+        return True
+
+    def floor(self, nodeid: str) -> dict[str, Any]:
+        """The item settings a perf item is measured with where this tree loosened the
+        base's (the plan's floors)."""
+        plan = self.state.plan
+        return {} if plan is None else plan.floor(test_of(nodeid))
+
+    def plan(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        """The session's plan, made once its items are collected (and its selection
+        applied)."""
+        planning.make(self.state, config, items, self.state.environment)
+
+
+class Counting(Role):
     """Under callgrind, for a measuring session: its shard's items, counted; nothing else
     (no runner health, no comparison: the measuring session keeps the figures)."""
 
-    def __init__(self, state: SessionState) -> None:
-        self.state = state
+    def __init__(self, state: SessionState, counting: tuple[tuple[str, ...], Regions]) -> None:
+        super().__init__(state)
+        self.counting = counting
 
     def pytest_collection_modifyitems(
         self, config: pytest.Config, items: list[pytest.Item]
@@ -49,26 +95,32 @@ class Counting:
         keep_shard(self.state, config, items)
 
 
-class Measuring:
+class Measuring(Role):
     """The session the user started, measuring each perf item in this process."""
 
-    def __init__(self, state: SessionState) -> None:
-        self.state = state
+    def __init__(
+        self,
+        state: SessionState,
+        recording: Recording | None = None,
+        watchdog: Watchdog | None = None,
+    ) -> None:
+        super().__init__(state, recording)
+        self.watchdog = watchdog  # the supervisor of a session the user started
+        self.monitor: Monitor | None = None  # the runner's health while measuring
+        self.exclusive_gpu = False  # EXCLUSIVE_PROCESS compute mode: no second process
+        if watchdog is not None:
+            state.ledger.listeners.append(
+                lambda result: watchdog.result(result.to_json(), state.environment)
+            )
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(
         self, config: pytest.Config, items: list[pytest.Item]
     ) -> None:
-        """A pull request's partial run, after `-k` and `-m` chose (what the user did not
-        ask for is not listed as unaffected), and before the shard (every shard selects
-        alike)."""
-        select(self.state, config, items)
-        guard_items(self.state, config, items)
+        """The plan, after `-k` and `-m` chose (what the user did not ask for is not listed
+        as unaffected), and before the shard (every shard selects alike)."""
+        self.plan(config, items)
         keep_shard(self.state, config, items)
-
-    def measures_here(self) -> bool:
-        """Whether this session runs its perf items itself (an A/B driver's workers do)."""
-        return True
 
     @pytest.hookimpl(hookwrapper=True, tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> Generator[None, Any, None]:
@@ -76,18 +128,18 @@ class Measuring:
         its set-up to its teardown; one past it is an error result naming the limit, and the
         session goes on."""
         if self.measures_here():
-            begin_item(self.state, item)
+            begin_item(self.state, item, self.watchdog)
         yield
 
     @pytest.hookimpl(hookwrapper=True, trylast=True)
     def pytest_runtest_teardown(self, item: pytest.Item) -> Generator[None, Any, None]:
         yield
         if self.measures_here():
-            end_item(self.state, item, record=True)
+            end_item(self.state, item, self.watchdog, record=True)
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_make_collect_report(self, collector: pytest.Collector) -> Generator[None, Any, None]:
-        yield from within_import_limit(self.state, collector)
+        yield from within_import_limit(self.state, collector, self.watchdog)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         tally_end(self.state, report)
@@ -123,12 +175,12 @@ class Measuring:
             from perfguard.health import EXCLUSIVE_PROCESS
 
             gpu = cuda_gpu_id(int(device.partition(":")[2] or 0))
-            state.exclusive_gpu = compute_mode(gpu) == EXCLUSIVE_PROCESS
+            self.exclusive_gpu = compute_mode(gpu) == EXCLUSIVE_PROCESS
         self.check_device()
         from perfguard.measure.sampling import TIMED
 
-        state.monitor = Monitor(device.partition(":")[0], gpu=gpu, timed=TIMED.is_set)
-        state.monitor.start()
+        self.monitor = Monitor(device.partition(":")[0], gpu=gpu, timed=TIMED.is_set)
+        self.monitor.start()
 
     def check_cuda(self, device: str) -> None:
         """A CUDA device asked for (`--perfguard-device`) that this machine has: a usage
@@ -179,8 +231,16 @@ class Measuring:
             if result is not None:
                 self.state.record(result, item.nodeid)
 
+    def ending(self) -> Ending:
+        """What the finish takes of this role (`finish.Ending`)."""
+        return Ending(
+            monitor=self.monitor,
+            reach=None if self.recording is None else self.recording.finish,
+            exclusive_gpu=self.exclusive_gpu,
+        )
+
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        finish_session(session, self.state, exitstatus)
+        finish_session(session, self.state, exitstatus, self.ending())
 
     def pytest_terminal_summary(self, terminalreporter: Any, config: pytest.Config) -> None:
         terminal_summary(terminalreporter, config)
@@ -193,7 +253,7 @@ def no_cuda(device: str) -> str:
     )
 
 
-def begin_item(state: SessionState, item: pytest.Item) -> None:
+def begin_item(state: SessionState, item: pytest.Item, watchdog: Watchdog | None) -> None:
     """An attempt of a perf item (or a test that times itself) begins (its set-up): its
     whole limit from now, in this process, and at its watchdog (a session the user
     started)."""
@@ -205,26 +265,28 @@ def begin_item(state: SessionState, item: pytest.Item) -> None:
         state.tally.timed_out[item.nodeid] = limit
 
     timeout.begin(limit, expired)
-    if state.watchdog is not None:
+    if watchdog is not None:
         after = state.tally.expected
         rest = after[after.index(item.nodeid) :] if item.nodeid in after else [item.nodeid]
-        state.watchdog.arm(limit, item.nodeid, "timeout", rest)
+        watchdog.arm(limit, item.nodeid, "timeout", rest)
 
 
-def end_item(state: SessionState, item: pytest.Item, *, record: bool) -> None:
+def end_item(
+    state: SessionState, item: pytest.Item, watchdog: Watchdog | None, *, record: bool
+) -> None:
     """An attempt of a perf item ended (its teardown). `record`: one that ran out of time
     without a result gets an error result naming the limit (a worker's driver records the
     item itself)."""
     if not measured_in_ab(item):
         return
     timeout.end()
-    if state.watchdog is not None:
-        state.watchdog.disarm()
+    if watchdog is not None:
+        watchdog.disarm()
     variant = variant_of(item)
     limit = state.tally.timed_out.get(item.nodeid)
     if record and limit is not None and variant is not None:
         key = (test_id(item, variant), variant)
-        if state.nodeids.get(key) != item.nodeid:  # ended before it had a result
+        if state.ledger.nodeids.get(key) != item.nodeid:  # ended before it had a result
             error = VariantResult(
                 test=key[0], variant=variant, status="error", error=timeout.message(limit)
             )
@@ -232,7 +294,7 @@ def end_item(state: SessionState, item: pytest.Item, *, record: bool) -> None:
 
 
 def within_import_limit(
-    state: SessionState, collector: pytest.Collector
+    state: SessionState, collector: pytest.Collector, watchdog: Watchdog | None
 ) -> Generator[None, Any, None]:
     """Importing a test module within the session's item limit: a hang there is a collection
     error naming the module (or, in native code, the watchdog's gap)."""
@@ -241,14 +303,14 @@ def within_import_limit(
         return
     limit = state.options.timeout_s
     timeout.begin(limit, lambda: None)
-    if state.watchdog is not None:
-        state.watchdog.arm(limit, collector.nodeid, "collection_error", [])
+    if watchdog is not None:
+        watchdog.arm(limit, collector.nodeid, "collection_error", [])
     try:
         yield
     finally:
         timeout.end()
-        if state.watchdog is not None:
-            state.watchdog.disarm()
+        if watchdog is not None:
+            watchdog.disarm()
 
 
 def refuse_benchmark_only(config: pytest.Config, perf_items: int) -> None:
@@ -269,8 +331,8 @@ def refuse_benchmark_only(config: pytest.Config, perf_items: int) -> None:
 def failed_after_measuring(state: SessionState, report: pytest.TestReport) -> None:
     """A perf test whose own assertion failed after it measured: its figures are an error
     result, never an ok one (nor a baseline's)."""
-    for key, nodeid in list(state.nodeids.items()):
-        found = state.result_of(key)
+    for key, nodeid in list(state.ledger.nodeids.items()):
+        found = state.ledger.result_of(key)
         if nodeid == report.nodeid and found is not None and found.status == "ok":
             line = first_line(report) or "the test failed"
             state.record(

@@ -4,16 +4,24 @@ is measured, the session's state, and the plugin object of its role (`roles`).""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from perfguard.pytest_plugin.ab.roles import AbDriving, AbWorker
-from perfguard.pytest_plugin.keys import recording_key, state_key, tests_key, undo_key
+from perfguard.pytest_plugin.ab.roles import AbDriving
+from perfguard.pytest_plugin.ab.worker import AbWorker
+from perfguard.pytest_plugin.keys import recording_key, role_key, state_key, undo_key
 from perfguard.pytest_plugin.options import Options, paired_save
 from perfguard.pytest_plugin.progress import ProgressWriter
-from perfguard.pytest_plugin.roles import Counting, Measuring
+from perfguard.pytest_plugin.roles import Counting, Measuring, Role
 from perfguard.pytest_plugin.signals import HeldImport, interrupt_on_sigterm
 from perfguard.pytest_plugin.state import SessionState
+
+if TYPE_CHECKING:
+    from perfguard.measure.callgrind import Regions
+    from perfguard.pytest_plugin.ab.worker import WorkerLink
+    from perfguard.pytest_plugin.recording import Recording
+    from perfguard.watchdog import Watchdog
 
 XDIST_REFUSAL = (
     "--perfguard cannot run under pytest-xdist (-n, --dist): measurements on one device must "
@@ -34,19 +42,29 @@ def _under_xdist(config: pytest.Config) -> bool:
         return False
 
 
-def role_for(state: SessionState) -> object:
+def role_for(
+    state: SessionState,
+    link: WorkerLink | None,
+    counting: tuple[tuple[str, ...], Regions] | None,
+    recording: Recording | None,
+    watchdog: Watchdog | None,
+) -> Role:
     """The plugin object of a measuring session's role."""
-    if state.worker is not None:
-        return AbWorker(state)
-    if state.counting is not None:
-        return Counting(state)
+    if link is not None:
+        return AbWorker(state, link, recording)
+    if counting is not None:
+        return Counting(state, counting)
     if state.options.orders.calibrate is not None:
         from perfguard.pytest_plugin.ab.calibrating import Calibrating
 
-        return Calibrating(state)
+        return Calibrating(state, recording, watchdog)
     if state.options.ab is not None:
-        return AbDriving(state)
-    return Measuring(state)
+        if state.options.orders.canary_pct:
+            from perfguard.pytest_plugin.ab.calibrating import CanaryDriving
+
+            return CanaryDriving(state, recording, watchdog)
+        return AbDriving(state, recording, watchdog)
+    return Measuring(state, recording, watchdog)
 
 
 def configure(config: pytest.Config, options: Options) -> None:
@@ -69,39 +87,39 @@ def configure(config: pytest.Config, options: Options) -> None:
         ProgressWriter(config, options.progress),
         root=Path(config.rootpath),
         notes=[unpaired] if unpaired else [],
-        item_settings=config.stash[tests_key],
     )
     from perfguard.measure.callgrind import CallgrindError, build_shim, counted_regions
 
-    state.counting = counted_regions(options.orders.instructions, options.orders.shim)
-    if options.instructions and state.counting is None:
+    counting = counted_regions(options.orders.instructions, options.orders.shim)
+    if options.instructions and counting is None:
         try:  # asked for and impossible here: say so before anything is measured
             build_shim()
         except CallgrindError as exc:
             raise pytest.UsageError(f"--perfguard-instructions: {exc}") from None
+    link = None
     if options.worker:
         from perfguard.pytest_plugin.ab.worker import WorkerLink
 
-        state.worker = WorkerLink.from_orders(options.orders)
+        link = WorkerLink.from_orders(options.orders)
     undo = [HeldImport("torch").install()]
-    if not options.worker and state.counting is None:  # a session the user started
+    watchdog = None
+    if not options.worker and counting is None:  # a session the user started
         from perfguard.watchdog import Watchdog
 
-        state.watchdog = Watchdog.start(
+        watchdog = Watchdog.start(
             state.root, options.json, options.report, options.machine, options.recorded()
         )
-        if state.watchdog is not None:
-            undo.append(state.watchdog.close)
-    if not options.worker and state.counting is None:
+        if watchdog is not None:
+            undo.append(watchdog.close)
         undo.append(interrupt_on_sigterm())
     config.stash[undo_key] = undo
     recording = config.stash.get(recording_key, None)
     if recording is not None:
-        state.records = True
         if options.ab is not None and not options.worker:
             recording.recorder.stop()  # a driver runs no test: its head worker records
         else:
-            state.recording = recording
             config.pluginmanager.register(recording, "perfguard-recording")
+    role = role_for(state, link, counting, recording, watchdog)
     config.stash[state_key] = state
-    config.pluginmanager.register(role_for(state), "perfguard-session")
+    config.stash[role_key] = role
+    config.pluginmanager.register(role, "perfguard-session")

@@ -9,7 +9,7 @@ side, all of it here.
 - `side`: one tree's worker process, started, restarted after a crash, stopped;
 - `worker`: the other end, inside each worker's pytest session.
 
-The two plugin roles (`AbDriving`, `AbWorker` in `perfguard.pytest_plugin.roles`) call into
+The two plugin roles (`AbDriving` in `ab/roles.py`, `AbWorker` in `ab/worker.py`) call into
 these; the paired statistics are `perfguard.stats` (`significance`, `sequential`), and the
 re-measure of a flag beside the base commit is the confirmation's (`perfguard.confirm`).
 """

@@ -9,12 +9,20 @@ at each canary, with this tree's side's calls made that share slower, in one shu
 (`calibrate.schedule`). A round that could be flagged once its run is judged is given its
 confirmation rounds at once, while the workers hold the item. What was taken is written to
 the calibration record its orders name; `perfguard calibrate` judges it.
+
+The canaries enter the driver through its one seam for them (`Driver.slowing`), which only
+the roles here set: `Calibrating`, and `CanaryDriving`, the calibration's own check of the
+pull-request path (a plain A/B run with every item's calls on this tree's side made a share
+slower, its confirmation rounds slowed alike).
 """
 
 from __future__ import annotations
 
 import random
+import statistics
 import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,21 +31,87 @@ import pytest
 from perfguard.calibrate.analysis import flagged_before_correction
 from perfguard.calibrate.record import Calibration, Comparison, Item, Round, schedule
 from perfguard.files import write_json_atomic
+from perfguard.orders import Orders
 from perfguard.pytest_plugin.ab import session as ab_session
 from perfguard.pytest_plugin.ab.roles import AbDriving
+from perfguard.pytest_plugin.finish import Ending
+from perfguard.pytest_plugin.state import SessionState
 
 if TYPE_CHECKING:
+    from perfguard.plan import BaseSaid
     from perfguard.pytest_plugin.ab.driver import Driver, Taken
     from perfguard.pytest_plugin.ab.session import AbSession
     from perfguard.pytest_plugin.ab.side import SideOutcome
+    from perfguard.pytest_plugin.recording import Recording
     from perfguard.stats.thresholds import Thresholds
+    from perfguard.watchdog import Watchdog
+
+
+class Canary:
+    """This tree's side's calls made `pct` percent slower (0: as they are), each delay sized
+    to the item's call time as the latest block timed without a delay showed it (either
+    side: both run the same code in a calibration), before any such block the call time
+    this tree's worker saw at the end of its warm-up (`call_ms`). Warm-up calls can be slower
+    than timed ones (a training step's first calls ran twice as long: a +10% canary sized
+    from them measured +19.6%). One per item."""
+
+    def __init__(self, pct: float, call_ms: Callable[[], float | None]) -> None:
+        self.pct = pct
+        self.call_ms = call_ms
+        self.steady_ms: float | None = None  # a call, as the latest block without a delay
+        self.delays: list[float] = []  # this tree's delays since `pct` was last set
+
+    def slow(self, pct: float) -> None:
+        """From now on, `pct` percent slower."""
+        self.pct, self.delays = pct, []
+
+    def delay_ms(self, side: str) -> float:
+        if side != "B" or self.pct <= 0:
+            return 0.0
+        return self.pct / 100.0 * (self.steady_ms or self.call_ms() or 0.0)
+
+    def saw(self, side: str, block: tuple[float, ...], delay_ms: float) -> None:
+        if side == "B":
+            self.delays.append(delay_ms)
+        if not delay_ms and block:
+            self.steady_ms = statistics.median(block)
+
+    @property
+    def mean_ms(self) -> float:
+        """The delay per call this tree's side had, on average, since `pct` was set."""
+        return statistics.fmean(self.delays) if self.delays else 0.0
+
+
+class CanaryDriving(AbDriving):
+    """A pull request's A/B run with every item's calls on this tree's side made the share
+    its orders say slower (`canary_pct`), and its confirmation rounds alike: the
+    calibration's check of what a pull request's path catches."""
+
+    @property
+    def pct(self) -> float:
+        return float(self.state.options.orders.canary_pct or 0.0)
+
+    def run_item(
+        self, ab: AbSession, nodeid: str, test: str, variant: str, limit: float | None = None
+    ) -> None:
+        side = ab.driver.b
+        ab.driver.slowing = Canary(self.pct, lambda: side.call_ms)
+        super().run_item(ab, nodeid, test, variant, limit)
+
+    def ending(self) -> Ending:
+        return replace(super().ending(), remeasure_orders=Orders(canary_pct=self.pct))
 
 
 class Calibrating(AbDriving):
     """See the module's docstring."""
 
-    def __init__(self, state: Any) -> None:
-        super().__init__(state)
+    def __init__(
+        self,
+        state: SessionState,
+        recording: Recording | None = None,
+        watchdog: Watchdog | None = None,
+    ) -> None:
+        super().__init__(state, recording, watchdog)
         asked = dict(state.options.orders.calibrate or {})
         self.out = Path(str(asked["out"]))
         self.rounds = int(asked.get("rounds", 20))
@@ -46,23 +120,16 @@ class Calibrating(AbDriving):
         self.items: list[Item] = []
         self.began = time.monotonic()
 
-    def pytest_sessionstart(self, session: pytest.Session) -> None:
-        config = session.config
-        paths = ab_session.session_paths(config)
-        if paths is None or config.option.collectonly:
-            return
-        self.state.ab = ab_session.start(
-            Path(config.rootpath), self.state.options, None, paths, same_tree=True
-        )
+    def start_ab(self, root: Path, items: list[str] | None, paths: Sequence[str] = ()) -> AbSession:
+        """Both sides this tree."""
+        return ab_session.start(root, self.state.options, items, paths, same_tree=True)
 
-    def start(self, session: pytest.Session) -> None:
-        from perfguard.pytest_plugin.collection import measured_in_ab
+    def base_said(self, ab: AbSession) -> BaseSaid | None:
+        """Nothing to compare with: the base side is this tree itself."""
+        return None
 
-        perf_items = [i.nodeid for i in session.items if measured_in_ab(i)]
-        if perf_items and self.state.ab is None:
-            root = Path(session.config.rootpath)
-            self.state.ab = ab_session.start(root, self.state.options, perf_items, same_tree=True)
-        super().start(session)
+    def nothing_to_compare(self, items: list[pytest.Item]) -> str:
+        return ""
 
     def run_whole(self, ab: AbSession, item: pytest.Item) -> None:
         pytest.skip("perfguard calibrate measures perf items; this test times itself")
@@ -79,7 +146,7 @@ class Calibrating(AbDriving):
         state = self.state
         state.progress.start(nodeid)
         position = ab.items.index(nodeid) if nodeid in ab.items else 0
-        th = state.thresholds().for_test(test)
+        th = state.planned.thresholds.for_test(test)
         design = Design(
             alpha=th.alpha,
             bar_pct=ab_bar("latency_p50_ms", th),
@@ -127,22 +194,25 @@ class Calibrating(AbDriving):
             driver.close_item(active, outcomes, progress)
             return Item(test, variant, error=why)
         rng = random.Random(f"{self.state.options.seed}:{nodeid}")
+        canary = driver.slowing = Canary(0.0, lambda: driver.b.call_ms)
         rounds: list[Round] = []
         for k, kind in enumerate(kinds):
             label = "identical" if not kind else f"canary +{kind:g}%"
             progress(f"calibrate: round {k + 1} of {len(kinds)} ({label})")
-            main = self._compare(driver, active, outcomes, rng, design, kind)
+            canary.slow(kind)
+            main = self._compare(driver, active, outcomes, rng, design)
             if main is None:
                 break
+            slower_ms = canary.mean_ms
             again: list[Comparison] = []
-            if flagged_before_correction(test, variant, main[0], th):
+            if flagged_before_correction(test, variant, main, th):
                 for _ in range(self.state.options.confirm):
                     progress(f"calibrate: round {k + 1} confirmed")
-                    taken = self._compare(driver, active, outcomes, rng, design, kind)
+                    taken = self._compare(driver, active, outcomes, rng, design)
                     if taken is None:
                         break
-                    again.append(taken[0])
-            rounds.append(Round(kind, main[1], main[0], tuple(again)))
+                    again.append(taken)
+            rounds.append(Round(kind, slower_ms, main, tuple(again)))
             if len(active) < 2:
                 break
         crashed = len(active) < 2
@@ -154,7 +224,7 @@ class Calibrating(AbDriving):
             error = f"a worker ended during round {len(rounds) + 1}: " + (
                 ended.message if ended is not None else "crashed"
             )
-        call_ms = driver.steady_ms or driver.b.call_ms
+        call_ms = canary.steady_ms or driver.b.call_ms
         return Item(test, variant, tuple(rounds), call_ms, delay, error)
 
     def _compare(
@@ -164,30 +234,26 @@ class Calibrating(AbDriving):
         outcomes: dict[str, SideOutcome],
         rng: random.Random,
         design: Any,
-        slower_pct: float,
-    ) -> tuple[Comparison, float] | None:
+    ) -> Comparison | None:
         """One comparison (pairs until the design decides); None when a worker ended."""
         began = time.monotonic()
-        taken: Taken = driver.take_pairs(
-            active, outcomes, rng, self.state.progress, design, slower_pct
-        )
+        taken: Taken = driver.take_pairs(active, outcomes, rng, self.state.progress, design)
         if len(active) < 2:
             return None
         timed = sum(sum(block) for block in (*taken.a, *taken.b))
-        comparison = Comparison(
+        return Comparison(
             taken.a, taken.b, taken.pairing.to_json(), time.monotonic() - began, timed
         )
-        return comparison, taken.slower_ms
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        ab = self.state.ab
+        ab = self.ab
         launches = {} if ab is None else {"A": ab.driver.a.launches, "B": ab.driver.b.launches}
         calibration = Calibration(
             rounds=self.rounds,
             canary=self.canary,
             canary_rounds=self.canary_rounds,
             confirm=self.state.options.confirm,
-            thresholds=self.state.thresholds().to_json(),
+            thresholds=self.state.planned.thresholds.to_json(),
             items=tuple(self.items),
             device=self.state.options.device,
             launches=launches,
@@ -196,7 +262,7 @@ class Calibrating(AbDriving):
         write_json_atomic(self.out, calibration.to_json())
         if ab is not None:  # nothing to compare with: the base side is this tree itself
             ab.close(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
-            self.state.ab = None
+            self.ab = None
         super().pytest_sessionfinish(session, exitstatus)
 
 

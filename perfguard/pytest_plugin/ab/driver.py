@@ -14,11 +14,10 @@ from __future__ import annotations
 import functools
 import random
 import shutil
-import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from perfguard import scratch
 from perfguard.orders import Orders
@@ -32,6 +31,7 @@ __all__ = [
     "Pairing",
     "Side",
     "SideOutcome",
+    "Slowing",
     "Taken",
     "WorkerExitedError",
 ]
@@ -56,13 +56,39 @@ class Pairing:
 
 @dataclass(frozen=True)
 class Taken:
-    """The blocks of one sequential comparison (each side's, in pair order), how they were
-    taken, and the canary's delay per call of this tree's side (0: none)."""
+    """The blocks of one sequential comparison (each side's, in pair order) and how they
+    were taken."""
 
     a: tuple[tuple[float, ...], ...]
     b: tuple[tuple[float, ...], ...]
     pairing: Pairing
-    slower_ms: float = 0.0
+
+
+class Slowing(Protocol):
+    """How much slower a side's calls are made in its next block, and what each block showed
+    (`perfguard calibrate`'s canaries: the calibrating roles set one on their driver; a pull
+    request's driver keeps `UNSLOWED`, which slows nothing)."""
+
+    def delay_ms(self, side: str) -> float:
+        """The delay added to each call of `side`'s ("A" or "B") next block."""
+        ...
+
+    def saw(self, side: str, block: tuple[float, ...], delay_ms: float) -> None:
+        """`side`'s block was timed with that delay per call."""
+        ...
+
+
+class Unslowed:
+    """Every call as it is."""
+
+    def delay_ms(self, side: str) -> float:
+        return 0.0
+
+    def saw(self, side: str, block: tuple[float, ...], delay_ms: float) -> None:
+        return None
+
+
+UNSLOWED: Slowing = Unslowed()
 
 
 @dataclass(frozen=True)
@@ -109,20 +135,14 @@ class Driver:
         self.crashed = False
         self._pending: list[tuple[Side, Launch]] = []  # launched, not yet connected
         self.a.traces = self.b.traces = traces
-        mine = orders or Orders()
-        given = mine.with_(calibrate=None, canary_pct=None)  # the driver's own
+        given = (orders or Orders()).for_workers()
         self.a.orders = given.with_(compile_cache="load")
         self.b.orders = given.with_(compile_cache=cache or given.compile_cache)
         self._record = record
         if record:
             self.b.reach = self._logs / "head.reach"
         self.reach: Reach | None = None  # this tree's record, read when the workers stop
-        # a canary on every item (the calibration's own check of the PR path): this tree's
-        # calls made this share slower (orders `canary_pct`)
-        self.slower_pct = float(mine.canary_pct or 0.0)
-        # the item's call time as its timed blocks show it, once one was taken without a
-        # canary: what a canary's delay is a share of (`canary_ms`)
-        self.steady_ms: float | None = None
+        self.slowing = UNSLOWED  # calls made slower by a known amount (a calibrating role's)
 
     def measure(
         self,
@@ -163,7 +183,7 @@ class Driver:
     ) -> tuple[SideOutcome, SideOutcome, Pairing]:
         active = self.open_item(nodeid, remaining, progress, outcomes, floor)
         rng = random.Random(f"{self.seed}:{nodeid}")
-        taken = self.take_pairs(active, outcomes, rng, progress, design, self.slower_pct)
+        taken = self.take_pairs(active, outcomes, rng, progress, design)
         self.close_item(active, outcomes, progress)
         return outcomes["A"], outcomes["B"], taken.pairing
 
@@ -178,7 +198,6 @@ class Driver:
         """Start the item on both sides: they build it at once, then compile and warm up one
         after the other. The sides ready to sample (an ended one's outcome is in
         `outcomes`)."""
-        self.steady_ms = None
         going = [
             side
             for side in (self.a, self.b)
@@ -202,15 +221,12 @@ class Driver:
         rng: random.Random,
         progress: Progress,
         design: Design | None = None,
-        slower_pct: float = 0.0,
     ) -> Taken:
         """Pairs of blocks until the sequential design decides (one side alone: the blocks
-        its settings ask for). `slower_pct`: this tree's calls made that share of a call's
-        time slower (a canary, `canary_ms`). A side that crashes leaves `active`, its
-        outcome in `outcomes`."""
+        its settings ask for); each side's calls as `slowing` says. A side that crashes
+        leaves `active`, its outcome in `outcomes`."""
         paired = len(active) == 2
         pairs = LOOKS[-1] if paired else max((s.repeats for s in active), default=0)
-        delays: list[float] = []
         orders: list[str] = []
         blocks: dict[str, list[tuple[float, ...]]] = {"A": [], "B": []}
         sequential: dict[str, Any] | None = None
@@ -223,7 +239,7 @@ class Driver:
             upto = f"up to {pairs}" if paired else str(pairs)
             progress(f"A/B: pair {index + 1} of {upto} ({orders[-1]})")
             for side in order:
-                delay = self.canary_ms(slower_pct) if side is self.b else 0.0
+                delay = self.slowing.delay_ms(side.name)
                 try:
                     block = side.block(delay)
                 except WorkerExitedError as exc:
@@ -231,10 +247,7 @@ class Driver:
                     active.remove(side)
                     continue
                 blocks[side.name].append(block)
-                if side is self.b:
-                    delays.append(delay)
-                if not delay and block:
-                    self.steady_ms = statistics.median(block)
+                self.slowing.saw(side.name, block, delay)
             if paired and len(active) == 2:
                 d = design or Design()
                 stop, found = should_stop(
@@ -250,18 +263,7 @@ class Driver:
                 if stop:
                     break
         pairing = Pairing(tuple(orders), sequential)
-        slower_ms = statistics.fmean(delays) if delays else 0.0
-        return Taken(tuple(blocks["A"]), tuple(blocks["B"]), pairing, slower_ms)
-
-    def canary_ms(self, slower_pct: float) -> float:
-        """A canary's delay per call: `slower_pct` of the item's call time as the latest block
-        timed without a delay showed it (either side: both run the same code in a
-        calibration), before any such block the call time the worker saw at the end of its
-        warm-up. Warm-up calls can be slower than timed ones (a training step's first calls
-        ran twice as long: a +10% canary sized from them measured +19.6%)."""
-        if slower_pct <= 0:
-            return 0.0
-        return slower_pct / 100.0 * (self.steady_ms or self.b.call_ms or 0.0)
+        return Taken(tuple(blocks["A"]), tuple(blocks["B"]), pairing)
 
     def close_item(
         self, active: list[Side], outcomes: dict[str, SideOutcome], progress: Progress

@@ -1,19 +1,18 @@
-"""The roles of same-job A/B's sessions: the driving session the user started
-(`AbDriving`: it collects, selects and compares, and has the workers run each perf item) and
-each tree's worker (`AbWorker`: it runs the items its driver asks for, when asked)."""
+"""The role of same-job A/B's driving session, the one the user started (`AbDriving`: it
+collects, plans and compares, and has the workers run each perf item); each tree's worker's
+is `AbWorker` (`ab/worker.py`)."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from perfguard.pytest_plugin import planning
 from perfguard.pytest_plugin.ab import session as ab_session
-from perfguard.pytest_plugin.ab.protocol import Collected, Ended, Result
 from perfguard.pytest_plugin.collection import (
     measured_in_ab,
     test_id,
@@ -21,24 +20,38 @@ from perfguard.pytest_plugin.collection import (
     times_itself,
     variant_of,
 )
-from perfguard.pytest_plugin.options import configured
+from perfguard.pytest_plugin.finish import Ending
 from perfguard.pytest_plugin.roles import (
     Measuring,
-    begin_item,
-    end_item,
+    keep_shard,
     no_cuda,
-    within_import_limit,
 )
 from perfguard.pytest_plugin.state import SessionState
 from perfguard.pytest_plugin.timeout import limit_of
 
 if TYPE_CHECKING:
+    from perfguard.pipeline import BaseMeasuredBeside
+    from perfguard.plan import BaseSaid
     from perfguard.pytest_plugin.ab.session import AbSession
+    from perfguard.pytest_plugin.recording import Recording
+    from perfguard.records.reach import Reach
+    from perfguard.watchdog import Watchdog
 
 
 class AbDriving(Measuring):
     """`--perfguard-ab`: the workers run each perf item, the base's and this tree's,
     interleaved; this session drives them and compares the pairs."""
+
+    def __init__(
+        self,
+        state: SessionState,
+        recording: Recording | None = None,
+        watchdog: Watchdog | None = None,
+    ) -> None:
+        super().__init__(state, recording, watchdog)
+        self.ab: AbSession | None = None  # the base's worktree and both workers
+        self.records = recording is not None  # this tree's worker records what each test ran
+        self.reach: Reach | None = None  # ... read from it when the workers stop
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         """The workers start now, before this session collects: importing torch and
@@ -48,33 +61,80 @@ class AbDriving(Measuring):
         paths = ab_session.session_paths(config)
         if paths is None or config.option.collectonly:
             return
-        self.state.ab = ab_session.start(
-            Path(config.rootpath), self.state.options, None, paths, record=self.state.records
+        self.ab = self.start_ab(Path(config.rootpath), None, paths)
+
+    def start_ab(self, root: Path, items: list[str] | None, paths: Sequence[str] = ()) -> AbSession:
+        return ab_session.start(root, self.state.options, items, paths, record=self.records)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(
+        self, config: pytest.Config, items: list[pytest.Item]
+    ) -> None:
+        """The plan, with the base tree as its worker describes it (its rules, its guarded
+        settings, its perf tests) and this tree's environment as its worker measures on it;
+        then the shard."""
+        nodeids = [i.nodeid for i in items if measured_in_ab(i)]
+        if nodeids and self.ab is None and not config.option.collectonly:
+            # a test path outside the rootdir: the workers start now, with the items
+            self.ab = self.start_ab(Path(config.rootpath), nodeids)
+        beside, environment = None, None
+        if self.ab is not None and nodeids:
+            self.ab.driver.connect(nodeids, self.state.progress.note)
+            beside = self.base_said(self.ab)
+            environment = self.ab.driver.b.environment
+        planning.make(
+            self.state,
+            config,
+            items,
+            environment,
+            beside=beside,
+            nothing_to_compare=self.nothing_to_compare(items),
+        )
+        keep_shard(self.state, config, items)
+
+    def base_said(self, ab: AbSession) -> BaseSaid | None:
+        """The base commit, and its tree as its worker described it when it connected."""
+        from perfguard.plan import BaseSaid
+
+        base = ab.driver.a
+        return BaseSaid(
+            ab.commit,
+            ab.reason,
+            thresholds=ab_session.base_thresholds(ab),
+            settings=base.settings,
+            tests=frozenset(test_of(nodeid) for nodeid in base.collected),
         )
 
+    def nothing_to_compare(self, items: list[pytest.Item]) -> str:
+        """Why this run compares with nothing: it has no perf item to measure ("": it has)."""
+        if any(measured_in_ab(i) for i in items) and self.ab is not None:
+            return ""
+        collection = self.state.tally.collection
+        why = (
+            f"{len(collection)} test module(s) of this tree did not collect ({collection[0][0]}: "
+            f"{collection[0][1]})"
+            if collection
+            else "this tree has no perf item to measure (none collected, or none selected)"
+        )
+        return f"not compared: {why}"
+
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        ab = self.state.ab
+        ab = self.ab
         if ab is not None and not any(measured_in_ab(i) for i in session.items):
-            self.state.ab = None  # nothing for the workers to run
+            self.ab = None  # nothing for the workers to run
             ab.close()
         super().pytest_collection_finish(session)
 
     def start(self, session: pytest.Session) -> None:
         perf_items = [i.nodeid for i in session.items if measured_in_ab(i)]
-        if perf_items and self.state.ab is not None:
-            self.state.ab.items = perf_items  # sent to the workers when they are connected
-        elif perf_items:
-            # first: its workers start (import torch, collect) while this session does
-            root = Path(session.config.rootpath)
-            self.state.ab = ab_session.start(
-                root, self.state.options, perf_items, record=self.state.records
-            )
+        if perf_items and self.ab is not None:
+            self.ab.items = perf_items  # sent to the workers when they are connected
         super().start(session)
 
     def cuda_available(self) -> bool:
         """Asked of the workers, which import torch anyway: this session measures nothing
         and need not import it (1-2 s of CPU while both workers start)."""
-        ab = self.state.ab
+        ab = self.ab
         if ab is not None:
             ab.driver.connect(ab.items, self.state.progress.note)
             if (cuda := ab.driver.cuda) is not None:
@@ -84,17 +144,17 @@ class AbDriving(Measuring):
     def check_cuda(self, device: str) -> None:
         """As the workers see it (which CUDA device each has is theirs to say, per item)."""
         if not self.cuda_available():
-            if self.state.ab is not None:
-                self.state.ab.close(interrupted=True)
-                self.state.ab = None
+            if self.ab is not None:
+                self.ab.close(interrupted=True)
+                self.ab = None
             raise pytest.UsageError(no_cuda(device))
 
     def check_device(self) -> None:
         from perfguard.health import EXCLUSIVE_ADVICE
 
-        if self.state.ab is not None and self.state.exclusive_gpu:
-            self.state.ab.close(interrupted=True)
-            self.state.ab = None
+        if self.ab is not None and self.exclusive_gpu:
+            self.ab.close(interrupted=True)
+            self.ab = None
             raise pytest.UsageError(f"--perfguard-ab: {EXCLUSIVE_ADVICE}")
 
     @pytest.hookimpl(tryfirst=True)
@@ -102,14 +162,14 @@ class AbDriving(Measuring):
         """The workers run the perf test (or the test that times itself); this session does
         not."""
         variant = variant_of(pyfuncitem)
-        if self.state.ab is not None and times_itself(pyfuncitem):
-            self.run_whole(self.state.ab, pyfuncitem)
+        if self.ab is not None and times_itself(pyfuncitem):
+            self.run_whole(self.ab, pyfuncitem)
             return True
-        if self.state.ab is None or variant is None:
+        if self.ab is None or variant is None:
             return None
         limit = limit_of(pyfuncitem, self.state.options.timeout_s)
         test = test_id(pyfuncitem, variant)
-        self.run_item(self.state.ab, pyfuncitem.nodeid, test, variant, limit)
+        self.run_item(self.ab, pyfuncitem.nodeid, test, variant, limit)
         return True
 
     def run_whole(self, ab: AbSession, item: pytest.Item) -> None:
@@ -145,7 +205,8 @@ class AbDriving(Measuring):
         state = self.state
         state.progress.start(nodeid)
         position = ab.items.index(nodeid) if nodeid in ab.items else 0
-        th = ab_session.guarded(state.thresholds(), ab).for_test(test)
+        plan = state.planned
+        th = plan.rules_for(test)
         # the run's correction shares each p-value with every latency comparison of the run
         tests = max(len(ab.items), 1) * len(LATENCY_METRICS)
         # the stop waits for the median alone (`perfguard.stats.sequential.METRICS`)
@@ -156,7 +217,7 @@ class AbDriving(Measuring):
             margin_pct=th.min_change_pct,
         )
         ab.driver.connect(ab.items[position:], state.progress)
-        floor = ab_session.floor(state, ab, test_of(nodeid))
+        floor = plan.floor(test_of(nodeid)) or None
         base, head, pairing = ab.driver.measure(
             nodeid, ab.items[position:], state.progress, design, limit_s=limit, floor=floor
         )
@@ -191,117 +252,69 @@ class AbDriving(Measuring):
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, Any, None]:
-        if self.state.ab is not None:
+        if self.ab is not None:
             yield  # the workers called the test: nothing of it is here to look at
             return
         yield from super().pytest_runtest_call(item)
 
     def measures_here(self) -> bool:
         """The workers keep the limit; the driver stops waiting past it."""
-        return self.state.ab is None
+        return self.ab is None
 
-
-class AbWorker:
-    """A worker of an A/B driver: only the driver's items, in its order, each when asked;
-    it tells the driver how each ended."""
-
-    def __init__(self, state: SessionState) -> None:
-        assert state.worker is not None
-        self.state = state
-        self.link = state.worker
-
-    def pytest_collection_modifyitems(
-        self, config: pytest.Config, items: list[pytest.Item]
-    ) -> None:
-        environment = None
-        try:  # while the driver gets ready
-            from perfguard.measure.isolation import preload
-            from perfguard.pytest_plugin.finish import fallback_environment
-
-            cuda: bool | None = preload()
-            environment = fallback_environment(self.state.options.device)
-        except Exception:  # torch did not import: each item that needs it says why
-            cuda = None
-        rank = {nodeid: i for i, nodeid in enumerate(self.link.items)}
-        kept = sorted((i for i in items if i.nodeid in rank), key=lambda i: rank[i.nodeid])
-        dropped = [i for i in items if i.nodeid not in rank]
-        if dropped:
-            config.hook.pytest_deselected(items=dropped)
-        items[:] = kept
-        others = tuple((test_id(i, v), v) for i in dropped if (v := variant_of(i)) is not None)
-        errors = tuple(f"{where}: {line}" for where, line in self.state.tally.collection)
-        rules = self.state.thresholds().to_json()  # its tree's markers: the base's bar
-        # its tree's own ini (both workers run the driver's command line) and markers
-        settings = {
-            "run": configured(config, Path(config.rootpath)),
-            "tests": self.state.guarded()["tests"],
-        }
-        self.link.send(
-            Collected(
-                tuple(i.nodeid for i in kept), cuda, errors, others, rules, environment, settings
-            )
+    def ending(self) -> Ending:
+        return replace(
+            super().ending(),
+            reach=lambda: self.reach if self.records else None,
+            close_beside=self.close_beside,
         )
 
-    @pytest.hookimpl(hookwrapper=True, tryfirst=True)
-    def pytest_runtest_setup(self, item: pytest.Item) -> Generator[None, Any, None]:
-        """Block until the driver lets this item run (skip it when the driver does not),
-        then run it within its limit, each attempt from its set-up to its teardown."""
-        from perfguard.pytest_plugin.ab.worker import DriverGoneError
+    def close_beside(
+        self, config: pytest.Config, interrupted: bool, counting: bool
+    ) -> BaseMeasuredBeside | None:
+        """Stop the workers, remove the base's worktree (after counting its instructions
+        there), and hand over the base's side. None when the workers never started."""
+        from perfguard.pipeline import BaseMeasuredBeside
+        from perfguard.pytest_plugin.finish import count_instructions
 
-        if measured_in_ab(item):
-            try:
-                go = self.link.may_start(item.nodeid)
-            except DriverGoneError as exc:
-                pytest.exit(str(exc), returncode=0)
-            if not go:
-                pytest.skip("not run in this A/B session")
-            begin_item(self.state, item)
-        yield
+        ab, state = self.ab, self.state
+        if ab is None:
+            return None
 
-    @pytest.hookimpl(hookwrapper=True, trylast=True)
-    def pytest_runtest_teardown(self, item: pytest.Item) -> Generator[None, Any, None]:
-        yield
-        end_item(self.state, item, record=False)
+        def count_base() -> None:  # in the base's worktree, before it is removed
+            ab.base_results = count_instructions(
+                config, state, ab.worktree.rootdir, ab.base_results, " (base side)"
+            )
 
-    @pytest.hookimpl(hookwrapper=True)
-    def pytest_make_collect_report(self, collector: pytest.Collector) -> Generator[None, Any, None]:
-        yield from within_import_limit(self.state, collector)
-
-    @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_makereport(self, item: pytest.Item) -> Generator[None, Any, None]:
-        outcome = yield
-        if measured_in_ab(item):
-            report = outcome.get_result()
-            if report.when == "call" and report.passed and times_itself(item):
-                self.send_benchmark(item)
-            self.report_end(report)
-
-    def send_benchmark(self, item: pytest.Item) -> None:
-        """The timings of a test that timed itself, for the driver (before how it ended)."""
-        from perfguard.pytest_plugin.benchmark_bridge import result_from_benchmark
-
-        bench = getattr(item, "funcargs", {}).get("benchmark")
-        result = None if bench is None else result_from_benchmark(item.nodeid, bench)
-        if result is not None:
-            with contextlib.suppress(OSError):
-                self.link.send(Result(item.nodeid, result.to_json(), self.state.environment))
-
-    def report_end(self, report: pytest.TestReport) -> None:
-        """Tell the driver how the item ended (after its call, or a setup that did not pass)."""
-        if report.when != "call" and not (report.when == "setup" and report.outcome != "passed"):
-            return
-        if report.skipped and isinstance(report.longrepr, tuple):
-            message = str(report.longrepr[2]).removeprefix("Skipped: ")
-        else:
-            lines = report.longreprtext.strip().splitlines()
-            errors = [line[1:].strip() for line in lines if line.startswith("E ")]
-            message = " ".join(errors[:2]) if errors else (lines[-1] if lines else "")
-        # when the driver is gone, the next item's setup ends the session
-        with contextlib.suppress(OSError):
-            self.link.send(Ended(report.nodeid, report.outcome, message))
-
-    def pytest_sessionfinish(self) -> None:
-        """Write what each test ran, when the driver asked, then hang up."""
-        if self.state.recording is not None:
-            self.state.recording.write_for_driver()
-        self.link.close()
+        base_side = ab.driver.a
+        deleted = base_side.others
+        if base_side.collection_errors:
+            state.tally.base_failure = (
+                f"the base tree ({ab.commit[:10]}) did not collect "
+                f"{len(base_side.collection_errors)} module(s), so its side of those items is "
+                f"missing ({base_side.collection_errors[0]})"
+            )
+        elif state.tally.base_errors and len(state.tally.base_errors) >= len(ab.items):
+            state.tally.base_failure = (
+                f"the base tree's ({ab.commit[:10]}) worker failed on every item "
+                f"({next(iter(state.tally.base_errors.values()))})"
+            )
+        # before the monitor stops: the workers' CPU time is then ours
+        ab.close(interrupted=interrupted, before_removal=count_base if counting else None)
+        self.reach = ab.driver.reach
+        base = tuple(ab.base_results)
+        # a test the base has beside ones this tree runs is this tree's deletion; one the
+        # driver ran on the base side and this tree lacks is not (it has its own result)
+        kept = {r.key for r in base} | state.tally.collected  # measured there, or here at all
+        deleted = tuple(d for d in deleted if d not in kept)
+        # where a module of this tree did not collect, its tests are not known gone
+        state.tally.deleted = () if state.tally.collection else deleted
+        plan = state.planned
+        return BaseMeasuredBeside(
+            ab.commit,
+            ab.reason,
+            base,
+            ab.base_environment or {},
+            deleted=deleted,
+            thresholds=ab_session.base_thresholds(ab),
+            settings=plan.base_run,
+        )

@@ -14,13 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from perfguard.pytest_plugin.collection import test_of
 from perfguard.records import RecordError, VariantResult
 
 if TYPE_CHECKING:
     from perfguard.pytest_plugin.ab.driver import Driver, SideOutcome
     from perfguard.pytest_plugin.options import Options
-    from perfguard.pytest_plugin.state import SessionState
     from perfguard.stats.thresholds import Thresholds
     from perfguard.worktree import Worktree
 
@@ -183,41 +181,6 @@ def base_thresholds(ab: AbSession) -> Thresholds | None:
         return None if said is None else Thresholds.from_json(said)
     except RecordError:
         return None
-
-
-def floor(state: SessionState, ab: AbSession, test: str) -> dict[str, Any] | None:
-    """The item settings both sides measure `test` with, where this tree loosened the base
-    tree's (its ini and markers, as its worker said them: `perfguard.stats.bars.floors`);
-    what was put back is noted in `state`. None: nothing to put back."""
-    from perfguard.stats.bars import floors
-
-    said = ab.driver.a.settings
-    if said is None:
-        return None
-    mine = state.guarded()
-    theirs = dict(said.get("tests") or {})
-    if any(test_of(nodeid) == test for nodeid in ab.driver.a.collected):
-        theirs.setdefault(test, {})  # the base has the test, with no marker of these
-    found, loosened = floors(
-        mine["run"], {test: mine["tests"].get(test, {})}, base_run(state, ab), theirs
-    )
-    state.note_loosened(loosened)
-    return found.get(test)
-
-
-def base_run(state: SessionState, ab: AbSession) -> dict[str, Any] | None:
-    """The base tree's run-level guarded settings (its ini's, or the defaults), as its worker
-    said them, but for those this session took from its command line: both trees were
-    given that line (the base measured by it too), so it loosens nothing of the base's."""
-    said = (ab.driver.a.settings or {}).get("run")
-    return state.given_on_the_command_line(said if isinstance(said, dict) else None)
-
-
-def guarded(mine: Thresholds, ab: AbSession) -> Thresholds:
-    """This tree's rules, none looser than the base tree's (`perfguard.stats.bars`)."""
-    from perfguard.stats.bars import guard
-
-    return guard(mine, base_thresholds(ab))[0]
 
 
 def base_result(outcome: SideOutcome, test: str, variant: str) -> VariantResult | None:

@@ -1,4 +1,5 @@
-"""The worker's end of same-job A/B: inside a pytest session run in one tree.
+"""The worker's end of same-job A/B: inside a pytest session run in one tree, its role
+(`AbWorker`) and its link to the driver (`WorkerLink`).
 
 The driver decides when each item may start, when its variant may be compiled and timed,
 when each block is sampled and when sampling ends, so the two workers never time anything
@@ -11,10 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import pytest
 
 from perfguard.errors import PerfguardError
 from perfguard.measure.canary import delay_for, slowed
@@ -29,9 +32,18 @@ from perfguard.measure.sampling import (
     sample_on_demand,
 )
 from perfguard.orders import Orders
+from perfguard.pytest_plugin import planning
 from perfguard.pytest_plugin.ab import protocol
 from perfguard.pytest_plugin.ab.channel import connect
+from perfguard.pytest_plugin.ab.protocol import Collected, Ended, Result
+from perfguard.pytest_plugin.collection import measured_in_ab, test_id, times_itself, variant_of
+from perfguard.pytest_plugin.options import configured
+from perfguard.pytest_plugin.roles import Role, begin_item, end_item, within_import_limit
+from perfguard.pytest_plugin.state import SessionState
 from perfguard.pytest_plugin.timeout import paused
+
+if TYPE_CHECKING:
+    from perfguard.pytest_plugin.recording import Recording
 
 
 class DriverGoneError(PerfguardError, RuntimeError):
@@ -137,3 +149,114 @@ class WorkerLink:
 
     def close(self) -> None:
         self.conn.close()
+
+
+class AbWorker(Role):
+    """A worker of an A/B driver: only the driver's items, in its order, each when asked;
+    it tells the driver how each ended."""
+
+    link: WorkerLink
+
+    def __init__(
+        self, state: SessionState, link: WorkerLink, recording: Recording | None = None
+    ) -> None:
+        super().__init__(state, recording)
+        self.link = link
+
+    def floor(self, nodeid: str) -> dict[str, Any]:
+        """The running item's settings, as the driver judged them."""
+        return dict(self.link.floor)
+
+    def pytest_collection_modifyitems(
+        self, config: pytest.Config, items: list[pytest.Item]
+    ) -> None:
+        environment = None
+        try:  # while the driver gets ready
+            from perfguard.measure.isolation import preload
+            from perfguard.pytest_plugin.planning import fallback_environment
+
+            cuda: bool | None = preload()
+            environment = fallback_environment(self.state.options.device)
+        except Exception:  # torch did not import: each item that needs it says why
+            cuda = None
+        plan = planning.make(self.state, config, [], environment)
+        rank = {nodeid: i for i, nodeid in enumerate(self.link.items)}
+        kept = sorted((i for i in items if i.nodeid in rank), key=lambda i: rank[i.nodeid])
+        dropped = [i for i in items if i.nodeid not in rank]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+        others = tuple((test_id(i, v), v) for i in dropped if (v := variant_of(i)) is not None)
+        errors = tuple(f"{where}: {line}" for where, line in self.state.tally.collection)
+        rules = plan.thresholds.to_json()  # its tree's markers: the base's bar
+        # its tree's own ini (both workers run the driver's command line) and markers
+        settings = plan.guarded(configured(config, Path(config.rootpath)))
+        self.link.send(
+            Collected(
+                tuple(i.nodeid for i in kept), cuda, errors, others, rules, environment, settings
+            )
+        )
+
+    @pytest.hookimpl(hookwrapper=True, tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> Generator[None, Any, None]:
+        """Block until the driver lets this item run (skip it when the driver does not),
+        then run it within its limit, each attempt from its set-up to its teardown."""
+        from perfguard.pytest_plugin.ab.worker import DriverGoneError
+
+        if measured_in_ab(item):
+            try:
+                go = self.link.may_start(item.nodeid)
+            except DriverGoneError as exc:
+                pytest.exit(str(exc), returncode=0)
+            if not go:
+                pytest.skip("not run in this A/B session")
+            begin_item(self.state, item, None)
+        yield
+
+    @pytest.hookimpl(hookwrapper=True, trylast=True)
+    def pytest_runtest_teardown(self, item: pytest.Item) -> Generator[None, Any, None]:
+        yield
+        end_item(self.state, item, None, record=False)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_make_collect_report(self, collector: pytest.Collector) -> Generator[None, Any, None]:
+        yield from within_import_limit(self.state, collector, None)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item) -> Generator[None, Any, None]:
+        outcome = yield
+        if measured_in_ab(item):
+            report = outcome.get_result()
+            if report.when == "call" and report.passed and times_itself(item):
+                self.send_benchmark(item)
+            self.report_end(report)
+
+    def send_benchmark(self, item: pytest.Item) -> None:
+        """The timings of a test that timed itself, for the driver (before how it ended)."""
+        from perfguard.pytest_plugin.benchmark_bridge import result_from_benchmark
+
+        bench = getattr(item, "funcargs", {}).get("benchmark")
+        result = None if bench is None else result_from_benchmark(item.nodeid, bench)
+        if result is not None:
+            with contextlib.suppress(OSError):
+                self.link.send(Result(item.nodeid, result.to_json(), self.state.environment))
+
+    def report_end(self, report: pytest.TestReport) -> None:
+        """Tell the driver how the item ended (after its call, or a setup that did not pass)."""
+        if report.when != "call" and not (report.when == "setup" and report.outcome != "passed"):
+            return
+        if report.skipped and isinstance(report.longrepr, tuple):
+            message = str(report.longrepr[2]).removeprefix("Skipped: ")
+        else:
+            lines = report.longreprtext.strip().splitlines()
+            errors = [line[1:].strip() for line in lines if line.startswith("E ")]
+            message = " ".join(errors[:2]) if errors else (lines[-1] if lines else "")
+        # when the driver is gone, the next item's setup ends the session
+        with contextlib.suppress(OSError):
+            self.link.send(Ended(report.nodeid, report.outcome, message))
+
+    def pytest_sessionfinish(self) -> None:
+        """Write what each test ran, when the driver asked, then hang up."""
+        if self.recording is not None:
+            self.recording.write_for_driver()
+        self.link.close()
