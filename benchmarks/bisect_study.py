@@ -49,6 +49,7 @@ def test_mlp(perfguard):
 """
 PYTEST_ARGS = ("--perfguard-device=cpu",)
 
+
 def scratch(repo: Path, commits: int, culprit: int, extra_pct: int) -> list[str]:
     """good, then `commits` commits; the one at index `culprit` (1-based) adds the compute."""
     repo.mkdir()

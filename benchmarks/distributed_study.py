@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.calibrate_check import wilson
-from benchmarks.fault_harness import committed_repo, git
+from benchmarks.fault_harness import committed_repo
+from tests.gitrepo import git
 
 HERE = Path(__file__).resolve().parent
 

@@ -50,12 +50,12 @@ from benchmarks.fault_harness import (
     Outcome,
     Ran,
     Seed,
-    git,
     judge,
     make_seed,
     perfguard,
     pytest_session,
 )
+from tests.gitrepo import git
 
 # ---- documents ----
 

@@ -23,12 +23,12 @@ from benchmarks.fault_harness import (
     Case,
     Ran,
     Seed,
-    git,
     perfguard,
     pytest_session,
 )
 from perfguard import scratch
 from tests.github_fake import FakeGitHub
+from tests.gitrepo import git
 from tests.test_signals import INTERRUPT_TORCH_IMPORT
 
 BRANCH = "perfguard-baselines"

@@ -21,10 +21,10 @@ from benchmarks.fault_harness import (
     Ran,
     Seed,
     committed_repo,
-    git,
     perfguard,
     pytest_session,
 )
+from tests.gitrepo import git
 
 MODEL = """
 import pytest, torch

@@ -35,7 +35,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.bisect_study import MODELS, TESTS, git  # the same MLP and its perf test
+from benchmarks.bisect_study import MODELS, TESTS  # the same MLP and its perf test
+from tests.gitrepo import git
 
 DEPTH = 40
 STEPS = (5, 15, 25)  # early, middle and late commits of main (1-based; 0 is the root)

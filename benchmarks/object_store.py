@@ -30,7 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.store_scale import cpu_model, git, measured_template, synthetic_run
+from benchmarks.store_scale import cpu_model, measured_template, synthetic_run
+from tests.gitrepo import git
 from tests.s3server import serve
 
 HERE = Path(__file__).resolve().parent

@@ -48,7 +48,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.bisect_study import git
+from tests.gitrepo import git
 
 DEPTH = 24
 BUILD = """

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import reach_suite
-from benchmarks.bisect_study import git
+from tests.gitrepo import git
 
 DATA = Path(__file__).parent / "data"
 QUICK = ["--perfguard-device=cpu", "--perfguard-threads=1", "--perfguard-confirm=0"]

@@ -12,10 +12,10 @@ import pytest
 
 from perfguard.bounds import Bounds, SettingError, check
 from perfguard.pytest_plugin.fixture import RUN_OPTIONS, PerfguardFixture
-from perfguard.pytest_plugin.marker import MarkerSettings, read_marker
+from perfguard.pytest_plugin.marker import read_marker
 from perfguard.pytest_plugin.options import _read
 from perfguard.records import RecordError, Run
-from perfguard.settings import BY_FIELD, RECORDED, SETTINGS, Setting
+from perfguard.settings import BY_FIELD, RECORDED, SETTINGS, MarkerSettings, Setting
 from perfguard.stats.thresholds import Thresholds
 from tests.factories import run as run_of
 
