@@ -23,6 +23,17 @@ def _version(package: str) -> str | None:
         return None
 
 
+def installed_packages() -> dict[str, str]:
+    """Every distribution installed in this interpreter's environment, by its normalized
+    name (PEP 503), with its version: what two sides' environments are compared by."""
+    found: dict[str, str] = {}
+    for dist in importlib.metadata.distributions():
+        name = dist.metadata["Name"] if dist.metadata else None
+        if name:
+            found.setdefault(re.sub(r"[-_.]+", "-", str(name)).lower(), str(dist.version))
+    return dict(sorted(found.items()))
+
+
 def cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -75,6 +86,8 @@ def collect_environment(device: Any) -> dict[str, Any]:
         "torchao": _version("torchao"),
         "onnxruntime": _version("onnxruntime"),
         "onnx": _version("onnx"),
+        "triton": _version("triton"),
+        "packages": installed_packages(),
         "cpu": cpu_model(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),

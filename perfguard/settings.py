@@ -483,6 +483,61 @@ SETTINGS: tuple[Setting, ...] = (
         recorded=True,
     ),
     Setting(
+        name="base_env",
+        flag="--perfguard-base-env",
+        help="same-job A/B: the environment the base side runs in. 'auto': when the change "
+        "alters what gets installed (dependency tables, requirements, constraints and lock "
+        "files), an environment built from the base's own files and cached by their hash; "
+        "'same': this environment; or an existing environment's python (or folder)",
+        default="auto",
+        metavar="auto|same|PATH",
+        doc="same-job A/B: the environment the base side runs in: `auto` builds one from the "
+        "base's own files when the change alters what gets installed ([ci.md](ci.md), "
+        '"Dependency bumps"), `same` keeps this one, a path names an existing environment\'s '
+        "python",
+        recorded=True,
+    ),
+    Setting(
+        name="install",
+        flag="--perfguard-install",
+        help="the command that installs the project into an environment perfguard builds "
+        "(the base's, a bisected version's), run in that tree with the environment first on "
+        "PATH, e.g. 'pip install -e .[dev]'; without it, the dependency files are read",
+        metavar="COMMAND",
+        optional=True,
+    ),
+    Setting(
+        name="env_cache",
+        flag="--perfguard-env-cache",
+        help="the folder of the environments perfguard builds, kept by the hash of what "
+        "installs them (cache it in CI as the compile cache is)",
+        shown_default="~/.cache/perfguard/environments",
+        metavar="DIR",
+        read="path",
+        optional=True,
+    ),
+    Setting(
+        name="install_timeout",
+        flag="--perfguard-install-timeout",
+        help="the most building one environment may take; past it the install is ended and "
+        "the base side is not measured (the run is incomplete)",
+        default="1800",
+        metavar="SECONDS",
+        read="number",
+        bounds=Bounds(low=1, high=86400),
+        attribute="install_timeout_s",
+    ),
+    Setting(
+        name="ab_env",
+        flag="--perfguard-ab-env",
+        help="measure this tree in another environment (its python or folder) beside this "
+        "one, paired as same-job A/B pairs the base commit: what a dependency's other "
+        "version does to the models, before anyone opens the bump",
+        metavar="PATH",
+        optional=True,
+        recorded=True,
+    ),
+    Setting(
         name="ab_min_change",
         loosens="higher",
         flag="--perfguard-ab-min-change",

@@ -109,6 +109,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
         "perfguard.stats",
         "perfguard.store",
         "perfguard.selection",
+        "perfguard.environments",
         "perfguard.confirm",
         "perfguard.examples",
     ),

@@ -295,7 +295,11 @@ def _compare_same_job(run: Run, base: BaseMeasuredBeside, settings: FinishSettin
     return replace(
         run,
         baseline=BaselineRef(
-            commit=base.commit, reason=base.reason, environment=dict(base.environment), mode="ab"
+            commit=base.commit,
+            reason=base.reason,
+            environment=dict(base.environment),
+            mode="ab",
+            runs_in=base.runs_in,
         ),
         baseline_results=base.results,
         comparisons=comparisons,

@@ -65,6 +65,7 @@ class BaseMeasuredBeside:
     deleted: tuple[tuple[str, str], ...] = ()  # (test, variant) the base has, this tree not
     thresholds: Thresholds | None = None  # the base tree's own (its markers), when known
     settings: Mapping[str, Any] | None = None  # the base tree's recorded settings, when known
+    runs_in: Mapping[str, Any] | None = None  # the environment the base side ran in
 
 
 @dataclass(frozen=True)

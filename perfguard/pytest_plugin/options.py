@@ -65,6 +65,11 @@ class Options:
     confirm_gap_s: float  # least time between an item's measurement and its re-measure
     unhealthy: str
     ab: str | None  # same-job A/B against this revision ("auto": find it)
+    base_env: str  # where A/B's base side runs: auto, same, or an environment's python
+    install: str | None  # the team's command that installs the project into an environment
+    env_cache: Path | None  # the environments perfguard builds (None: ~/.cache/perfguard/...)
+    install_timeout_s: float  # the most building one environment may take
+    ab_env: str | None  # this tree measured in that environment beside this one
     ab_min_change_pct: float
     instructions: tuple[str, ...]  # callgrind regions to count: compile, forward
 
@@ -262,6 +267,13 @@ def _refuse_conflicts(options: Options, sources: Mapping[str, str]) -> None:
         raise pytest.UsageError(
             "--perfguard-save-unpaired says how --perfguard-save measures; it saves nothing "
             "alone: add --perfguard-save"
+        )
+    if options.ab_env and (options.ab is not None or options.save):
+        other = sources["ab"] if options.ab is not None else "--perfguard-save"
+        raise pytest.UsageError(
+            f"--perfguard-ab-env measures this tree in two environments; {other} measures "
+            "two commits: use one (the base commit in another environment is "
+            "--perfguard-base-env)"
         )
     if options.ab is not None and sources["compare"] == "--perfguard-compare":
         raise pytest.UsageError(

@@ -58,7 +58,7 @@ def role_for(
         from perfguard.pytest_plugin.ab.calibrating import Calibrating
 
         return Calibrating(state, recording, watchdog)
-    if state.options.ab is not None:
+    if state.options.ab is not None or state.options.ab_env:
         if state.options.orders.canary_pct:
             from perfguard.pytest_plugin.ab.calibrating import CanaryDriving
 
@@ -115,7 +115,7 @@ def configure(config: pytest.Config, options: Options) -> None:
     config.stash[undo_key] = undo
     recording = config.stash.get(recording_key, None)
     if recording is not None:
-        if options.ab is not None and not options.worker:
+        if (options.ab is not None or options.ab_env) and not options.worker:
             recording.recorder.stop()  # a driver runs no test: its head worker records
         else:
             config.pluginmanager.register(recording, "perfguard-recording")

@@ -32,6 +32,12 @@ ENVIRONMENT_KEYS: tuple[EnvironmentKey, ...] = (
     EnvironmentKey("torchao", "torchao's version (null without it)", watched=True),
     EnvironmentKey("onnxruntime", "onnxruntime's version (null without it)", watched=True),
     EnvironmentKey("onnx", "onnx's version (null without it)"),
+    EnvironmentKey("triton", "Triton's version (null without it)", watched=True),
+    EnvironmentKey(
+        "packages",
+        "every installed distribution and its version ({name: version}): the report's "
+        "Dependencies block names those that differ between the two sides",
+    ),
     EnvironmentKey("cpu", "the CPU's model name", gates=True),
     EnvironmentKey("cpu_count", "the CPUs the OS reports", gates=True),
     EnvironmentKey("torch_threads", "torch's intra-op threads", gates=True, watched=True),

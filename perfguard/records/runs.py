@@ -26,20 +26,28 @@ class BaselineRef:
     reason: str
     environment: Mapping[str, Any] | None = None  # the baseline's, to show both sides
     mode: str = "stored"  # "stored": a baseline file; "ab": measured in this job (same-job A/B)
+    # same-job A/B: the environment the base side ran in ({"how": built, given, same or
+    # failed, "changed": the dependency files, "installer", "seconds", "cached", "python"})
+    runs_in: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.environment is not None and not isinstance(self.environment, Mapping):
             raise RecordError(f"baseline.environment must be an object, got {self.environment!r}")
         if self.mode not in ("stored", "ab"):
             raise RecordError(f"baseline.mode must be 'stored' or 'ab', got {self.mode!r}")
+        if self.runs_in is not None and not isinstance(self.runs_in, Mapping):
+            raise RecordError(f"baseline.runs_in must be an object, got {self.runs_in!r}")
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "commit": self.commit,
             "reason": self.reason,
             "environment": None if self.environment is None else dict(self.environment),
             "mode": self.mode,
         }
+        if self.runs_in is not None:
+            out["runs_in"] = dict(self.runs_in)
+        return out
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -311,6 +319,7 @@ class Run:
                     reason=text("baseline.reason", baseline.get("reason", "")),
                     environment=baseline.get("environment"),
                     mode=text("baseline.mode", baseline.get("mode") or "stored"),
+                    runs_in=baseline.get("runs_in"),
                 ),
                 comparisons=tuple(Comparison.from_json(c) for c in data.get("comparisons") or ()),
                 created=data.get("created"),

@@ -9,7 +9,7 @@ fit, worst first), always saying what it left out and where the full report is.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any
@@ -17,7 +17,7 @@ from typing import Any
 import jinja2
 
 from perfguard.comment import COMMENT_LIMIT, MARKER
-from perfguard.environment_diff import environment_differences
+from perfguard.environment_diff import environment_differences, package_changes, runtime_changes
 from perfguard.records import Comparison, Run, VariantResult
 from perfguard.report import format as fmt
 from perfguard.report.charts import trend_chart
@@ -355,6 +355,9 @@ def _context(run: Run, th: Thresholds, full_report: str | None) -> dict[str, Any
         "thresholds": th,
         "verdicts": fmt.row_verdicts(run.results, comparisons),
         "base_env": run.baseline.environment,
+        "dependencies": package_changes(run.baseline.environment or {}, run.environment),
+        "runtime": runtime_changes(run.baseline.environment or {}, run.environment),
+        "runs_in": runs_in_line(run.baseline.runs_in),
         "env_differences": environment_differences(run.baseline.environment or {}, run.environment)
         if run.baseline.environment
         else [],
@@ -362,6 +365,32 @@ def _context(run: Run, th: Thresholds, full_report: str | None) -> dict[str, Any
         "loosened": loosened_of(run.settings),
         "marker": MARKER,
     }
+
+
+def runs_in_line(runs_in: Mapping[str, Any] | None) -> str:
+    """How the base side's environment came to be, in words ("": nothing to say)."""
+    if not runs_in:
+        return ""
+    changed = ", ".join(str(p) for p in runs_in.get("changed") or ())
+    altered = f"this change alters {changed}; " if changed else ""
+    how = runs_in.get("how")
+    if how == "built":
+        seconds = float(runs_in.get("seconds") or 0)
+        cost = (
+            "from the cache"
+            if runs_in.get("cached")
+            else f"built in {seconds:.0f} s with {runs_in.get('installer')}"
+        )
+        return (
+            f"{altered}the base side ran in an environment built from the base's own files ({cost})"
+        )
+    if how == "given":
+        return f"the base side ran in {runs_in.get('python')}"
+    if how == "failed":
+        return (
+            f"{altered}the base's environment could not be built, so the base side was not measured"
+        )
+    return ""
 
 
 __all__ = ["headline", "render_markdown"]

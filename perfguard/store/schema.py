@@ -38,6 +38,12 @@ History:
   `details` holding the ranks' figures). An 11 file has none of these: a partial run
   against it measures everything, its settings read as the defaults were.
 
+- 13: the environment is part of the change. A run's `environment` holds `packages` (every
+  installed distribution and its version) and `triton`; `baseline.runs_in` says which
+  environment same-job A/B's base side ran in (`how`: built from the base's own files,
+  given, or failed, with the dependency files the change altered and what building cost).
+  A 12 file has none of these: its environments compare by the keys it has.
+
 Before the release (kept for the record; not read): 1 the results format; 2 counters; 3
 instruction counts; 4 confirmation records; 5 blocks and sketches instead of raw samples in
 baselines, gzip; 6 workloads, throughput, the device clock; 7 generations; 8 accepted
@@ -68,7 +74,15 @@ def _11_to_12(doc: dict[str, Any]) -> dict[str, Any]:
     return {**doc, "schema_version": 12}
 
 
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {11: _11_to_12}
+def _12_to_13(doc: dict[str, Any]) -> dict[str, Any]:
+    """13 only adds keys (see the history): a 12 file reads unchanged."""
+    return {**doc, "schema_version": 13}
+
+
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    11: _11_to_12,
+    12: _12_to_13,
+}
 """version N -> a function turning a version-N document into a version-(N+1) one."""
 
 

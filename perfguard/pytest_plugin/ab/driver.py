@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from perfguard import scratch
+from perfguard.environments import BaseEnvironment, make_shim
 from perfguard.orders import Orders
 from perfguard.pytest_plugin.ab.side import Launch, Side, SideOutcome, WorkerExitedError
 from perfguard.records.reach import Reach
@@ -117,13 +118,15 @@ class Driver:
         record: bool = False,
         orders: Orders | None = None,
         cache: str | None = None,
+        base_env: BaseEnvironment | None = None,
     ) -> None:
         """`worker_args(rootdir)`: the pytest arguments of a worker in that tree; `traces`:
         where both workers write their Chrome traces (beside the session's report);
         `record`: this tree's worker records what each test runs (`reach`, read at close);
         `orders`: this session's own, passed on to both workers with theirs; `cache`: what
         this tree's worker does with main's compile cache ("write" in main's run; the
-        base's loads it)."""
+        base's loads it); `base_env`: the environment the base's worker runs in (None: this
+        one)."""
         self._logs = scratch.make(f"{scratch.PREFIX}logs-")
         self.a = Side(
             "A", base_label, base_rootdir, worker_args(base_rootdir), self._logs / "base.log"
@@ -143,6 +146,11 @@ class Driver:
             self.b.reach = self._logs / "head.reach"
         self.reach: Reach | None = None  # this tree's record, read when the workers stop
         self.slowing = UNSLOWED  # calls made slower by a known amount (a calibrating role's)
+        if base_env is not None and base_env.error is not None:
+            self.a.refused = f"the base's environment could not be built: {base_env.error}"
+        elif base_env is not None and base_env.python is not None:
+            self.a.python = base_env.python
+            self.a.shim = make_shim(self._logs / "perfguard-shim")
 
     def measure(
         self,
@@ -309,7 +317,7 @@ class Driver:
         for side in (self.a, self.b):
             try:
                 self._pending.append((side, side.launch(items, paths)))
-            except OSError:  # `begin` starts it again, and says why if it fails
+            except (OSError, WorkerExitedError):  # `begin` starts it again, and says why
                 side.stop()
 
     @property
@@ -332,7 +340,7 @@ class Driver:
             for side in idle:
                 try:
                     launched.append((side, side.launch(remaining)))
-                except OSError:
+                except (OSError, WorkerExitedError):  # `begin` says why, for its item
                     side.stop()
         for side, handle in launched:
             try:

@@ -64,7 +64,14 @@ class AbDriving(Measuring):
         self.ab = self.start_ab(Path(config.rootpath), None, paths)
 
     def start_ab(self, root: Path, items: list[str] | None, paths: Sequence[str] = ()) -> AbSession:
-        return ab_session.start(root, self.state.options, items, paths, record=self.records)
+        return ab_session.start(
+            root,
+            self.state.options,
+            items,
+            paths,
+            record=self.records,
+            say=self.state.progress.note,
+        )
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(
@@ -287,7 +294,9 @@ class AbDriving(Measuring):
 
         base_side = ab.driver.a
         deleted = base_side.others
-        if base_side.collection_errors:
+        if base_side.refused is not None:
+            state.tally.base_failure = base_side.refused
+        elif base_side.collection_errors:
             state.tally.base_failure = (
                 f"the base tree ({ab.commit[:10]}) did not collect "
                 f"{len(base_side.collection_errors)} module(s), so its side of those items is "
@@ -317,4 +326,5 @@ class AbDriving(Measuring):
             deleted=deleted,
             thresholds=ab_session.base_thresholds(ab),
             settings=plan.base_run,
+            runs_in=None if ab.runs_in is None else ab.runs_in.to_json(),
         )

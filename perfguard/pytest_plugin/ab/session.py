@@ -7,6 +7,7 @@ and, instead of calling each perf test itself, has the two workers run it (see
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest
 from perfguard.records import RecordError, VariantResult
 
 if TYPE_CHECKING:
+    from perfguard.environments import BaseEnvironment
     from perfguard.pytest_plugin.ab.driver import Driver, SideOutcome
     from perfguard.pytest_plugin.options import Options
     from perfguard.stats.thresholds import Thresholds
@@ -39,6 +41,8 @@ class AbSession:
     items: list[str]  # the perf items' node ids, in the order this session runs them
     base_results: list[VariantResult] = field(default_factory=list)
     base_environment: dict[str, Any] | None = None
+    # where the base side runs (None: this environment, nothing decided)
+    runs_in: BaseEnvironment | None = None
 
     def close(
         self, *, interrupted: bool = False, before_removal: Callable[[], None] | None = None
@@ -92,13 +96,15 @@ def start(
     *,
     record: bool = False,
     same_tree: bool = False,
+    say: Callable[[str], None] = lambda _line: None,
 ) -> AbSession:
     """Find REF, check it out, prepare the driver, launch the workers. A usage error says
     what went wrong. `items` None: this session has not collected yet; the workers collect
     `paths` (`session_paths`) meanwhile and are sent the items later. `record`: this tree's
     worker records what each test runs. `same_tree`: both sides are this tree
-    (`perfguard calibrate`), no revision is checked out."""
-    if same_tree:
+    (`perfguard calibrate`, or `--perfguard-ab-env`), no revision is checked out. `say`:
+    progress (building the base's environment can take minutes)."""
+    if same_tree or options.ab_env:
         return _start_same_tree(root, options, items, paths)
     from perfguard.git import GitError, ab_reference, resolve_commit
     from perfguard.pytest_plugin.ab.driver import Driver
@@ -133,6 +139,7 @@ def start(
         worktree = Worktree(root, commit)
     except (GitError, BaselineError) as exc:  # BaselineError: a store that cannot be listed
         raise pytest.UsageError(f"--perfguard-ab: {exc}") from None
+    runs_in = _base_environment(root, options, commit, worktree, say)
     driver = Driver(
         worktree.rootdir,
         f"base {commit[:10]}",
@@ -143,9 +150,51 @@ def start(
         record=record,
         orders=options.orders,
         cache="write" if options.save and options.compile_cache is not None else None,
+        base_env=runs_in,
     )
     driver.launch_both(items, paths)  # they get ready while this session does
-    return AbSession(driver, worktree, commit, reason, list(items or ()))
+    return AbSession(driver, worktree, commit, reason, list(items or ()), runs_in=runs_in)
+
+
+def _base_environment(
+    root: Path, options: Options, commit: str, worktree: Worktree, say: Callable[[str], None]
+) -> BaseEnvironment:
+    """Where the base side runs (`--perfguard-base-env`, `perfguard.environments`)."""
+    from perfguard.environments import EnvironmentChoiceError, base_environment, default_cache
+    from perfguard.git import GitError, file_at
+    from perfguard.selection import changed_files
+
+    if options.base_env == "auto":
+        try:
+            changed = list(changed_files(root, commit).paths)
+        except GitError:
+            changed = []
+    else:
+        changed = []
+    before: dict[str, str | None] = {}
+    after: dict[str, str | None] = {}
+    for path in changed:
+        with contextlib.suppress(GitError, ValueError):
+            before[path] = file_at(root, commit, root / path)
+        try:
+            after[path] = (root / path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            after[path] = None
+    try:
+        return base_environment(
+            options.base_env,
+            changed,
+            before,
+            after,
+            worktree.rootdir,
+            cache=options.env_cache or default_cache(),
+            install=options.install,
+            timeout_s=options.install_timeout_s,
+            say=say,
+        )
+    except EnvironmentChoiceError as exc:
+        worktree.remove()
+        raise pytest.UsageError(str(exc)) from None
 
 
 def _start_same_tree(
@@ -159,17 +208,28 @@ def _start_same_tree(
         commit = resolve_commit(root, "HEAD")
     except GitError:
         commit = ""  # not a git checkout: nothing names the tree but its folder
+    runs_in, label, reason = None, "this tree (A)", "this tree beside itself"
+    if options.ab_env:
+        from perfguard.environments import BaseEnvironment, EnvironmentChoiceError, interpreter
+
+        try:
+            python = interpreter(options.ab_env, "--perfguard-ab-env")
+        except EnvironmentChoiceError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        why = f"this tree measured in {python} (--perfguard-ab-env) beside this environment"
+        runs_in, label, reason = BaseEnvironment(python, why), f"this tree in {python}", why
     driver = Driver(
         root,
-        "this tree (A)",
+        label,
         root,
         lambda rootdir: worker_args(options, rootdir),
         seed=options.seed,
         traces=trace_dir(options),
         orders=options.orders,
+        base_env=runs_in,
     )
     driver.launch_both(items, paths)
-    return AbSession(driver, ThisTree(root), commit, "this tree beside itself", list(items or ()))
+    return AbSession(driver, ThisTree(root), commit, reason, list(items or ()), runs_in=runs_in)
 
 
 def base_thresholds(ab: AbSession) -> Thresholds | None:

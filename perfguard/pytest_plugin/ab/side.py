@@ -120,6 +120,11 @@ class Side:
     thresholds: dict[str, Any] | None = None  # its tree's rules, as its worker read them
     environment: dict[str, Any] | None = None  # what its worker measures on
     settings: dict[str, Any] | None = None  # its tree's guarded settings, as its worker read
+    # the interpreter of another environment its worker runs in (None: this one's), and the
+    # folder that makes this perfguard importable there (`perfguard.environments.shim`)
+    python: Path | None = None
+    shim: Path | None = None
+    refused: str | None = None  # why its worker cannot start at all (its environment)
     _limit: float | None = field(default=None, repr=False)  # the item's time limit (s)
     _deadline: float | None = field(default=None, repr=False)  # time.monotonic() to kill at
 
@@ -139,6 +144,8 @@ class Side:
         (the session's own test paths, relative to the tree) and `connect` sends it the
         items. FileNotFoundError when none of `paths` is in this tree."""
         self.stop()
+        if self.refused is not None:
+            raise WorkerExitedError(self.refused)
         self.launches += 1
         top = self.rootdir
         # whole files: a test new in this tree is no node id in the other
@@ -148,7 +155,9 @@ class Side:
             raise FileNotFoundError(f"none of {list(paths)} is in the {self.label} tree")
         listener, (address, key), folder = open_listener()
         imports = [str(top), *([str(top / "src")] if (top / "src").is_dir() else [])]
-        if os.environ.get("PYTHONPATH"):
+        if self.shim is not None:  # perfguard first, then the tree, in another environment
+            imports.insert(0, str(self.shim))
+        elif os.environ.get("PYTHONPATH"):
             imports.append(os.environ["PYTHONPATH"])
         listing = None
         if items is not None:
@@ -166,13 +175,17 @@ class Side:
             orders, {k: v for k, v in os.environ.items() if not _spins_while_idle(k, v)}
         )
         env["PYTHONPATH"] = os.pathsep.join(imports)
-        where = str(Path(__file__).resolve().parents[3])  # the folder perfguard is in
+        if self.python is not None:  # that environment's, first on PATH for what tests start
+            env["VIRTUAL_ENV"] = str(self.python.parent.parent)
+            env["PATH"] = f"{self.python.parent}{os.pathsep}{env.get('PATH', '')}"
+        # the folder perfguard is in: this installation's, or the shim's in another environment
+        where = str(self.shim or Path(__file__).resolve().parents[3])
         launch = Launch(listener, folder, items_later=items is None)
         with contextlib.ExitStack() as failed, self.log.open("ab") as out:
             failed.callback(launch.close)  # no worker: stop listening for it
             self.proc = subprocess.Popen(
                 [
-                    sys.executable,
+                    str(self.python or sys.executable),
                     "-c",
                     BOOT.format(where=where, parent=os.getpid()),
                     *self.args,

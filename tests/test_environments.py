@@ -1,0 +1,188 @@
+"""The environment as part of the change (`perfguard.environments`): which changes alter
+what gets installed, an environment built from a tree's own files with uv or with pip and
+cached by their hash, a build that fails named by the installer's last lines, and where
+same-job A/B's base side runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from perfguard.environments import (
+    EnvironmentBuildError,
+    EnvironmentChoiceError,
+    base_environment,
+    environment_for,
+    find_uv,
+    interpreter,
+)
+from perfguard.environments import build as build_module
+from perfguard.environments.install import changed_installs, install_files, requirements
+from tests.wheels import make_wheel
+
+POETRY_LOCK = """
+[[package]]
+name = "slowpkg"
+version = "{v}"
+
+[[package]]
+name = "mine"
+version = "0.1"
+[package.source]
+type = "directory"
+url = "."
+
+[metadata]
+lock-version = "2.0"
+"""
+
+
+@pytest.mark.parametrize(
+    ("path", "before", "after", "changed"),
+    [
+        ("requirements.txt", "torch==2.13.0\nslowpkg==1.0\n", "torch==2.13.0\nslowpkg==2.0\n", True),
+        ("requirements.txt", "slowpkg==1.0\n", "# the pin we ship\nslowpkg==1.0  # fast\n", False),
+        ("requirements-dev.txt", None, "pytest\n", True),
+        ("constraints.txt", "numpy<2\n", "numpy<3\n", True),
+        ("pyproject.toml", '[project]\nname="m"\nversion="1"\ndependencies=["a"]\n',
+         '[project]\nname="m"\nversion="2"\ndependencies=["a"]\n[tool.ruff]\nline-length=99\n', False),
+        ("pyproject.toml", '[project]\nname="m"\ndependencies=["a==1"]\n',
+         '[project]\nname="m"\ndependencies=["a==2"]\n', True),
+        ("poetry.lock", POETRY_LOCK.format(v="1.0"), POETRY_LOCK.format(v="2.0"), True),
+        ("Pipfile.lock", '{"default": {"a": {"version": "==1"}}}', '{"default": {"a": {"version": "==1"}}, "_meta": {}}', False),
+        ("environment.yml", "dependencies:\n  - pytorch=2.13\n", "dependencies:\n  - pytorch=2.14\n", True),
+        ("setup.cfg", "[options]\ninstall_requires = a\n[flake8]\nx=1\n", "[options]\ninstall_requires = a\n[flake8]\nx=2\n", False),
+        ("src/model.py", "x = 1\n", "x = 2\n", False),
+    ],
+)  # fmt: skip
+def test_a_change_alters_what_gets_installed_only_where_its_tables_do(
+    path: str, before: str | None, after: str, changed: bool
+) -> None:
+    assert changed_installs([path], {path: before}, {path: after}) == ([path] if changed else [])
+
+
+def test_a_trees_files_become_one_requirements_file(tmp_path: Path) -> None:
+    (tmp_path / "requirements.txt").write_text("slowpkg==1.0\n")
+    (tmp_path / "constraints.txt").write_text("numpy<3\n")
+    (tmp_path / "poetry.lock").write_text(POETRY_LOCK.format(v="1.0"))
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "mine"\nversion = "0.1"\n')
+    (tmp_path / "README.md").write_text("not a dependency file\n")
+    assert install_files(tmp_path) == [
+        "constraints.txt", "poetry.lock", "pyproject.toml", "requirements.txt",
+    ]  # fmt: skip
+    found = requirements(tmp_path, ["jinja2>=3.1"])
+    assert found.lines == (
+        f"-c {tmp_path / 'constraints.txt'}",
+        "slowpkg==1.0",  # the lock's, not its own directory package
+        f"-r {tmp_path / 'requirements.txt'}",
+        f"-e {tmp_path}",
+        "jinja2>=3.1",
+    )
+
+
+@pytest.fixture
+def wheels(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """slowpkg 1.0 and 2.0, and nothing else: both installers look only there."""
+    folder = tmp_path_factory.mktemp("wheels")
+    for version, work in (("1.0", 1), ("2.0", 4)):
+        make_wheel(folder, "slowpkg", version, {"slowpkg/__init__.py": f"WORK = {work}\n"})
+    for name, value in (("NO_INDEX", "1"), ("FIND_LINKS", str(folder))):
+        monkeypatch.setenv(f"PIP_{name}", value)
+        monkeypatch.setenv(f"UV_{name}", value)
+    monkeypatch.delenv("PIP_CONSTRAINT", raising=False)
+    return folder
+
+
+def _tree(root: Path, pin: str) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "requirements.txt").write_text(f"slowpkg=={pin}\n")
+    return root
+
+
+def _work(python: Path) -> str:
+    return subprocess.run(
+        [str(python), "-c", "import slowpkg; print(slowpkg.WORK)"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("installer", ["pip", "uv"])
+def test_an_environment_is_built_from_the_trees_files_once_and_then_taken_from_the_cache(
+    tmp_path: Path, wheels: Path, monkeypatch: pytest.MonkeyPatch, installer: str
+) -> None:
+    if installer == "pip":
+        monkeypatch.setattr(build_module, "find_uv", lambda: None)
+    elif find_uv() is None:
+        pytest.skip("uv is not installed here")
+    cache, said = tmp_path / "cache", []
+    first = environment_for(_tree(tmp_path / "a", "1.0"), cache, own=[], say=said.append)
+    assert not first.cached and first.installer == installer and _work(first.python) == "1"
+    again = environment_for(_tree(tmp_path / "b", "1.0"), cache, own=[])  # another folder
+    assert again.cached and again.key == first.key and again.python == first.python
+    other = environment_for(_tree(tmp_path / "c", "2.0"), cache, own=[])
+    assert other.key != first.key and _work(other.python) == "4"
+    assert any("building with" in line for line in said)
+    meta = json.loads((first.folder / ".perfguard-complete").read_text())
+    assert meta["sources"] == ["requirements.txt"]
+
+
+@pytest.mark.slow
+def test_an_environment_that_cannot_be_built_says_what_the_installer_said(
+    tmp_path: Path, wheels: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(build_module, "find_uv", lambda: None)
+    with pytest.raises(EnvironmentBuildError) as failed:
+        environment_for(_tree(tmp_path / "a", "9.9"), tmp_path / "cache", own=[])
+    message = str(failed.value)
+    assert "failed (exit code" in message and "slowpkg==9.9" in message
+    assert not list((tmp_path / "cache").glob("*/.perfguard-complete"))  # nothing kept
+    # a command that outlives the limit is ended, and says so
+    with pytest.raises(EnvironmentBuildError, match="past its limit"):
+        environment_for(
+            tmp_path / "a", tmp_path / "cache", install="sleep 30", timeout_s=1.5, own=[]
+        )
+
+
+@pytest.mark.slow
+def test_the_teams_install_command_runs_in_the_tree_with_the_environment_first(
+    tmp_path: Path, wheels: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(build_module, "find_uv", lambda: None)
+    tree = _tree(tmp_path / "a", "2.0")
+    command = "python -m pip install -q slowpkg==1.0 && pwd > where.txt"
+    built = environment_for(tree, tmp_path / "cache", install=command, own=[])
+    assert _work(built.python) == "1" and built.installer == f"command: {command}"
+    assert (tree / "where.txt").read_text().strip() == str(tree)
+
+
+def test_where_the_base_side_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    said: list[str] = []
+    args = {"cache": tmp_path / "cache", "install": None, "timeout_s": 60.0, "say": said.append}
+    same = base_environment("same", ["requirements.txt"], {}, {}, tmp_path, **args)  # type: ignore[arg-type]
+    assert same.python is None and same.to_json()["how"] == "same"
+    python = Path(os.sys.executable)  # type: ignore[attr-defined]
+    given = base_environment(str(python), [], {}, {}, tmp_path, **args)  # type: ignore[arg-type]
+    assert given.python == interpreter(python, "x") and given.to_json()["how"] == "given"
+    with pytest.raises(EnvironmentChoiceError, match="--perfguard-base-env=/nowhere"):
+        base_environment("/nowhere", [], {}, {}, tmp_path, **args)  # type: ignore[arg-type]
+    untouched = base_environment(
+        "auto", ["requirements.txt"], {"requirements.txt": "a==1\n"},
+        {"requirements.txt": "a==1  # same\n"}, tmp_path, **args,  # type: ignore[arg-type]
+    )  # fmt: skip
+    assert untouched.python is None and untouched.built is None
+
+    def refuse(*_a: object, **_k: object) -> object:
+        raise EnvironmentBuildError("pip install failed (exit code 1): no slowpkg==9.9")
+
+    monkeypatch.setattr("perfguard.environments.environment_for", refuse)
+    failed = base_environment(
+        "auto", ["requirements.txt"], {"requirements.txt": "slowpkg==1.0\n"},
+        {"requirements.txt": "slowpkg==9.9\n"}, tmp_path, **args,  # type: ignore[arg-type]
+    )  # fmt: skip
+    assert failed.error is not None and "slowpkg==9.9" in failed.error
+    assert failed.to_json()["how"] == "failed" and failed.changed == ("requirements.txt",)
