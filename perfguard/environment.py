@@ -88,6 +88,7 @@ def collect_environment(device: Any) -> dict[str, Any]:
         "onnx": _version("onnx"),
         "triton": _version("triton"),
         "packages": installed_packages(),
+        "tracer": None,  # a trace hook left on while timing (`perfguard.measure.tracers`)
         "cpu": cpu_model(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),

@@ -83,9 +83,9 @@ def bumped(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> Path:
     inherit.write_text(_this_environment() + "\n")
     # the team's command: the base's own requirements, on top of this environment's packages
     install = (
-        'cp {inherit} "$(python -c \'import sysconfig; print(sysconfig.get_path("purelib"))\')" '
+        f'cp {inherit} "$(python -c \'import sysconfig; print(sysconfig.get_path("purelib"))\')" '
         "&& python -m pip install -q --no-deps -r requirements.txt"
-    ).format(inherit=inherit)
+    )
     pytester.makeini(f"[pytest]\nperfguard_install = {install}\n")
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(test_models=TESTS)

@@ -41,24 +41,27 @@ lock-version = "2.0"
 """
 
 
-@pytest.mark.parametrize(
-    ("path", "before", "after", "changed"),
-    [
-        ("requirements.txt", "torch==2.13.0\nslowpkg==1.0\n", "torch==2.13.0\nslowpkg==2.0\n", True),
-        ("requirements.txt", "slowpkg==1.0\n", "# the pin we ship\nslowpkg==1.0  # fast\n", False),
-        ("requirements-dev.txt", None, "pytest\n", True),
-        ("constraints.txt", "numpy<2\n", "numpy<3\n", True),
-        ("pyproject.toml", '[project]\nname="m"\nversion="1"\ndependencies=["a"]\n',
-         '[project]\nname="m"\nversion="2"\ndependencies=["a"]\n[tool.ruff]\nline-length=99\n', False),
-        ("pyproject.toml", '[project]\nname="m"\ndependencies=["a==1"]\n',
-         '[project]\nname="m"\ndependencies=["a==2"]\n', True),
-        ("poetry.lock", POETRY_LOCK.format(v="1.0"), POETRY_LOCK.format(v="2.0"), True),
-        ("Pipfile.lock", '{"default": {"a": {"version": "==1"}}}', '{"default": {"a": {"version": "==1"}}, "_meta": {}}', False),
-        ("environment.yml", "dependencies:\n  - pytorch=2.13\n", "dependencies:\n  - pytorch=2.14\n", True),
-        ("setup.cfg", "[options]\ninstall_requires = a\n[flake8]\nx=1\n", "[options]\ninstall_requires = a\n[flake8]\nx=2\n", False),
-        ("src/model.py", "x = 1\n", "x = 2\n", False),
-    ],
-)  # fmt: skip
+PYPROJECT = '[project]\nname="m"\nversion="{v}"\ndependencies=["a{pin}"]\n'
+CASES = [
+    ("requirements.txt", "torch==2.13.0\nslowpkg==1.0\n", "torch==2.13.0\nslowpkg==2.0\n", True),
+    ("requirements.txt", "slowpkg==1.0\n", "# the pin we ship\nslowpkg==1.0  # fast\n", False),
+    ("requirements-dev.txt", None, "pytest\n", True),
+    ("constraints.txt", "numpy<2\n", "numpy<3\n", True),
+    ("pyproject.toml", PYPROJECT.format(v=1, pin=""),
+     PYPROJECT.format(v=2, pin="") + "[tool.ruff]\nline-length=99\n", False),
+    ("pyproject.toml", PYPROJECT.format(v=1, pin="==1"), PYPROJECT.format(v=1, pin="==2"), True),
+    ("poetry.lock", POETRY_LOCK.format(v="1.0"), POETRY_LOCK.format(v="2.0"), True),
+    ("Pipfile.lock", '{"default": {"a": {"version": "==1"}}}',
+     '{"default": {"a": {"version": "==1"}}, "_meta": {}}', False),
+    ("environment.yml", "dependencies:\n  - pytorch=2.13\n",
+     "dependencies:\n  - pytorch=2.14\n", True),
+    ("setup.cfg", "[options]\ninstall_requires = a\n[flake8]\nx=1\n",
+     "[options]\ninstall_requires = a\n[flake8]\nx=2\n", False),
+    ("src/model.py", "x = 1\n", "x = 2\n", False),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("path", "before", "after", "changed"), CASES)  # fmt: skip
 def test_a_change_alters_what_gets_installed_only_where_its_tables_do(
     path: str, before: str | None, after: str, changed: bool
 ) -> None:
@@ -119,7 +122,7 @@ def test_an_environment_is_built_from_the_trees_files_once_and_then_taken_from_t
         monkeypatch.setattr(build_module, "find_uv", lambda: None)
     elif find_uv() is None:
         pytest.skip("uv is not installed here")
-    cache, said = tmp_path / "cache", []
+    cache, said = tmp_path / "cache", list[str]()
     first = environment_for(_tree(tmp_path / "a", "1.0"), cache, own=[], say=said.append)
     assert not first.cached and first.installer == installer and _work(first.python) == "1"
     again = environment_for(_tree(tmp_path / "b", "1.0"), cache, own=[])  # another folder

@@ -122,13 +122,19 @@ from torch import nn
 CALLS = []
 
 
+def recording():  # perfguard's recorder: the profile hook, or a sys.monitoring tool
+    if sys.version_info >= (3, 12):
+        return any(sys.monitoring.get_events(tool) for tool in (3, 4))
+    return sys.getprofile() is not None
+
+
 class Watched(nn.Module):
     def __init__(self):
         super().__init__()
         self.l = nn.Linear(8, 8)
 
     def forward(self, x):
-        CALLS.append(sys.gettrace() is not None)
+        CALLS.append(recording())
         return self.l(x)
 
 

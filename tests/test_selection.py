@@ -135,6 +135,23 @@ def test_a_changed_function_reaches_only_the_tests_that_ran_it(repo: Path) -> No
     assert set(reached(repo, "models/zoo.py", reach=reach)) == {MLP_TEST, CNN_TEST}
 
 
+def test_code_that_runs_at_import_reaches_every_test_that_imported_the_module(repo: Path) -> None:
+    """A new class registers itself when it is defined (its base's `__init_subclass__`, a
+    metaclass, a decorator) and may replace the model a test builds: the class statement is
+    the module's own code. So is a `def` that replaces another of the same name."""
+    reach = record(repo)
+    text = (repo / "models/zoo.py").read_text()
+    (repo / "models/zoo.py").write_text(
+        text + "\n\nclass Faster(MLP):\n    def forward(self, x):\n        return x\n"
+    )
+    assert set(reached(repo, "models/zoo.py", reach=reach)) == {MLP_TEST, CNN_TEST}
+    (repo / "models/zoo.py").write_text(text + "\n\n@register\ndef build():\n    return None\n")
+    assert set(reached(repo, "models/zoo.py", reach=reach)) == {MLP_TEST, CNN_TEST}
+    twice = text + "\n\ndef helper():\n    return 1\n\n\ndef helper():\n    return 2\n"
+    (repo / "models/zoo.py").write_text(twice)
+    assert set(reached(repo, "models/zoo.py", reach=reach)) == {MLP_TEST, CNN_TEST}
+
+
 def test_a_new_keyword_reaches_its_class_and_the_modules_code_reaches_all(repo: Path) -> None:
     reach = record(repo)
     edit(repo, "models/zoo.py", "width=64", "width=64, depth=6")

@@ -33,6 +33,7 @@ import pickle
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from perfguard.measure.job import MeasureSettings
@@ -145,9 +146,13 @@ def measure_distributed(
     sampler: Sampler = sample,
     turn: Callable[[], None] | None = None,
     left: Callable[[], float | None] = lambda: None,
+    recorded: Callable[[dict[str, set[int]]], None] | None = None,
+    record_root: Path | None = None,
 ) -> VariantResult:
     """Measure `job` (see the module's docstring); never raises for a rank's failure: it
-    becomes the result's error, naming the rank."""
+    becomes the result's error, naming the rank. `record_root`: the ranks record what of
+    that repository they run, from loading `build` through the build and its first steps,
+    and hand it to `recorded` (repository paths and their lines) before anything is timed."""
     say = progress or (lambda _message: None)
     item: dict[str, Any] = {"test": job.label, "variant": job.variant, "workload": "distributed"}
     if job.variant != "eager":
@@ -166,9 +171,16 @@ def measure_distributed(
         world = World.start(
             job.build, job.world_size, backend, device.type,
             seed=job.seed, threads=rank_threads(job, device.type), left=left,
+            record_root=None if record_root is None or recorded is None else str(record_root),
         )  # fmt: skip
         say("each rank builds its step (twice: the reference)")
         first = world.ask(("build",), "the build and the first steps")
+        if record_root is not None and recorded is not None:
+            ran: dict[str, set[int]] = {}
+            for answer in world.ask(("reach",), "what the ranks ran"):
+                for path, lines in (answer or {}).items():
+                    ran.setdefault(path, set()).update(lines)
+            recorded(ran)
         if turn is not None:
             say("waiting for its turn")
             turn()

@@ -23,10 +23,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perfguard.errors import PerfguardError
 from perfguard.measure.stacks import innermost_line
+
+if TYPE_CHECKING:
+    from perfguard.selection.tracer import CodeTracer
 
 COLLECTIVE = re.compile(
     r"gloo|nccl|c10d::|all_?reduce|all_?gather|reduce_?scatter|broadcast|all_?to_?all",
@@ -71,6 +74,7 @@ class World:
         seed: int,
         threads: int | None,
         left: Callable[[], float | None],
+        record_root: str | None = None,
     ) -> World:
         import multiprocessing
 
@@ -91,6 +95,7 @@ class World:
                     seed=seed,
                     threads=threads,
                     parent=os.getpid(),
+                    record_root=record_root,
                 )
                 proc = context.Process(
                     target=rank_main,
@@ -226,6 +231,9 @@ class RankStart:
     seed: int
     threads: int | None  # torch's threads in the rank (None: its default)
     parent: int  # the measuring process: the rank ends with it
+    # the repository whose code the rank records, from loading `build` to its first steps
+    # (a session that records what each test ran; None: nothing recorded)
+    record_root: str | None = None
 
 
 def rank_main(start: RankStart, conn: Connection) -> None:
@@ -234,6 +242,12 @@ def rank_main(start: RankStart, conn: Connection) -> None:
 
     follow_parent(start.parent)
     _stack_on_signal(Path(start.folder) / f"stack-{start.rank}")
+    tracer = None
+    if start.record_root is not None:
+        from perfguard.selection.tracer import CodeTracer
+
+        tracer = CodeTracer()
+        tracer.start()  # before `build` is loaded: its module's own code counts
     try:
         import torch
         import torch.distributed as dist
@@ -253,7 +267,31 @@ def rank_main(start: RankStart, conn: Connection) -> None:
         conn.send(("error", _line(exc)))
         return
     conn.send(("ok", None))
-    rank_loop(start.rank, start.world_size, build, conn, start.seed, start.device_type)
+    rank_loop(
+        start.rank,
+        start.world_size,
+        build,
+        conn,
+        start.seed,
+        start.device_type,
+        tracer,
+        start.record_root,
+    )
+
+
+def _inside(root: str | None) -> Callable[[str], str | None]:
+    """A file's path in the repository `root` (None: another's, an installed package's)."""
+    top = Path(root or "/nonexistent").resolve()
+
+    def inside(name: str) -> str | None:
+        try:
+            rel = Path(name).resolve().relative_to(top)
+        except (ValueError, OSError):
+            return None
+        skipped = ("site-packages", "dist-packages", ".git", "__pycache__")
+        return None if any(p in skipped for p in rel.parts) else rel.as_posix()
+
+    return inside
 
 
 def _stack_on_signal(path: Path) -> None:
@@ -271,6 +309,8 @@ def rank_loop(
     conn: Connection,
     seed: int,
     device_type: str,
+    tracer: CodeTracer | None = None,
+    record_root: str | None = None,
 ) -> None:
     import torch
     import torch.distributed as dist
@@ -289,6 +329,11 @@ def rank_loop(
             if command[0] == "stop":
                 dist.destroy_process_group()
                 return
+            if command[0] == "reach":  # what the rank ran so far, recorded: stop recording
+                ran = {} if tracer is None else tracer.stop(_inside(record_root))
+                conn.send(("ok", {path: sorted(lines) for path, lines in ran.get("", {}).items()}))
+                tracer = None
+                continue
             if command[0] == "build":
                 outputs = []
                 for _ in range(2):  # the reference, then the step that is timed

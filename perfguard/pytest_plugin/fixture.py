@@ -13,7 +13,7 @@ import pytest
 
 from perfguard.bounds import check
 from perfguard.pytest_plugin.ab.protocol import Result
-from perfguard.pytest_plugin.collection import test_id
+from perfguard.pytest_plugin.collection import test_id, test_of
 from perfguard.pytest_plugin.marker import settings_of
 from perfguard.pytest_plugin.options import trace_dir
 from perfguard.records import VariantResult
@@ -183,12 +183,20 @@ class PerfguardFixture:
         )
         self._state.progress.start(self._nodeid)
         worker = self._role.link
+        recording = self._role.recording
+        recorder = (
+            None if recording is None or not recording.recorder.recording else recording.recorder
+        )
+        context = None if recorder is None else recorder.context
         result = measure_distributed(
             job,
             progress=self._state.progress,
             sampler=sample if worker is None else worker.sampler(None),
             turn=None if worker is None else worker.wait_turn,
             left=timeout.remaining,
+            # the ranks record what they run, as the recording would here
+            recorded=None if recorder is None else lambda ran: recorder.add(str(context), ran),
+            record_root=None if recorder is None else recorder.root,
         )
         return self._recorded(result)
 
@@ -217,6 +225,7 @@ class PerfguardFixture:
         from perfguard.measure.residency import residency_for
         from perfguard.measure.runner import measure_model
         from perfguard.measure.sampling import sample
+        from perfguard.measure.tracers import timed_alone
 
         options = self._check_call(name, options)
         job = Job.of(
@@ -241,7 +250,10 @@ class PerfguardFixture:
         residency = None if worker is None else residency_for(job)
         reference = self._reference(job)  # the untimed call a recording session records
         recording = self._role.recording
-        with contextlib.nullcontext() if recording is None else recording.recorder.paused():
+        if recording is not None:
+            recording.record_work(job, test_of(self._nodeid))
+        paused = contextlib.nullcontext() if recording is None else recording.recorder.paused()
+        with paused, timed_alone() as tracer:
             result = measure_model(
                 job,
                 reference=reference,
@@ -249,6 +261,8 @@ class PerfguardFixture:
                 sampler=sample if worker is None else worker.sampler(residency),
                 turn=None if worker is None else worker.wait_turn,
             )
+        if tracer is not None and self._state.environment is not None:
+            self._state.environment["tracer"] = tracer  # it timed under another's tracer
         if residency is not None:
             result = residency.annotate(result)
         return self._recorded(result)

@@ -46,12 +46,15 @@ def build_reach(
     imports = Imports(search_roots(root, test_files.values()))
     builder = ReachBuilder()
     for test, contexts in sorted(used.items()):
+        if any(c in recorder.unfollowed for c in contexts):
+            continue  # it started a process: no record, so it is always measured
         ran: dict[str, set[int]] = {}
         opened: set[str] = set()
         for context in (*contexts, "prelude"):
             for path, numbers in lines.get(context, {}).items():
                 ran.setdefault(path, set()).update(numbers)
             opened |= recorder.files_opened.get(context, set())
+            opened |= recorder.whole.get(context, set())
         blocks: list[int] = []
         whole: set[str] = set(recorder.loaded_before) | opened
         whole |= _conftest_chain(root, test_files[test])

@@ -2,11 +2,15 @@
 
 What a test can be affected by is what it actually ran, from collecting its module (its
 conftest chain and plugins included) through its fixtures' setup to one untimed call of its
-work (the eager reference every item computes before it is measured). The lines executed are
-coverage.py's (a maintained tracer, as pytest-testmon uses), by dynamic context: one per
-collector, per fixture definition and per test; the files opened are Python's audit events.
-Measuring itself is never traced: the tracer stops around `measure_model`, so no timed call,
-compile or memory figure runs under it.
+work as it is timed (the eager reference every item computes before it is measured, and a
+whole step, generation or later call where the workload runs more than the reference does).
+The code that ran is noted by function, not by line (`perfguard.selection.tracer`: the
+profile hook, or `sys.monitoring` on 3.12 and later, never the trace hook, so it runs beside
+pytest-cov or any coverage session the user has), by context: one per collector, per
+fixture definition and per test; the files opened are Python's audit events. Measuring
+itself is never recorded: the tracer is paused around `measure_model`, so no timed call,
+compile or memory figure runs under it; nor is a test that is no perf item (its fixtures'
+set-up aside), which the recording must not slow.
 
 A test's record joins the contexts that made it: everything outside a collector, fixture or
 test (`prelude`: the initial conftests, plugins, hooks between tests), its collectors, the
@@ -26,12 +30,16 @@ import sys
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from perfguard.orders import OrdersError, from_environment
 from perfguard.records.reach import Reach
+from perfguard.selection.tracer import CodeTracer
+
+if TYPE_CHECKING:
+    from perfguard.measure.job import Job
 
 FULL_EVENTS = ("push", "schedule", "workflow_dispatch", "merge_group")
 """GitHub Actions events whose run measures everything (main's record, scheduled and manual
@@ -41,17 +49,6 @@ PRELUDE, ELSEWHERE = "prelude", "elsewhere"
 """Contexts: outside any collector, fixture or test (the initial conftests, plugins, hooks
 between tests: every test's), and what no perf test's record holds (other tests,
 teardowns)."""
-
-QUIET = (
-    "no-data-collected",
-    "module-not-measured",
-    "module-not-imported",
-    "module-not-python",
-    "already-imported",
-    "couldnt-parse",
-    "no-ctracer",
-)
-"""coverage.py's warnings, none of which is the user's business here."""
 
 _ACTIVE: list[Recorder] = []  # the recorder the audit hook reports opened files to
 
@@ -82,9 +79,17 @@ def wants_record(config: pytest.Config) -> bool:
     )
 
 
+STARTS_A_PROCESS = ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn")
+"""Audit events of a process started: what it runs, the tracer cannot follow."""
+
+
 def _audit(event: str, args: tuple[Any, ...]) -> None:
-    if event == "open" and _ACTIVE:
+    if not _ACTIVE:
+        return
+    if event == "open":
         _ACTIVE[-1].opened(args[0], args[1] if len(args) > 1 else None)
+    elif event in STARTS_A_PROCESS:
+        _ACTIVE[-1].started_process(event, args)
 
 
 class Recorder:
@@ -96,8 +101,14 @@ class Recorder:
         self.refused: str | None = None  # why nothing could be recorded
         self.files_opened: dict[str, set[str]] = defaultdict(set)
         self.loaded_before = self._repository_modules()
-        self._cov: Any = None
+        self._tracer: CodeTracer | None = None
         self._paused = 0
+        # what ran where the tracer cannot follow, noted by another process (a rank's)
+        self.extra: dict[str, dict[str, set[int]]] = defaultdict(lambda: defaultdict(set))
+        # contexts that started a process of their own: what it ran is unknown
+        self.unfollowed: dict[str, str] = {}
+        # files whose code ran where no tracer sees (TorchScript, a native extension): whole
+        self.whole: dict[str, set[str]] = defaultdict(set)
 
     def _repository_modules(self) -> set[str]:
         """The repository's modules already imported (sitecustomize, `-p` plugins)."""
@@ -129,22 +140,13 @@ class Recorder:
         return rel.as_posix()
 
     def start(self) -> None:
-        if sys.gettrace() is not None:
-            self.refused = "another tracer (coverage, a debugger) was running: not recorded"
+        tracer = CodeTracer()
+        tracer.start()
+        if tracer.refused is not None:
+            self.refused = tracer.refused
             return
-        import coverage
-
-        self._cov = coverage.Coverage(
-            data_file=None,
-            source=[str(self.root)],
-            omit=["*/site-packages/*", "*/dist-packages/*", f"{sys.prefix}/*", f"{_PERFGUARD}/*"],
-            branch=False,
-            config_file=False,
-        )
-        # a run that records nothing of a kind is no news: coverage's warnings stay quiet
-        self._cov.set_option("run:disable_warnings", list(QUIET))
-        self._cov.start()
-        self._cov.switch_context(self.context)
+        self._tracer = tracer
+        tracer.switch(self.context)
         if not _ACTIVE and not getattr(_audit, "installed", False):
             sys.addaudithook(_audit)
             _audit.installed = True  # type: ignore[attr-defined]
@@ -152,7 +154,7 @@ class Recorder:
 
     @property
     def recording(self) -> bool:
-        return self._cov is not None
+        return self._tracer is not None
 
     def opened(self, path: Any, mode: Any) -> None:
         if self._paused or (isinstance(mode, str) and "r" not in mode and "+" not in mode):
@@ -161,11 +163,34 @@ class Recorder:
         if where is not None and not where.endswith((".py", ".pyc")):
             self.files_opened[self.context].add(where)
 
+    def started_process(self, event: str, args: tuple[Any, ...]) -> None:
+        """A test (its collection, a fixture, its call) started a process: whatever that runs
+        is outside any record, so the test has none (it is always measured)."""
+        if self._paused or self._tracer is None or self.context in (PRELUDE, ELSEWHERE):
+            return
+        what = args[0] if args else ""
+        if isinstance(what, list | tuple):
+            what = " ".join(str(a) for a in what[:3])
+        self.unfollowed.setdefault(self.context, f"it started a process ({event}: {what})")
+
+    def add(self, context: str, lines: dict[str, set[int]]) -> None:
+        """Lines another process ran for `context` (repository paths)."""
+        for path, numbers in lines.items():
+            self.extra[context][path].update(numbers)
+
+    def _check(self) -> None:
+        """A tool that took the tracer's hook while it ran makes the record untrustworthy."""
+        if self._tracer is not None and self.refused is None:
+            why = self._tracer.replaced()
+            if why is not None:
+                self.refused = f"{why}: not recorded"
+
     def switch(self, context: str) -> str:
         """Record into `context` from now on; the context before."""
         before, self.context = self.context, context
-        if self._cov is not None and not self._paused:
-            self._cov.switch_context(context)
+        if self._tracer is not None:
+            self._check()
+            self._tracer.switch(context)
         return before
 
     @contextlib.contextmanager
@@ -178,38 +203,51 @@ class Recorder:
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
-        """Nothing recorded in the block (measuring: no timed call runs under the tracer)."""
-        if self._cov is None:
+        """Nothing recorded in the block (measuring: no timed call runs under the tracer;
+        a test that is no perf item: it is never slowed by the recording)."""
+        if self._tracer is None:
             yield
             return
+        self._check()
         self._paused += 1
-        if self._paused == 1:
-            self._cov.stop()
+        self._tracer.pause()
         try:
             yield
         finally:
             self._paused -= 1
-            if self._paused == 0:
-                self._cov.start()
-                self._cov.switch_context(self.context)
+            self._tracer.resume()
+
+    @contextlib.contextmanager
+    def unpaused(self) -> Iterator[None]:
+        """Recorded even inside a paused block (a fixture set up for a test that is no perf
+        item may serve a perf test later: its set-up is recorded in its own context)."""
+        if self._tracer is None or not self._paused:
+            yield
+            return
+        held = self._paused
+        for _ in range(held):
+            self._tracer.resume()
+        self._paused = 0
+        try:
+            yield
+        finally:
+            self._check()
+            self._paused = held
+            for _ in range(held):
+                self._tracer.pause()
 
     def stop(self) -> dict[str, dict[str, set[int]]]:
-        """Stop recording: the lines executed, by context, then file."""
+        """Stop recording: the lines of the code that ran, by context, then file."""
         if self in _ACTIVE:
             _ACTIVE.remove(self)
-        if self._cov is None:
+        if self._tracer is None:
             return {}
-        self._cov.stop()
-        data = self._cov.get_data()
-        self._cov = None
-        lines: dict[str, dict[str, set[int]]] = defaultdict(lambda: defaultdict(set))
-        for filename in data.measured_files():
-            where = self.inside(filename)
-            if where is None:
-                continue
-            for line, contexts in (data.contexts_by_lineno(filename) or {}).items():
-                for context in contexts:
-                    lines[context][where].add(line)
+        self._check()
+        tracer, self._tracer = self._tracer, None
+        lines = tracer.stop(self.inside)
+        for context, files in self.extra.items():
+            for path, numbers in files.items():
+                lines.setdefault(context, {}).setdefault(path, set()).update(numbers)
         return lines
 
 
@@ -233,6 +271,8 @@ class Recording:
         self.fixtures: dict[int, str] = {}  # id(FixtureDef) -> its context
         self.used: dict[str, set[str]] = defaultdict(set)  # test -> its contexts
         self.test_files: dict[str, Path] = {}  # test -> its module's file
+        self.worked: set[str] = set()  # tests whose whole call was run for the record
+        self.why_not: str | None = None  # why the session that recorded has no record
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_make_collect_report(self, collector: pytest.Collector) -> Iterator[None]:
@@ -242,24 +282,31 @@ class Recording:
     @pytest.hookimpl(hookwrapper=True)
     def pytest_fixture_setup(self, fixturedef: Any, request: Any) -> Iterator[None]:
         context = self.fixtures.setdefault(id(fixturedef), f"fixture:{len(self.fixtures)}")
-        with self.recorder.within(context):
+        with self.recorder.within(context), self.recorder.unpaused():
             yield
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> Iterator[None]:
-        with self.recorder.within(self._context(item)):
+        with self._only_perf(item), self.recorder.within(self._context(item)):
             yield
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Iterator[None]:
-        with self.recorder.within(self._context(item)):
+        with self._only_perf(item), self.recorder.within(self._context(item)):
             yield
         self._note(item)
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_teardown(self, item: pytest.Item) -> Iterator[None]:
-        with self.recorder.within(ELSEWHERE):
+        with self.recorder.paused(), self.recorder.within(ELSEWHERE):
             yield
+
+    def _only_perf(self, item: pytest.Item) -> contextlib.AbstractContextManager[None]:
+        """A test that is no perf item runs with nothing recorded (its fixtures' set-up
+        aside): the recording never slows it."""
+        from perfguard.pytest_plugin.collection import variant_of
+
+        return contextlib.nullcontext() if variant_of(item) is not None else self.recorder.paused()
 
     def _context(self, item: pytest.Item) -> str:
         from perfguard.pytest_plugin.collection import variant_of
@@ -282,6 +329,34 @@ class Recording:
                 used.add(context)
         self.test_files[test] = Path(item.path)
 
+    def record_work(self, job: Job, test: str) -> None:
+        """One whole call of `test`'s workload as it is timed, and the files of its
+        TorchScript modules whole (`perfguard.measure.recorded`), once per test, in the
+        context now recorded into."""
+        from perfguard.measure.recorded import run_as_timed, script_sources
+        from perfguard.measure.runner import resolve_device
+        from perfguard.selection.static import Imports, search_roots
+
+        recorder = self.recorder
+        if not recorder.recording or test in self.worked:
+            return
+        self.worked.add(test)
+        try:
+            device = resolve_device(job.settings.device)
+        except Exception:  # measuring says what is wrong with it
+            return
+        run_as_timed(job, device)
+        # TorchScript runs them where no tracer sees: the repository's, whole, with the
+        # repository modules they import
+        scripted = [p for p in script_sources(job.model) if recorder.inside(str(p)) is not None]
+        if scripted:
+            imports = Imports(search_roots(recorder.root, scripted))
+            for path in scripted:
+                for dep in imports.closure(path.resolve()):
+                    where = recorder.inside(str(dep))
+                    if where is not None:
+                        recorder.whole[recorder.context].add(where)
+
     def write_for_driver(self) -> None:
         """An A/B worker's record, where its driver asked for it (its orders' `reach`; one
         file per worker process: a worker restarted after a crash writes its own)."""
@@ -297,7 +372,13 @@ class Recording:
         from perfguard.pytest_plugin.reach_build import build_reach
 
         lines = self.recorder.stop()
-        if self.recorder.refused is not None or not self.used:
+        if self.recorder.refused is not None:
+            self.why_not = (
+                f"what each perf test ran was not recorded ({self.recorder.refused}); the next "
+                "pull request measures every perf item"
+            )
+            return None
+        if not self.used:
             return None
         return build_reach(self.recorder, lines, self.used, self.test_files)
 

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from perfguard.measure.drift import Reference
     from perfguard.pytest_plugin.ab.worker import WorkerLink
     from perfguard.pytest_plugin.recording import Recording
+    from perfguard.records.reach import Reach
     from perfguard.watchdog import Watchdog
 
 
@@ -235,9 +236,17 @@ class Measuring(Role):
         """What the finish takes of this role (`finish.Ending`)."""
         return Ending(
             monitor=self.monitor,
-            reach=None if self.recording is None else self.recording.finish,
+            reach=None if self.recording is None else self.recorded,
             exclusive_gpu=self.exclusive_gpu,
         )
+
+    def recorded(self) -> Reach | None:
+        """What each perf test ran, as this process recorded it; a refused record is said."""
+        assert self.recording is not None
+        reach = self.recording.finish()
+        if self.recording.why_not:
+            self.state.notes.append(f"perfguard: {self.recording.why_not}")
+        return reach
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         finish_session(session, self.state, exitstatus, self.ending())

@@ -38,6 +38,13 @@ ENVIRONMENT_KEYS: tuple[EnvironmentKey, ...] = (
         "every installed distribution and its version ({name: version}): the report's "
         "Dependencies block names those that differ between the two sides",
     ),
+    EnvironmentKey(
+        "tracer",
+        "a trace hook that stayed on while items were timed (a debugger's); a coverage "
+        "session is paused while timing and is not one",
+        gates=True,
+        watched=True,
+    ),
     EnvironmentKey("cpu", "the CPU's model name", gates=True),
     EnvironmentKey("cpu_count", "the CPUs the OS reports", gates=True),
     EnvironmentKey("torch_threads", "torch's intra-op threads", gates=True, watched=True),

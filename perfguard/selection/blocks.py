@@ -8,7 +8,10 @@ A block is one of:
   the signatures of its decorated methods), not its methods' blocks;
 - the module's own code: everything else (imports, constants, top-level control flow, and
   every definition that runs code of its own when imported: a decorated function's or class's
-  header, a decorated class's body, a class without methods).
+  header, a decorated class's body, a class without methods, and the statement that defines
+  each class, its name, bases and keywords: a new class that registers itself through its
+  base's `__init_subclass__` or a metaclass runs code at import), and the names bound by
+  more than one `def` (the last one replaces the others at import).
 
 A test that ran a function depends on that function's block, the blocks around it (its class,
 an enclosing function) and its module's own code. So a change inside `Encoder.forward` moves
@@ -170,16 +173,23 @@ def _outside_blocks(body: list[ast.stmt]) -> list[ast.stmt]:
     own left out, a decorated function by its header alone, and the same within a class
     that is no block of its own (a decorated one, or one without methods)."""
     out: list[ast.stmt] = []
+    defined: list[str] = []
     for node in _without_docstring(body):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             if node.decorator_list:
                 out.append(_stub(node, []))
+            else:
+                defined.append(node.name)
         elif _own_class(node):
-            continue
+            assert isinstance(node, ast.ClassDef)
+            out.append(_stub(node, []))  # the class statement runs at import: its header
         elif isinstance(node, ast.ClassDef):
             out.append(_stub(node, _outside_blocks(node.body)))
         else:
             out.append(node)
+    twice = sorted({name for name in defined if defined.count(name) > 1})
+    if twice:  # a `def` that replaces another of the same name changes what import binds
+        out.append(ast.Expr(ast.Constant(" ".join(twice))))
     return out
 
 

@@ -1,0 +1,162 @@
+"""Which functions ran, by context: the tracer behind the record of what each perf test ran.
+
+A record needs blocks (a function's body, a class, a module's own code), not lines, so the
+tracer notes each code object the first time it starts in a context: a function called, a
+module imported, a class body run. It does not trace lines, and it leaves the trace hook
+alone, so it runs beside a coverage session the user already has (pytest-cov, `coverage
+run`) and beside a debugger:
+
+- on Python 3.12 and later, through `sys.monitoring` under a tool id of its own: each code
+  object's start is reported once and then disabled, until the context changes;
+- before 3.12, through the profile hook (`sys.setprofile`, and `threading.setprofile` for the
+  threads started while it records). A profiler that takes that hook after recording began
+  replaces it: `replaced()` says so, and the record is refused (the next pull request then
+  measures everything); one already there when recording starts is refused at once.
+
+Pausing (`pause`, `resume`, counted) removes the hook: nothing timed ever runs under it.
+`stop()` gives the lines of every code object that ran, by context and by file, as the
+record's builder reads them. Nothing here imports torch or pytest.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections import defaultdict
+from collections.abc import Callable
+from types import CodeType, FrameType
+from typing import Any
+
+TOOL_NAME = "perfguard"
+TOOL_IDS = (3, 4)  # the ids no standard tool claims (debugger 0, coverage 1, profiler 2, 5)
+
+
+class CodeTracer:
+    """See the module's docstring."""
+
+    def __init__(self) -> None:
+        self.context = ""
+        self.refused: str | None = None  # why nothing could be recorded
+        self._ran: dict[str, set[CodeType]] = defaultdict(set)
+        self._seen = self._ran[self.context]
+        self._paused = 0
+        self._running = False
+        self._tool: int | None = None
+        self._hook = self._profile  # one bound method: what `sys.getprofile` gives back
+
+    @property
+    def running(self) -> bool:
+        return self._running
+
+    def start(self) -> None:
+        """Begin recording (or say in `refused` why it cannot)."""
+        if sys.version_info >= (3, 12):
+            self._start_monitoring()
+        else:
+            held = sys.getprofile()
+            if held is not None:
+                self.refused = f"another profiler ({_name(held)}) was running: not recorded"
+                return
+            self._install()
+        self._running = self.refused is None
+
+    def _start_monitoring(self) -> None:
+        monitoring = sys.monitoring  # type: ignore[attr-defined,unused-ignore]
+        for tool in TOOL_IDS:
+            if monitoring.get_tool(tool) is None:
+                monitoring.use_tool_id(tool, TOOL_NAME)
+                self._tool = tool
+                break
+        else:
+            self.refused = "no sys.monitoring tool id was free (3 and 4 taken): not recorded"
+            return
+        monitoring.register_callback(self._tool, monitoring.events.PY_START, self._started)
+        self._install()
+
+    def _install(self) -> None:
+        if self._tool is not None:
+            monitoring = sys.monitoring  # type: ignore[attr-defined,unused-ignore]
+            monitoring.set_events(self._tool, monitoring.events.PY_START)
+            return
+        sys.setprofile(self._hook)
+        threading.setprofile(self._hook)
+
+    def _remove(self) -> None:
+        if self._tool is not None:
+            sys.monitoring.set_events(self._tool, 0)  # type: ignore[attr-defined,unused-ignore]
+            return
+        if sys.getprofile() is self._hook:
+            sys.setprofile(None)
+        threading.setprofile(None)
+
+    def _profile(self, frame: FrameType, event: str, arg: Any) -> None:
+        if event == "call":
+            self._seen.add(frame.f_code)
+
+    def _started(self, code: CodeType, offset: int) -> Any:
+        self._seen.add(code)
+        return sys.monitoring.DISABLE  # type: ignore[attr-defined,unused-ignore]
+
+    def replaced(self) -> str | None:
+        """Why the record cannot be trusted: another tool took the hook while it ran."""
+        if not self._running or self._paused:
+            return None
+        if self._tool is not None:
+            held = sys.monitoring.get_tool(self._tool)  # type: ignore[attr-defined,unused-ignore]
+            return None if held == TOOL_NAME else f"another tool ({held}) took its monitoring id"
+        held = sys.getprofile()
+        if held is self._hook:
+            return None
+        return f"another profiler ({_name(held)}) replaced the recording's while the tests ran"
+
+    def switch(self, context: str) -> None:
+        """Note what starts from now on in `context`."""
+        self.context = context
+        self._seen = self._ran[context]
+        if self._tool is not None and self._running and not self._paused:
+            sys.monitoring.restart_events()  # type: ignore[attr-defined,unused-ignore]
+
+    def pause(self) -> None:
+        self._paused += 1
+        if self._paused == 1 and self._running:
+            self._remove()
+
+    def resume(self) -> None:
+        self._paused -= 1
+        if self._paused == 0 and self._running:
+            self._install()
+            if self._tool is not None:
+                sys.monitoring.restart_events()  # type: ignore[attr-defined,unused-ignore]
+
+    def stop(self, inside: Callable[[str], str | None]) -> dict[str, dict[str, set[int]]]:
+        """Stop: the lines of each code object that ran, by context, then by file (`inside`
+        turns a code object's file into the repository's path, or None to leave it out)."""
+        if self._running:
+            self._remove()
+            if self._tool is not None:
+                monitoring = sys.monitoring  # type: ignore[attr-defined,unused-ignore]
+                monitoring.register_callback(self._tool, monitoring.events.PY_START, None)
+                monitoring.free_tool_id(self._tool)
+            self._running = False
+        where: dict[str, str | None] = {}
+        lines: dict[str, dict[str, set[int]]] = defaultdict(lambda: defaultdict(set))
+        for context, codes in self._ran.items():
+            for code in codes:
+                name = code.co_filename
+                if name not in where:
+                    where[name] = inside(name)
+                path = where[name]
+                if path is not None:
+                    lines[context][path].update(_lines(code))
+        self._ran.clear()
+        return lines
+
+
+def _lines(code: CodeType) -> set[int]:
+    return {line for _start, _end, line in code.co_lines() if line is not None}
+
+
+def _name(hook: Any) -> str:
+    owner = getattr(hook, "__self__", None)
+    what = owner if owner is not None else hook
+    return f"{type(what).__module__}.{type(what).__qualname__}"
