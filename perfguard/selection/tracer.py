@@ -8,10 +8,12 @@ run`) and beside a debugger:
 
 - on Python 3.12 and later, through `sys.monitoring` under a tool id of its own: each code
   object's start is reported once and then disabled, until the context changes;
-- before 3.12, through the profile hook (`sys.setprofile`, and `threading.setprofile` for the
-  threads started while it records). A profiler that takes that hook after recording began
-  replaces it: `replaced()` says so, and the record is refused (the next pull request then
-  measures everything); one already there when recording starts is refused at once.
+- before 3.12, through the profile hook, by the standard library's C profiler (`cProfile`,
+  one per context, without the builtins: a quarter of a second more for `import torch`,
+  where a profile hook in Python cost two), in the thread that records. A profiler that
+  takes that hook after recording began replaces it: `replaced()` says so, and the record
+  is refused (the next pull request then measures everything); one already there when
+  recording starts is refused at once.
 
 Pausing (`pause`, `resume`, counted) removes the hook: nothing timed ever runs under it.
 `stop()` gives the lines of every code object that ran, by context and by file, as the
@@ -20,11 +22,11 @@ record's builder reads them. Nothing here imports torch or pytest.
 
 from __future__ import annotations
 
+import cProfile
 import sys
-import threading
 from collections import defaultdict
 from collections.abc import Callable
-from types import CodeType, FrameType
+from types import CodeType
 from typing import Any
 
 TOOL_NAME = "perfguard"
@@ -37,12 +39,19 @@ class CodeTracer:
     def __init__(self) -> None:
         self.context = ""
         self.refused: str | None = None  # why nothing could be recorded
-        self._ran: dict[str, set[CodeType]] = defaultdict(set)
+        self._ran: dict[str, set[CodeType]] = defaultdict(set)  # sys.monitoring's
         self._seen = self._ran[self.context]
+        self._profiles: dict[str, cProfile.Profile] = {}  # before 3.12: one per context
+        self._profile = self._profile_of(self.context)
         self._paused = 0
         self._running = False
         self._tool: int | None = None
-        self._hook = self._profile  # one bound method: what `sys.getprofile` gives back
+
+    def _profile_of(self, context: str) -> cProfile.Profile:
+        found = self._profiles.get(context)
+        if found is None:
+            found = self._profiles[context] = cProfile.Profile(builtins=False)
+        return found
 
     @property
     def running(self) -> bool:
@@ -78,20 +87,14 @@ class CodeTracer:
             monitoring = sys.monitoring  # type: ignore[attr-defined,unused-ignore]
             monitoring.set_events(self._tool, monitoring.events.PY_START)
             return
-        sys.setprofile(self._hook)
-        threading.setprofile(self._hook)
+        self._profile.enable()
 
     def _remove(self) -> None:
         if self._tool is not None:
             sys.monitoring.set_events(self._tool, 0)  # type: ignore[attr-defined,unused-ignore]
             return
-        if sys.getprofile() is self._hook:
-            sys.setprofile(None)
-        threading.setprofile(None)
-
-    def _profile(self, frame: FrameType, event: str, arg: Any) -> None:
-        if event == "call":
-            self._seen.add(frame.f_code)
+        if _profiler() is self._profile:
+            self._profile.disable()
 
     def _started(self, code: CodeType, offset: int) -> Any:
         self._seen.add(code)
@@ -104,17 +107,27 @@ class CodeTracer:
         if self._tool is not None:
             held = sys.monitoring.get_tool(self._tool)  # type: ignore[attr-defined,unused-ignore]
             return None if held == TOOL_NAME else f"another tool ({held}) took its monitoring id"
-        held = sys.getprofile()
-        if held is self._hook:
+        held = _profiler()
+        if held is self._profile:
             return None
         return f"another profiler ({_name(held)}) replaced the recording's while the tests ran"
 
     def switch(self, context: str) -> None:
         """Note what starts from now on in `context`."""
+        if context == self.context:
+            return
         self.context = context
         self._seen = self._ran[context]
-        if self._tool is not None and self._running and not self._paused:
-            sys.monitoring.restart_events()  # type: ignore[attr-defined,unused-ignore]
+        if self._tool is not None:
+            if self._running and not self._paused:
+                sys.monitoring.restart_events()  # type: ignore[attr-defined,unused-ignore]
+            return
+        active = self._running and not self._paused and _profiler() is self._profile
+        if active:
+            self._profile.disable()
+        self._profile = self._profile_of(context)
+        if active:
+            self._profile.enable()
 
     def pause(self) -> None:
         self._paused += 1
@@ -138,6 +151,11 @@ class CodeTracer:
                 monitoring.register_callback(self._tool, monitoring.events.PY_START, None)
                 monitoring.free_tool_id(self._tool)
             self._running = False
+        for context, profile in self._profiles.items():
+            for entry in profile.getstats():
+                if isinstance(entry.code, CodeType):
+                    self._ran[context].add(entry.code)
+        self._profiles.clear()
         where: dict[str, str | None] = {}
         lines: dict[str, dict[str, set[int]]] = defaultdict(lambda: defaultdict(set))
         for context, codes in self._ran.items():
@@ -150,6 +168,11 @@ class CodeTracer:
                     lines[context][path].update(_lines(code))
         self._ran.clear()
         return lines
+
+
+def _profiler() -> object:
+    """What holds this thread's profile hook (a `cProfile.Profile` is its own hook's object)."""
+    return sys.getprofile()
 
 
 def _lines(code: CodeType) -> set[int]:
