@@ -1,16 +1,12 @@
 """Recording what each perf test runs, on a full run: the record partial runs select against.
 
 What a test can be affected by is what it actually ran, from collecting its module (its
-conftest chain and plugins included) through its fixtures' setup to one untimed call of its
-work as it is timed (the eager reference every item computes before it is measured, and a
-whole step, generation or later call where the workload runs more than the reference does).
-The code that ran is noted by function, not by line (`perfguard.selection.tracer`: the
-profile hook, or `sys.monitoring` on 3.12 and later, never the trace hook, so it runs beside
-pytest-cov or any coverage session the user has), by context: one per collector, per
-fixture definition and per test; the files opened are Python's audit events. Measuring
-itself is never recorded: the tracer is paused around `measure_model`, so no timed call,
-compile or memory figure runs under it; nor is a test that is no perf item (its fixtures'
-set-up aside), which the recording must not slow.
+conftest chain and plugins included) through its fixtures' setup to its work run untimed as
+it is timed (the eager reference, and a whole step, generation or later call). The code that
+ran is noted by function (`perfguard.selection.tracer`: never the trace hook, so it runs
+beside pytest-cov), by context: one per collector, per fixture definition and per test; the
+files opened are Python's audit events. Measuring is never recorded (the tracer is paused
+around `measure_model`), nor is a test that is no perf item (its fixtures' set-up aside).
 
 A test's record joins the contexts that made it: everything outside a collector, fixture or
 test (`prelude`: the initial conftests, plugins, hooks between tests), its collectors, the
