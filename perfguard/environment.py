@@ -113,6 +113,25 @@ def collect_environment(device: Any) -> dict[str, Any]:
     return env
 
 
+def environment_without_torch() -> dict[str, Any]:
+    """What can be said of this machine where torch does not import (a session ending after
+    its import failed still writes its results): the keys that need no torch."""
+    from perfguard.version import __version__
+
+    return {
+        "perfguard": __version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "torch": _version("torch"),
+        "packages": installed_packages(),
+        "tracer": None,
+        "cpu": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "device_type": "cpu",
+        "device": cpu_model(),
+    }
+
+
 def slug(text: str) -> str:
     words = re.sub(r"\((?:r|tm)\)|\bcpu\b|@.*$", " ", text.lower())
     return re.sub(r"[^a-z0-9]+", "-", words).strip("-") or "unknown"

@@ -315,6 +315,20 @@ SETTINGS: tuple[Setting, ...] = (
         recorded=True,
     ),
     Setting(
+        name="import_timeout",
+        flag="--perfguard-import-timeout",
+        help="the most importing one test module may take (its imports, torch's included); "
+        "past it the module is a collection error naming the limit. It never ends torch's "
+        "own import halfway (a signal there waits until it is done), and an item's "
+        "--perfguard-timeout does not bound it",
+        default="600",
+        metavar="SECONDS",
+        read="number",
+        bounds=Bounds(low=1, high=86400),
+        attribute="import_timeout_s",
+        child="all",
+    ),
+    Setting(
         name="device",
         flag="--perfguard-device",
         help="'auto' (CUDA when present), 'cpu' or 'cuda[:N]'",

@@ -179,3 +179,51 @@ def test_the_workers_socket_binds_under_a_temporary_directory_of_any_depth(
     finally:
         listener.close()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+SLOW_TORCH_IMPORT = """
+import sys, time
+
+class Slow:
+    # a busy runner: importing torch takes seconds; the wait lands halfway through it
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch._prims":
+            sys.meta_path.remove(self)
+            time.sleep(3)
+        return None
+
+sys.meta_path.insert(0, Slow())
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.fresh_interpreter  # torch's import is the moment
+def test_an_items_limit_does_not_bound_importing_torch_and_an_import_limit_never_splits_it(
+    pytester: pytest.Pytester,
+) -> None:
+    """A short item limit, and an import of torch slower than it: the import is bounded by
+    the import limit, not the item's, and that limit's signal waits until torch's own import
+    is whole: the module is then a collection error, and the session writes its results."""
+    pytester.makeconftest(SLOW_TORCH_IMPORT)
+    pytester.makepyfile(test_one=ONE)
+    done = pytester.runpytest_subprocess(
+        *FAST,
+        "--perfguard",
+        "--perfguard-variants=eager",
+        "--perfguard-timeout=1",
+        "--perfguard-json=out.json",
+    )
+    assert done.ret == 0, done.stdout.str()
+    assert json.loads((pytester.path / "out.json").read_text())["results"][0]["status"] == "ok"
+    done = pytester.runpytest_subprocess(
+        *FAST,
+        "--perfguard",
+        "--perfguard-variants=eager",
+        "--perfguard-import-timeout=1",
+        "--perfguard-json=out.json",
+    )
+    out = done.stdout.str() + done.stderr.str()
+    assert done.ret != 0 and "Traceback" not in out and "INTERNALERROR" not in out, out
+    doc = json.loads((pytester.path / "out.json").read_text())
+    assert [g["kind"] for g in doc["incomplete"]] == ["collection_error"], doc["incomplete"]
+    assert "time limit" in doc["incomplete"][0]["detail"]

@@ -51,6 +51,7 @@ class Options:
     budget_s: float
     repeats: int
     timeout_s: float  # the most one perf item may take, all its phases together
+    import_timeout_s: float  # the most importing one test module may take
     device: str
     threads: int | None
     flush_l2: bool  # CUDA: evict L2 before each timed call

@@ -151,7 +151,12 @@ def fallback_environment(device: str) -> dict[str, Any]:
 
     try:
         return collect_environment(resolve_device(device))
-    except Exception:  # no device at all: describe the CPU
-        import torch
+    except Exception:  # no such device: describe the CPU, without torch if it will not load
+        try:
+            import torch
 
-        return collect_environment(torch.device("cpu"))
+            return collect_environment(torch.device("cpu"))
+        except Exception:
+            from perfguard.environment import environment_without_torch
+
+            return environment_without_torch()

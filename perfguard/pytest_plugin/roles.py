@@ -305,12 +305,14 @@ def end_item(
 def within_import_limit(
     state: SessionState, collector: pytest.Collector, watchdog: Watchdog | None
 ) -> Generator[None, Any, None]:
-    """Importing a test module within the session's item limit: a hang there is a collection
-    error naming the module (or, in native code, the watchdog's gap)."""
+    """Importing a test module within the import limit (`--perfguard-import-timeout`, not an
+    item's: on a busy runner `import torch` alone can outlast a short item limit): a hang
+    there is a collection error naming the module (or, in native code, the watchdog's
+    gap). The signal never lands inside torch's own import (`signals.HeldImport`)."""
     if not isinstance(collector, pytest.Module):
         yield
         return
-    limit = state.options.timeout_s
+    limit = state.options.import_timeout_s
     timeout.begin(limit, lambda: None)
     if watchdog is not None:
         watchdog.arm(limit, collector.nodeid, "collection_error", [])

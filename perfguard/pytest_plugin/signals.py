@@ -8,9 +8,10 @@ the base's worktree removed.
 
 A KeyboardInterrupt inside `import torch` leaves torch half-registered (its operator
 libraries are registered once per process), and every later import of it fails with an
-unrelated error, the one that describes the machine at the end included. A measuring
-session therefore runs torch's import, whoever asks for it and when, with both signals held
-(`HeldImport`), and acts on one that came meanwhile as soon as the import is done. (Torch
+unrelated error, the one that describes the machine at the end included; so does a time
+limit's signal. A measuring session therefore runs torch's import, whoever asks for it and
+when, with those signals held (`HeldImport`), and acts on one that came meanwhile as soon as
+the import is done. (Torch
 still loads only when something imports it: an A/B driver never does.)
 """
 
@@ -35,7 +36,7 @@ def _main_thread() -> bool:
 
 
 @contextlib.contextmanager
-def held(signums: tuple[signal.Signals, ...] = HELD) -> Iterator[None]:
+def held(signums: tuple[int, ...] = HELD) -> Iterator[None]:
     """Run the block with `signums` held: one that comes meanwhile is delivered again, to
     the handler of before, when the block ends. (Outside the main thread, where no handler
     can be set, the block runs as it is.)"""
@@ -85,8 +86,9 @@ class HeldImport(MetaPathFinder):
     ends, and the import system then drops the module it had just run whole; the next
     import of `name` is given that module back instead of running it a second time."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, signums: tuple[int, ...] = HELD) -> None:
         self.name = name
+        self.signums = signums
         self.whole: ModuleType | None = None
 
     def find_spec(
@@ -136,7 +138,7 @@ class _Held(Loader):
         module.__loader__ = self.loader  # the module sees its own loader, as ever
         if module.__spec__ is not None:
             module.__spec__.loader = self.loader
-        with held():
+        with held(self.finder.signums):
             self.loader.exec_module(module)
             self.finder.whole = module
 

@@ -14,7 +14,7 @@ from perfguard.pytest_plugin.keys import recording_key, role_key, state_key, und
 from perfguard.pytest_plugin.options import Options, paired_save
 from perfguard.pytest_plugin.progress import ProgressWriter
 from perfguard.pytest_plugin.roles import Counting, Measuring, Role
-from perfguard.pytest_plugin.signals import HeldImport, interrupt_on_sigterm
+from perfguard.pytest_plugin.signals import HELD, HeldImport, interrupt_on_sigterm
 from perfguard.pytest_plugin.state import SessionState
 
 if TYPE_CHECKING:
@@ -101,7 +101,9 @@ def configure(config: pytest.Config, options: Options) -> None:
         from perfguard.pytest_plugin.ab.worker import WorkerLink
 
         link = WorkerLink.from_orders(options.orders)
-    undo = [HeldImport("torch").install()]
+    from perfguard.pytest_plugin.timeout import SIGNAL
+
+    undo = [HeldImport("torch", (*HELD, SIGNAL)).install()]
     watchdog = None
     if not options.worker and counting is None:  # a session the user started
         from perfguard.watchdog import Watchdog
