@@ -9,7 +9,7 @@ commits that has a stored baseline wins, and the reason says which and why.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -339,6 +339,25 @@ def last_author(path: Path, base: str, head: str, file: Path) -> str:
         )
     except Exception:
         return ""
+
+
+def ignored(path: Path, files: Sequence[str]) -> list[str]:
+    """Those of `files` (relative to the repository's working tree at `path`) that git
+    ignores; none where git cannot say."""
+    if not files:
+        return []
+    repo = _repo(path)
+    top = Path(repo.working_tree_dir or path).resolve()
+    rel = {}
+    for name in files:
+        with contextlib.suppress(ValueError):
+            rel[(Path(path).resolve() / name).relative_to(top).as_posix()] = name
+    try:
+        out = str(repo.git.check_ignore("--no-index", *rel))
+    except Exception as exc:  # exit 1: none of them is ignored
+        out = str(getattr(exc, "stdout", "") or "")
+    found = {line.strip().strip("'\"") for line in out.splitlines() if line.strip()}
+    return sorted(rel[f] for f in found if f in rel)
 
 
 def worktrees(path: Path) -> list[Path]:

@@ -118,6 +118,8 @@ def test_a_slower_release_of_a_dependency_is_flagged_with_the_package_named(
     }
     assert verdicts["latency_p50_ms"]["verdict"] == "regression"
     assert verdicts["latency_p50_ms"]["change_pct"] > 250
+    first = verdicts["latency_p50_ms"]["reasons"][0]  # the why names the package first
+    assert first["kind"] == "packages_ran" and "slowpkg 1.0 -> 2.0" in first["changes"]
     report = (bumped / "reports" / "perfguard.md").read_text()
     assert "**Dependencies:** this change alters requirements.txt" in report
     assert "| `slowpkg` | 1.0 | 2.0 |" in report

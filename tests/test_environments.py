@@ -189,3 +189,35 @@ def test_where_the_base_side_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     )  # fmt: skip
     assert failed.error is not None and "slowpkg==9.9" in failed.error
     assert failed.to_json()["how"] == "failed" and failed.changed == ("requirements.txt",)
+
+
+def test_a_stored_verdict_across_a_new_driver_is_an_environment_step_and_names_packages() -> None:
+    from dataclasses import replace
+
+    from perfguard.pipeline.compare import environment_steps, with_packages_first
+    from perfguard.records import BaselineRef
+    from perfguard.stats.verdicts import compare_runs
+    from tests.factories import result, run
+
+    base = run([result("t.py::test_m", "eager", 1.0)], cuda="12.8", gpu_driver="570.1")
+    base = replace(base, environment={**base.environment, "packages": {"torch": "2.13.0"}})
+    head = run([result("t.py::test_m", "eager", 2.0, seed=1)], cuda="13.0", gpu_driver="580.2")
+    head = replace(
+        head,
+        environment={**head.environment, "packages": {"torch": "2.14.0", "jinja2": "3.1.6"}},
+        baseline=BaselineRef(commit="a" * 40, reason="stored", environment=base.environment),
+    )
+    head = replace(head, comparisons=compare_runs(base, head))
+    flagged = [c for c in head.comparisons if c.verdict == "regression"]
+    assert flagged
+    stepped = environment_steps(head, base)
+    kinds = {r.kind for c in stepped.comparisons if c.verdict == "regression" for r in c.reasons}
+    assert "environment_step" in kinds
+    words = next(
+        r for c in stepped.comparisons for r in c.reasons if r.kind == "environment_step"
+    )["changes"]
+    assert "CUDA 12.8 -> 13.0" in str(words) and "the NVIDIA driver 570.1 -> 580.2" in str(words)
+    named = with_packages_first(stepped, base)
+    firsts = [c.reasons[0] for c in named.comparisons if c.verdict == "regression"]
+    assert all(r.kind == "packages_ran" for r in firsts)
+    assert "torch 2.13.0 -> 2.14.0" in str(firsts[0]["changes"])

@@ -89,6 +89,9 @@ def test_scripted(perfguard):
     assert "mymodels.py: SlowSGD.step" in _blocks(reach, "test_work.py::test_train")
     # TorchScript runs forward where no tracer sees: its source is a whole-file dependency
     assert "mymodels.py" in _files(reach, "test_work.py::test_scripted")
+    # the packages each test ran: torch, and not perfguard's machinery (its jinja2, pytest)
+    ran = reach.tests["test_work.py::test_train"].distributions
+    assert "torch" in ran and not {"jinja2", "pytest", "perfguard", "pluggy"} & ran, ran
 
 
 @pytest.mark.slow

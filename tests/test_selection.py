@@ -5,6 +5,7 @@ in them and the static reading as an addition only."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -177,13 +178,59 @@ def test_files_read_whole_new_files_and_deletions_reach_their_tests(repo: Path) 
     }  # an inert glob, but a test read it
     assert set(reached(repo, "data/cnn.bin", reach=reach)) == {CNN_TEST}
     (repo / "models/plugin.py").write_text("X = 1\n")
-    assert set(reached(repo, "models/plugin.py", reach=reach, added=("models/plugin.py",))) == {
+    # a new file no test could have imported: no changed importer, no listing of its folder
+    assert reached(repo, "models/plugin.py", reach=reach, added=("models/plugin.py",)) == {}
+    # a test that listed the folder (a registry loading every file there) is reached; so is
+    # every test of an older record, which holds no listings (its package folders stand in)
+    listing = replace(
+        reach,
+        tests={
+            **reach.tests,
+            CNN_TEST: replace(reach.tests[CNN_TEST], listed=frozenset({"models"})),
+        },
+    )
+    assert set(reached(repo, "models/plugin.py", reach=listing, added=("models/plugin.py",))) == {
+        CNN_TEST
+    }
+    older = replace(reach, format=1)
+    assert set(reached(repo, "models/plugin.py", reach=older, added=("models/plugin.py",))) == {
         MLP_TEST,
         CNN_TEST,
-    }  # a package may load every file of its folder
+    }
     (repo / "models/zoo.py").unlink()
     gone = reached(repo, "models/zoo.py", reach=reach)
     assert isinstance(gone, dict) and gone[MLP_TEST] == "models/zoo.py (deleted)"
+
+
+def test_a_pin_bump_reaches_the_tests_that_ran_the_package(repo: Path) -> None:
+    """A bump of a package measures the tests whose record ran its code; one no test ran
+    (a `jinja2` pin in a repository whose tests never import it) measures nothing."""
+    reach = record(repo)
+    tests = {
+        MLP_TEST: replace(reach.tests[MLP_TEST], distributions=frozenset({"torch", "slowpkg"})),
+        CNN_TEST: replace(reach.tests[CNN_TEST], distributions=frozenset({"torch"})),
+    }
+    reach = replace(reach, tests=tests)
+    old = "torch==2.13.0\nslowpkg==1.0\n"
+    (repo / "requirements.txt").write_text("torch==2.13.0\nslowpkg==2.0\n")
+    assert reached(repo, "requirements.txt", reach=reach, before={"requirements.txt": old}) == {
+        MLP_TEST: "requirements.txt: the pin of slowpkg, whose code it ran"
+    }
+    (repo / "requirements.txt").write_text(old + "jinja2==3.1.6\n")
+    assert reached(repo, "requirements.txt", reach=reach, before={"requirements.txt": old}) == {}
+    (repo / "requirements.txt").write_text(old.replace("2.13.0", "2.14.0"))
+    bumped = reached(repo, "requirements.txt", reach=reach, before={"requirements.txt": old})
+    assert set(bumped) == {MLP_TEST, CNN_TEST}
+    # an option line moves every test; so does the pin of a package an older record's run
+    # imported (it has no test's packages)
+    (repo / "requirements.txt").write_text("--index-url https://x\n" + old)
+    every = reached(repo, "requirements.txt", reach=reach, before={"requirements.txt": old})
+    assert isinstance(every, str) and "requirements.txt changed" in every
+    (repo / "requirements.txt").write_text(old.replace("2.13.0", "2.14.0"))
+    older = replace(reach, format=1)
+    assert isinstance(
+        reached(repo, "requirements.txt", reach=older, before={"requirements.txt": old}), str
+    )
 
 
 def test_unrelated_changes_reach_nothing(repo: Path) -> None:

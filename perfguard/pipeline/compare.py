@@ -8,6 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 from perfguard.confirm import Remeasure, confirm, confirm_same_job, with_rounds
+from perfguard.environment_diff import package_changes, runtime_changes
 from perfguard.pipeline.baseline import Baseline
 from perfguard.pipeline.inputs import BaseMeasuredBeside, FinishSettings, PipelineError
 from perfguard.records import BaselineRef, RecordError, Run, Selection, VariantResult, reason
@@ -304,3 +305,53 @@ def _compare_same_job(run: Run, base: BaseMeasuredBeside, settings: FinishSettin
         baseline_results=base.results,
         comparisons=comparisons,
     )
+
+
+def with_packages_first(run: Run, base: Run | None) -> Run:
+    """Where the two sides' packages differ, each regression and improvement says first
+    which of the changed packages the test ran (by the run's own record of what each test
+    ran, else the base's); a test no record knows is told every change."""
+    base_env = run.baseline.environment or (base.environment if base is not None else None)
+    changes = package_changes(base_env or {}, run.environment)
+    if not changes:
+        return run
+    record = run.reach or (base.reach if base is not None else None)
+    shown = {c.name: f"{c.name} {c.base or 'none'} -> {c.head or 'none'}" for c in changes}
+    out = []
+    for c in run.comparisons:
+        if c.verdict not in ("regression", "improvement"):
+            out.append(c)
+            continue
+        footprint = None if record is None else record.tests.get(test_of(c.test))
+        ran = set(shown) if footprint is None else set(shown) & footprint.distributions
+        if not ran:
+            out.append(c)
+            continue
+        words = ", ".join(shown[name] for name in sorted(ran))
+        out.append(replace(c, reasons=(reason("packages_ran", changes=words), *c.reasons)))
+    return replace(run, comparisons=tuple(out))
+
+
+def environment_steps(run: Run, base: Run | None) -> Run:
+    """Against a stored baseline measured with another driver, CUDA or GPU, a speed verdict
+    is an environment step, not a code regression: each says what changed."""
+    if base is None:
+        return run
+    changed = [
+        f"{what} {old} -> {new}"
+        for what, old, new in runtime_changes(base.environment, run.environment)
+        if what in ("CUDA", "cuDNN", "the NVIDIA driver", "the device")
+    ]
+    if not changed:
+        return run
+    step = reason("environment_step", changes=", ".join(changed))
+    out = tuple(
+        c.with_reason(step) if c.verdict in ("regression", "improvement") else c
+        for c in run.comparisons
+    )
+    return replace(run, comparisons=out)
+
+
+def test_of(test: str) -> str:
+    """The test function's node id of a result's test (its parameters left out)."""
+    return test.partition("[")[0]

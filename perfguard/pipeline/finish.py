@@ -14,9 +14,11 @@ from perfguard.pipeline.compare import (
     base_guarded,
     compare_beside,
     compare_stored,
+    environment_steps,
     guard_run,
     with_base_figures,
     with_deleted,
+    with_packages_first,
     without_unaffected,
 )
 from perfguard.pipeline.explain import explain_memory
@@ -113,6 +115,8 @@ def _compare(
         )
     else:
         settings, run = compare_stored(run, baseline, settings, store, messages, steps.remeasure)
+        run = environment_steps(run, baseline.run)
+    run = with_packages_first(run, baseline.run)
     run = without_unaffected(run)
     if measured.collected is not None:
         run = with_deleted(run, measured.collected)

@@ -43,7 +43,8 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     part of every test's record."""
     if not getattr(early_config.known_args_namespace, "perfguard", False):
         return
-    from perfguard.pytest_plugin.recording import Recorder, Recording, wants_record
+    from perfguard.pytest_plugin.recording import Recording, wants_record
+    from perfguard.selection.recorder import Recorder
 
     if wants_record(early_config):
         recorder = Recorder(Path(early_config.rootpath))

@@ -68,6 +68,8 @@ def finish_session(
     environment = state.environment or dict(plan.environment)
     health = None if ending.monitor is None else ending.monitor.stop()
     reach = None if ending.reach is None else ending.reach()
+    if reach is not None:
+        say_ignored(Path(config.rootpath), reach, state.notes)
 
     def finish(status: int, remeasure: Remeasure | None) -> PipelineOutcome:
         measured = Measured(
@@ -106,6 +108,24 @@ def finish_session(
         outcome = replace(outcome, messages=(*state.notes, *outcome.messages))
     config.stash[outcome_key] = outcome
     _set_exit(session, state, outcome, exitstatus)
+
+
+def say_ignored(root: Path, reach: Reach, notes: list[str]) -> None:
+    """A record that holds files git ignores (a `lib/` of the project's own) says so: a
+    change to them is invisible to git, and a CI checkout lacks them."""
+    from perfguard.git import GitError, ignored
+
+    try:
+        hidden = ignored(root, [path for path, _ in reach.files])
+    except (GitError, OSError):
+        return
+    if hidden:
+        shown = ", ".join(hidden[:3]) + (f" and {len(hidden) - 3} more" if len(hidden) > 3 else "")
+        notes.append(
+            f"perfguard: the record of what each test ran holds {len(hidden)} file(s) git "
+            f"ignores ({shown}): a change to them is invisible to git, so no pull request "
+            "selects by it, and a CI checkout does not have them"
+        )
 
 
 def _unplanned(state: SessionState, config: pytest.Config) -> Plan:

@@ -4,17 +4,19 @@ are on disk (the commit being measured)."""
 
 from __future__ import annotations
 
+import os
+import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from perfguard.records.reach import Reach, ReachBuilder
 from perfguard.selection.blocks import MODULE, BlockReader, checksum
 from perfguard.selection.static import Imports, search_roots
 
 if TYPE_CHECKING:
-    from perfguard.pytest_plugin.recording import Recorder
+    from perfguard.selection.recorder import Recorder
 
 
 class _Files:
@@ -44,6 +46,7 @@ def build_reach(
     root = recorder.root
     files = _Files(root)
     imports = Imports(search_roots(root, test_files.values()))
+    installed = _Installed()
     builder = ReachBuilder()
     for test, contexts in sorted(used.items()):
         if any(c in recorder.unfollowed for c in contexts):
@@ -75,14 +78,75 @@ def build_reach(
                 for name in sorted(names)
             )
         packages = {str(PurePosixPath(p).parent) for p in (*ran, *imported) if p.endswith(".py")}
+        listed: set[str] = set()
+        executed: set[str] = set()
+        for context in (*contexts, "prelude"):
+            listed |= recorder.listed.get(context, set())
+            executed |= recorder.outside.get(context, set())
+        imports_by_name: set[str] = set()
+        for path in {*ran, *imported, *_conftest_chain(root, test_files[test])}:
+            if path.endswith(".py"):
+                imports_by_name |= imports.external(root / path)
         builder.add(
             test,
             blocks=blocks,
             files=[builder.file(p, files.sums(p)) for p in sorted(whole)],
             packages=packages,
+            listed=listed,
+            distributions=installed.of_test(executed, imports_by_name),
         )
     builder.distributions.update(_distributions())
     return builder.build()
+
+
+class _Installed:
+    """Which installed distributions a test ran: those whose code ran in its contexts, but
+    for perfguard's machinery (its own requirements, pytest and its plugins), which count
+    only where the repository's code the test ran imports them by name; and those it imports
+    by name."""
+
+    def __init__(self) -> None:
+        from importlib.metadata import entry_points, packages_distributions, requires
+
+        from perfguard.selection.forcing import normalized
+
+        self.by_module = {
+            m: {normalized(d) for d in ds} for m, ds in packages_distributions().items()
+        }
+        own = {normalized(re.split(r"[<>=!~;\[ ]", r)[0]) for r in (_requires(requires))}
+        plugins = {normalized(ep.dist.name) for ep in entry_points(group="pytest11") if ep.dist}
+        self.pytest = plugins | {"pytest", "pluggy", "iniconfig"}  # a test file names them too
+        self.machinery = (own | self.pytest) - {"torch"}
+        self.sites = sorted(
+            (p for p in sys.path if p and os.path.isdir(p) and ("-packages" in p)),
+            key=len,
+            reverse=True,
+        )
+        self._top: dict[str, str | None] = {}
+
+    def top(self, filename: str) -> str | None:
+        """The top-level module an installed file belongs to (None: not an installed one)."""
+        if filename not in self._top:
+            found = None
+            for site in self.sites:
+                if filename.startswith(site + os.sep):
+                    first = filename[len(site) + 1 :].split(os.sep)[0]
+                    found = first.split(".")[0]
+                    break
+            self._top[filename] = found
+        return self._top[filename]
+
+    def of_test(self, executed: set[str], imported: set[str]) -> set[str]:
+        ran = {d for f in executed if (t := self.top(f)) for d in self.by_module.get(t, ())}
+        named = {d for name in imported for d in self.by_module.get(name, ())}
+        return ((ran - self.machinery) | (named - self.pytest)) - {"perfguard"}
+
+
+def _requires(requires: Any) -> list[str]:
+    try:
+        return list(requires("perfguard") or [])
+    except Exception:  # not installed as a distribution (a source checkout)
+        return []
 
 
 def _conftest_chain(root: Path, test_file: Path) -> set[str]:

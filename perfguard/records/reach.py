@@ -7,19 +7,24 @@ its checksum at the recorded commit, `perfguard.selection.blocks`), the files it
 whole (files it opened, modules loaded before recording began, its conftest chain), and the
 folders its modules lie in (a new file there may be loaded by a package that lists its own
 folder). The files and blocks are one table per record, which the tests index; what every
-test shares is written once (`common`).
+test shares is written once (`common`). From format 2, each test also keeps the folders it
+listed (a new file there may be loaded by name from the listing: a registry, a plugin
+folder) and the installed distributions whose code it ran (perfguard's own and pytest's
+aside): a pin bump of one moves the tests that ran it, and no other.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from perfguard.records.base import RecordError, text, texts
 
-FORMAT = 1
-"""The record's own layout (within the results format's `schema_version`)."""
+FORMAT = 2
+"""The record's own layout (within the results format's `schema_version`): 2 adds each
+test's `listed` folders and `distributions`; a format-1 record reads with neither (a new file
+in a package then reaches the tests that ran code there, and any pin bump every test)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -29,34 +34,23 @@ class Footprint:
     blocks: frozenset[int] = frozenset()  # into Reach.blocks
     files: frozenset[int] = frozenset()  # into Reach.files: whole-file dependencies
     packages: frozenset[str] = frozenset()  # rootdir-relative folders of the modules it ran
+    listed: frozenset[str] = frozenset()  # rootdir-relative folders it listed (format 2)
+    distributions: frozenset[str] = frozenset()  # installed ones whose code it ran (format 2)
+
+    def _combined(self, other: Footprint, how: Any) -> Footprint:
+        return Footprint(**{f: how(getattr(self, f), getattr(other, f)) for f in _FIELDS})
 
     def __or__(self, other: Footprint) -> Footprint:
-        return Footprint(
-            blocks=self.blocks | other.blocks,
-            files=self.files | other.files,
-            packages=self.packages | other.packages,
-        )
+        return self._combined(other, frozenset.__or__)
 
     def __sub__(self, other: Footprint) -> Footprint:
-        return Footprint(
-            blocks=self.blocks - other.blocks,
-            files=self.files - other.files,
-            packages=self.packages - other.packages,
-        )
+        return self._combined(other, frozenset.__sub__)
 
     def __and__(self, other: Footprint) -> Footprint:
-        return Footprint(
-            blocks=self.blocks & other.blocks,
-            files=self.files & other.files,
-            packages=self.packages & other.packages,
-        )
+        return self._combined(other, frozenset.__and__)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "blocks": sorted(self.blocks),
-            "files": sorted(self.files),
-            "packages": sorted(self.packages),
-        }
+        return {f: sorted(getattr(self, f)) for f in _FIELDS}
 
     @classmethod
     def from_json(cls, data: Any, where: str, blocks: int, files: int) -> Footprint:
@@ -66,7 +60,12 @@ class Footprint:
             blocks=frozenset(_indices(f"{where}.blocks", data.get("blocks"), blocks)),
             files=frozenset(_indices(f"{where}.files", data.get("files"), files)),
             packages=frozenset(texts(f"{where}.packages", data.get("packages"))),
+            listed=frozenset(texts(f"{where}.listed", data.get("listed"))),
+            distributions=frozenset(texts(f"{where}.distributions", data.get("distributions"))),
         )
+
+
+_FIELDS = ("blocks", "files", "packages", "listed", "distributions")
 
 
 def _indices(where: str, value: Any, size: int) -> list[int]:
@@ -88,6 +87,7 @@ class Reach:
     blocks: tuple[tuple[int, str, str], ...] = ()  # (file index, block name, checksum)
     tests: Mapping[str, Footprint] = field(default_factory=dict)
     distributions: tuple[str, ...] = ()  # installed distributions the recorded code imported
+    format: int = FORMAT  # 1: no test's listings or distributions were recorded
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tests", dict(self.tests))
@@ -112,7 +112,7 @@ class Reach:
                 builder.add_test(test, reach, r)
         builder.distributions.update(self.distributions)
         builder.distributions.update(other.distributions)
-        return builder.build()
+        return replace(builder.build(), format=min(self.format, other.format))
 
     def to_json(self) -> dict[str, Any]:
         """The record, with what every test shares written once (`common`)."""
@@ -123,7 +123,7 @@ class Reach:
             for r in reaches[1:]:
                 common = common & r
         return {
-            "format": FORMAT,
+            "format": self.format,
             "files": [list(f) for f in self.files],
             "blocks": [list(b) for b in self.blocks],
             "distributions": list(self.distributions),
@@ -135,8 +135,8 @@ class Reach:
     def from_json(cls, data: Any) -> Reach:
         if not isinstance(data, Mapping):
             raise RecordError(f"reach must be an object, got {data!r}")
-        if data.get("format") != FORMAT:
-            raise RecordError(f"reach.format {data.get('format')!r} is not {FORMAT}")
+        if data.get("format") not in (1, FORMAT):
+            raise RecordError(f"reach.format {data.get('format')!r} is not 1 or {FORMAT}")
         files = tuple(_pair("reach.files", f) for f in _list("reach.files", data.get("files")))
         blocks = tuple(
             _block("reach.blocks", b, len(files)) for b in _list("reach.blocks", data.get("blocks"))
@@ -150,6 +150,7 @@ class Reach:
         return cls(
             files=files,
             blocks=blocks,
+            format=int(data["format"]),
             distributions=texts("reach.distributions", data.get("distributions")),
             tests={
                 text("reach.tests key", t): common
@@ -213,10 +214,16 @@ class ReachBuilder:
         blocks: Iterable[int] = (),
         files: Iterable[int] = (),
         packages: Iterable[str] = (),
+        listed: Iterable[str] = (),
+        distributions: Iterable[str] = (),
     ) -> None:
         """Add to `test`'s reach (indices from `file` and `block`)."""
         more = Footprint(
-            blocks=frozenset(blocks), files=frozenset(files), packages=frozenset(packages)
+            blocks=frozenset(blocks),
+            files=frozenset(files),
+            packages=frozenset(packages),
+            listed=frozenset(listed),
+            distributions=frozenset(distributions),
         )
         self.tests[test] = self.tests.get(test, Footprint()) | more
 
@@ -228,7 +235,14 @@ class ReachBuilder:
             self.block(*source.files[source.blocks[b][0]], source.blocks[b][1], source.blocks[b][2])
             for b in r.blocks
         ]
-        self.add(test, blocks=blocks, files=files, packages=r.packages)
+        self.add(
+            test,
+            blocks=blocks,
+            files=files,
+            packages=r.packages,
+            listed=r.listed,
+            distributions=r.distributions,
+        )
 
     def build(self) -> Reach:
         paths = list(self._files)

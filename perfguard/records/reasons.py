@@ -49,6 +49,12 @@ KINDS: dict[str, Kind] = {
     "adjusted": _kind("p adjusted (BH) {p:.3g}", p=float),
     # verdicts withheld (perfguard.stats.verdicts, perfguard.pipeline)
     "hardware_change": _kind("no verdict across a hardware change ({changes})", changes=str),
+    # the environment is part of the change (perfguard.pipeline.compare)
+    "packages_ran": _kind("packages this test ran changed: {changes}", changes=str),
+    "environment_step": _kind(
+        "an environment step, not a code change: {changes} changed since the baseline",
+        changes=str,
+    ),
     "runner_health": _kind("runner health: {warnings}", warnings=str),
     # the stored baseline beside a paired verdict, as context (perfguard.pipeline)
     "stored_context": _kind(

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from perfguard.records.reach import Footprint, Reach
 from perfguard.selection.blocks import BlockReader
-from perfguard.selection.forcing import moves_every_test
+from perfguard.selection.forcing import changed_pins, moves_every_test
 from perfguard.selection.static import Changes, Imports, forcing, inert, search_roots
 
 SHOWN = 3  # changed paths a reason names before "and N more"
@@ -75,7 +75,8 @@ def decide(
     def full(why: str) -> Decision:
         return Decision(True, why, tuple(changed))
 
-    moved = _forcing_reason(root, changed, reach, before)
+    pins = _pins_by_test(root, changed, reach, before)
+    moved = _forcing_reason(root, [p for p in changed if p not in pins], reach, before)
     if moved:
         return full(moved)
     if any(_matches(p, every_test) for p in changed):
@@ -89,7 +90,8 @@ def decide(
         for p in changed
         if (not p.endswith(".py") or p.startswith("../"))
         and not inert(p)
-        and not forcing(p)  # judged above: what changed in it moves no test
+        and not forcing(p)  # judged above: what changed in it moves no test (or its pins
+        # the tests that ran them)
         and p not in recorded_files
         and not _matches(p, declared)
     ]
@@ -98,7 +100,7 @@ def decide(
             f"{_shown(unknown)} changed, and neither the record nor a declaration (marker "
             "`depends`, ini perfguard_depends) says which test reads it: any test may"
         )
-    judge = _Judge(root, changes, reach, tests)
+    judge = _Judge(root, changes, reach, tests, pins)
     reached = {}
     for test, source in tests.items():
         why = judge.why(test, source)
@@ -111,6 +113,28 @@ def decide(
         frozenset(reached),
         reached,
     )
+
+
+def _pins_by_test(
+    root: Path, changed: Sequence[str], reach: Reach | None, before: Callable[[str], str | None]
+) -> dict[str, list[str]]:
+    """The changed dependency files that changed only pins, with the distributions whose
+    pins changed: judged test by test against the distributions each ran (a record of
+    format 2; an older one's, and a change beyond pins, are judged for every test)."""
+    if reach is None or reach.format < 2:
+        return {}
+    found: dict[str, list[str]] = {}
+    for path in changed:
+        if not forcing(path) or path.startswith("../"):
+            continue
+        try:
+            now = (root / path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        names = changed_pins(path, before(path), now)
+        if names is not None:
+            found[path] = names
+    return found
 
 
 def _forcing_reason(
@@ -137,9 +161,14 @@ class _Judge:
     """One change judged test by test, each changed file read once."""
 
     def __init__(
-        self, root: Path, changes: Changes, reach: Reach, tests: Mapping[str, PerfTest]
+        self,
+        root: Path,
+        changes: Changes,
+        reach: Reach,
+        tests: Mapping[str, PerfTest],
+        pins: Mapping[str, list[str]],
     ) -> None:
-        self.root, self.changes, self.reach = root, changes, reach
+        self.root, self.changes, self.reach, self.pins = root, changes, reach, pins
         self.changed = set(changes.paths)
         self.head_blocks = BlockReader(root)  # each file's blocks now (None: deleted, unparsed)
         self.seen = {path for path, _ in reach.files}
@@ -159,6 +188,7 @@ class _Judge:
         return (
             self._block_changed(r)
             or self._file_changed(r)
+            or self._pin_changed(r)
             or self._new_in_package(r)
             or self._declared(source)
             or self._imported(source)
@@ -184,11 +214,24 @@ class _Judge:
                 return f"{path} (read whole: opened, loaded before recording, or its conftest)"
         return None
 
+    def _pin_changed(self, r: Footprint) -> str | None:
+        for path, names in sorted(self.pins.items()):
+            ran = sorted(set(names) & r.distributions)
+            if ran:
+                return f"{path}: the pin of {', '.join(ran[:3])}, whose code it ran"
+        return None
+
     def _new_in_package(self, r: Footprint) -> str | None:
+        """A new module reaches a test that listed its folder (a registry, a plugin folder
+        loads what it finds); one imported by name is reached through its importer (a
+        change of it, or `_imported`). A record of format 1 has no listings: the folders of
+        the modules the test ran stand for them."""
+        folders = r.listed if self.reach.format >= 2 else r.packages
         for path in sorted(self.changes.added):
             folder = str(Path(path).parent.as_posix())
-            if path.endswith(".py") and folder in r.packages:
-                return f"{path} (a new file in a package it imported)"
+            if path.endswith(".py") and folder in folders:
+                why = "listed" if self.reach.format >= 2 else "a package it imported"
+                return f"{path} (a new file in a folder {why})"
         return None
 
     def _declared(self, source: PerfTest) -> str | None:

@@ -218,19 +218,72 @@ def _requirements_file(
     return _pins(_requirements(before), _requirements(after), distributions)
 
 
+def _lock_packages(text: str) -> dict[str, str]:
+    """A TOML lock's packages by name (each its table, as JSON), and its header as `-lock`."""
+    doc = tomllib.loads(text)
+    out = {}
+    for package in doc.get("package", []):
+        out[normalized(str(package["name"]))] = json.dumps(package, sort_keys=True)
+    rest = {k: v for k, v in doc.items() if k != "package"}
+    out["-lock"] = json.dumps(rest, sort_keys=True, default=str)
+    return out
+
+
+def _pipfile_packages(text: str) -> dict[str, str]:
+    doc = json.loads(text)
+    out = {}
+    for group in ("default", "develop"):
+        for name, spec in doc.get(group, {}).items():
+            out[normalized(name)] = json.dumps(spec, sort_keys=True)
+    return out
+
+
+def changed_pins(path: str, before: str | None, after: str | None) -> list[str] | None:
+    """The distributions whose pins a change of dependency file `path` changed, where that
+    is all it changed (a test that never ran one of them cannot move); None where it changed
+    anything else (an option line, another table, the lock's header, the file itself
+    appearing), or where it does not read: then `moves_every_test` judges it."""
+    if before is None or after is None:
+        return None
+    name = PurePosixPath(path).name
+    try:
+        if name == "pyproject.toml":
+            old, new = tomllib.loads(before), tomllib.loads(after)
+            if _without_pins(old) != _without_pins(new):
+                return None
+            pins = _project_requirements(old), _project_requirements(new)
+        elif name in ("uv.lock", "poetry.lock", "pdm.lock"):
+            pins = _lock_packages(before), _lock_packages(after)
+            for side in pins:  # the lock's header (its version, its options) moves no test
+                side.pop("-lock")
+        elif name == "Pipfile.lock":
+            pins = _pipfile_packages(before), _pipfile_packages(after)
+        elif any(re.fullmatch(p, path) or re.fullmatch(p, name) for p, _ in _PATTERN_READERS):
+            pins = _requirements(before), _requirements(after)
+        else:
+            return None
+    except (ValueError, KeyError, TypeError, tomllib.TOMLDecodeError):
+        return None
+    changed = sorted(k for k in set(pins[0]) | set(pins[1]) if pins[0].get(k) != pins[1].get(k))
+    if any(k.startswith("-") for k in changed):
+        return None
+    return changed
+
+
+def _without_pins(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """pyproject.toml without what `_pyproject` ignores and without its requirement lists."""
+    out = json.loads(json.dumps(doc))
+    project = out.get("project", {})
+    for key in (*PROJECT_ONLY_WORDS, "dependencies", "optional-dependencies"):
+        project.pop(key, None)
+    for tool in OTHER_TOOLS:
+        out.get("tool", {}).pop(tool, None)
+    return dict(out)
+
+
 def _toml_lock(before: str, after: str, distributions: Collection[str] | None) -> str | None:
     """uv.lock, poetry.lock, pdm.lock: [[package]] tables with a name."""
-
-    def packages(text: str) -> dict[str, str]:
-        doc = tomllib.loads(text)
-        out = {}
-        for package in doc.get("package", []):
-            out[normalized(str(package["name"]))] = json.dumps(package, sort_keys=True)
-        rest = {k: v for k, v in doc.items() if k != "package"}
-        out["-lock"] = json.dumps(rest, sort_keys=True, default=str)
-        return out
-
-    old, new = packages(before), packages(after)
+    old, new = _lock_packages(before), _lock_packages(after)
     # the lock's own header (its version, resolution options) is no package
     if old.pop("-lock") != new.pop("-lock") and distributions is None:
         return "its header"
@@ -238,15 +291,7 @@ def _toml_lock(before: str, after: str, distributions: Collection[str] | None) -
 
 
 def _pipfile_lock(before: str, after: str, distributions: Collection[str] | None) -> str | None:
-    def packages(text: str) -> dict[str, str]:
-        doc = json.loads(text)
-        out = {}
-        for group in ("default", "develop"):
-            for name, spec in doc.get(group, {}).items():
-                out[normalized(name)] = json.dumps(spec, sort_keys=True)
-        return out
-
-    return _pins(packages(before), packages(after), distributions)
+    return _pins(_pipfile_packages(before), _pipfile_packages(after), distributions)
 
 
 _READERS: Mapping[str, Reader] = {

@@ -108,6 +108,15 @@ class Imports:
     roots: tuple[Path, ...]
     _direct: dict[Path, frozenset[Path]] = field(default_factory=dict)
     unreadable: set[Path] = field(default_factory=set)  # files `ast` could not parse
+    # each file's imports of modules outside the roots, by their top-level name
+    _external: dict[Path, frozenset[str]] = field(default_factory=dict)
+
+    def external(self, path: Path) -> frozenset[str]:
+        """The top-level names of what `path` imports from outside the repository (an
+        installed package's, the standard library's)."""
+        path = path.resolve()
+        self.direct(path)
+        return self._external.get(path, frozenset())
 
     def closure(self, start: Path) -> set[Path]:
         """`start` and every repository file it imports, transitively."""
@@ -134,17 +143,25 @@ class Imports:
             return set()
         package = self._package_of(path)
         found: set[Path] = set()
+        outside: set[str] = set()
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 for alias in node.names:
-                    found |= self._module(alias.name)
+                    mine = self._module(alias.name)
+                    found |= mine
+                    if not mine:
+                        outside.add(alias.name.partition(".")[0])
             elif isinstance(node, ast.ImportFrom):
                 base = _absolute(node.module, node.level, package)
                 if base is None:
                     continue
-                found |= self._module(base)
+                mine = self._module(base)
+                found |= mine
+                if not mine and not node.level:
+                    outside.add(base.partition(".")[0])
                 for alias in node.names:  # `from pkg import sub`: sub may be a module
                     found |= self._module(f"{base}.{alias.name}" if base else alias.name)
+        self._external[path] = frozenset(outside)
         return found
 
     def _module(self, name: str) -> set[Path]:

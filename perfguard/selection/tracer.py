@@ -46,6 +46,8 @@ class CodeTracer:
         self._paused = 0
         self._running = False
         self._tool: int | None = None
+        # the files of the code that ran outside the repository, by context (once stopped)
+        self.outside: dict[str, set[str]] = defaultdict(set)
 
     def _profile_of(self, context: str) -> cProfile.Profile:
         found = self._profiles.get(context)
@@ -143,7 +145,8 @@ class CodeTracer:
 
     def stop(self, inside: Callable[[str], str | None]) -> dict[str, dict[str, set[int]]]:
         """Stop: the lines of each code object that ran, by context, then by file (`inside`
-        turns a code object's file into the repository's path, or None to leave it out)."""
+        turns a code object's file into the repository's path, or None: the file is kept in
+        `outside`, by context)."""
         if self._running:
             self._remove()
             if self._tool is not None:
@@ -166,6 +169,8 @@ class CodeTracer:
                 path = where[name]
                 if path is not None:
                     lines[context][path].update(_lines(code))
+                else:
+                    self.outside[context].add(name)
         self._ran.clear()
         return lines
 
