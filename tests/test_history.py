@@ -369,3 +369,21 @@ def test_an_alert_of_a_machine_key_with_a_space_or_an_arrow_is_found_again() -> 
         hidden = body[: body.index("-->") + 3]
         assert hidden.startswith("<!-- perfguard-alert machine=gpu%20box%20--%3E%20")
         assert "<b>" not in body
+
+
+def test_a_step_that_came_with_a_package_change_names_it() -> None:
+    """torch 2.13.0 -> 2.14.0 at the commit where the latency stepped: history, its alert and
+    the site say so; the step itself is found as ever."""
+    runs = []
+    for i in range(30):
+        center = 2.0 * (1.3 if i >= 15 else 1.0) * (1 + random.Random(i).gauss(0, 0.01))
+        version = "2.14.0" if i >= 15 else "2.13.0"
+        made = run([result(TEST, "eager", center, seed=i)], commit=f"{i:040x}", machine=MACHINE)
+        env = {**made.environment, "torch": version, "packages": {"torch": version, "jinja2": "3"}}
+        runs.append(replace(made, environment=env, created=f"2026-10-{i + 1:02d}T00:00:00+00:00"))
+    ordered = order_runs(runs, None, "main")
+    history = analyze(ordered, build_series(ordered))
+    step = next(c for c in history.change_points if c.metric == "latency_p50_ms")
+    assert step.commit == f"{15:040x}"
+    assert step.environment == "torch 2.13.0 -> 2.14.0"
+    assert "with torch 2.13.0 -> 2.14.0" in step.found

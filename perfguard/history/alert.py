@@ -127,7 +127,7 @@ def body(
         lines.append(
             f"| {cell(c.test)} | {cell(c.variant)} | {c.metric} | "
             f"{metric_value(c.metric, c.before)} | {metric_value(c.metric, c.after)} | "
-            f"{pct(c.change_pct)} | {sci(c.p_value)} | {cell(c.how)} | {c.points_after} |"
+            f"{pct(c.change_pct)} | {sci(c.p_value)} | {cell(c.found)} | {c.points_after} |"
         )
     lines += [
         "",

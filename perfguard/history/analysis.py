@@ -41,6 +41,8 @@ class ChangePoint:
     source: str = "search"
     low: float | None = None  # a pair's interval of the change, in percent, where known
     high: float | None = None
+    # what of the environment changed between the two commits ("torch 2.13.0 -> 2.14.0")
+    environment: str = ""
 
     @property
     def kind(self) -> str:
@@ -59,6 +61,11 @@ class ChangePoint:
         if self.low is None or self.high is None:
             return "beside its parent"
         return f"beside its parent ({pct(self.low)} to {pct(self.high)})"
+
+    @property
+    def found(self) -> str:
+        """How it was found, and with what change of the environment, where one came with it."""
+        return self.how + (f"; with {self.environment}" if self.environment else "")
 
     def to_json(self) -> dict[str, object]:
         return {**asdict(self), "kind": self.kind, "range": f"{self.previous}..{self.commit}"}
@@ -120,8 +127,36 @@ def analyze(
     accepted = _accepted_rows(ordered.table)
     found = [_with_accept(c, by_key[c.key], accepted) for c in found] if accepted else found
     position = {sha: i for i, sha in enumerate(_dedupe([r.commit or "" for r in ordered.runs]))}
+    found = _with_environment(found, ordered.table)
     found.sort(key=lambda c: (-position.get(c.commit, -1), c.key))
     return History(ordered, tuple(series), tuple(found), settings, notes)
+
+
+def _with_environment(found: list[ChangePoint], table: pd.DataFrame | None) -> list[ChangePoint]:
+    """Each step with what of the environment changed between its two commits (the runtime,
+    the packages the tests ran), from the summary's `environment` of each commit."""
+    if table is None or table.empty or "environment" not in table.columns or not found:
+        return found
+    from perfguard.store.summary import read_environment
+
+    wanted = {sha for c in found for sha in (c.previous, c.commit)}
+    rows = table[table["commit"].isin(list(wanted))][["commit", "environment"]]
+    texts = dict(rows.drop_duplicates("commit").itertuples(index=False, name=None))
+    out = []
+    for c in found:
+        before = read_environment(str(texts.get(c.previous) or ""))
+        after = read_environment(str(texts.get(c.commit) or ""))
+        if not before or not after:
+            out.append(c)
+            continue
+        changed = [
+            f"{name.lstrip('@')} {before.get(name, 'none')} -> {after.get(name, 'none')}"
+            for name in sorted(set(before) | set(after), key=lambda n: (not n.startswith("@"), n))
+            if before.get(name) != after.get(name)
+        ]
+        changed = list(dict.fromkeys(changed))  # torch is a runtime key and a package
+        out.append(replace(c, environment=", ".join(changed[:5])) if changed else c)
+    return out
 
 
 def _unpaired(s: Series) -> set[int]:
@@ -270,7 +305,7 @@ def render_terminal(history: History) -> str:
             f"  {c.kind:<11} {pct(c.change_pct):>8}  {c.previous[:10]}..{c.commit[:10]}  "
             f"{c.test} [{c.variant}] {c.metric}  "
             f"{metric_value(c.metric, c.before)} -> {metric_value(c.metric, c.after)}  "
-            f"p={sci(c.p_value)}  {c.how}  ({c.points_after} commit(s) since)  {c.machine}"
+            f"p={sci(c.p_value)}  {c.found}  ({c.points_after} commit(s) since)  {c.machine}"
             + (f"  accepted at {c.accepted_at[:10]}: {c.accepted}" if c.accepted else "")
         )
     return "\n".join(lines).replace("\u00a0", " ") + "\n"
@@ -293,7 +328,7 @@ def render_markdown(history: History, *, commit_url: str | None = None) -> str:
         lines.append(
             f"| {mark} | {pct(c.change_pct)} | {commit_range(c, commit_url)} | {cell(c.test)} | "
             f"{cell(c.variant)} | {c.metric} | {metric_value(c.metric, c.before)} | "
-            f"{metric_value(c.metric, c.after)} | {sci(c.p_value)} | {c.how} | "
+            f"{metric_value(c.metric, c.after)} | {sci(c.p_value)} | {cell(c.found)} | "
             f"{c.points_after} |"
         )
     lines += [

@@ -298,11 +298,13 @@ def _change_table(change_points: Sequence[ChangePoint], commit_url: str | None) 
             f"<td>{html.escape(c.variant)}</td><td>{c.metric}</td>"
             f"<td>{html.escape(metric_value(c.metric, c.before))}</td>"
             f"<td>{html.escape(metric_value(c.metric, c.after))}</td>"
-            f"<td>{sci(c.p_value)}</td><td>{html.escape(c.machine)}</td></tr>"
+            f"<td>{sci(c.p_value)}</td><td>{html.escape(c.machine)}</td>"
+            f"<td>{html.escape(c.environment)}</td></tr>"
         )
     head = (
         "<tr><th></th><th>change</th><th>commits</th><th>test</th><th>variant</th>"
-        "<th>metric</th><th>before</th><th>after</th><th>p</th><th>machine</th></tr>"
+        "<th>metric</th><th>before</th><th>after</th><th>p</th><th>machine</th>"
+        "<th>environment changed</th></tr>"
     )
     return f"<table>{head}{''.join(rows)}</table>"
 

@@ -55,12 +55,17 @@ COLUMNS = (
     "pair_low",
     "pair_high",
     "pair_p",
+    "environment",
 )
-PAIR_COLUMNS = COLUMNS[COLUMNS.index("pair") :]
+PAIR_COLUMNS = COLUMNS[COLUMNS.index("pair") : COLUMNS.index("environment")]
 """A paired change stored with the figure (main's paired run, same-job A/B): the commit it
 was measured beside (HEAD's first parent), its verdict, the change in percent with its
 interval, and its p-value; empty and NaN where the figure has none."""
-OLD_LAYOUTS = (COLUMNS[: COLUMNS.index("accepted")], COLUMNS[: COLUMNS.index("pair")])
+OLD_LAYOUTS = (
+    COLUMNS[: COLUMNS.index("accepted")],
+    COLUMNS[: COLUMNS.index("pair")],
+    COLUMNS[: COLUMNS.index("environment")],
+)
 COUNTER_METRICS = (
     "graphs",
     "aten_ops",
@@ -72,7 +77,7 @@ COUNTER_METRICS = (
 )
 """The exact counts kept as rows too (graph breaks and recompiles are metrics already)."""
 METRIC_FIELDS = tuple(f.name for f in fields(Metrics))
-TEXT_COLUMNS = (*COLUMNS[:6], "record", "accepted", "pair", "pair_verdict")
+TEXT_COLUMNS = (*COLUMNS[:6], "record", "accepted", "pair", "pair_verdict", "environment")
 FLOAT_COLUMNS = tuple(c for c in COLUMNS if c not in TEXT_COLUMNS)
 RUN_TEST, RUN_VARIANT, RUN_METRIC = "(the run)", "runner", "run_seconds"
 """The row of a run's cost (its runner seconds, `Run.cost`): main's cost per commit."""
@@ -124,6 +129,7 @@ def rows_of(run: Run, record: str) -> list[tuple[Any, ...]]:
     """The table's rows of one baseline (its `ok` results), made from the record whose blob
     id is `record`."""
     out: list[tuple[Any, ...]] = []
+    versions = environment_text(run)
     accepted: dict[tuple[str, str, str], str] = {
         (c.test, c.variant, c.metric): accepted_text(
             c.accepted.bound, c.accepted.reason, c.accepted.by
@@ -154,11 +160,43 @@ def rows_of(run: Run, record: str) -> list[tuple[Any, ...]]:
                     record,
                     accepted.get((r.test, r.variant, metric), ""),
                     *pairs.get((r.test, r.variant, metric), NO_PAIR),
+                    versions,
                 )
             )
     if run.cost is not None:
         row = (RUN_TEST, RUN_VARIANT, RUN_METRIC, stored(run.cost.seconds), math.nan, math.nan)
-        out.append((run.machine, run.commit or "", run.created or "", *row, record, "", *NO_PAIR))
+        out.append(
+            (run.machine, run.commit or "", run.created or "", *row, record, "", *NO_PAIR, versions)
+        )
+    return out
+
+
+RUNTIME = ("torch", "cuda", "cudnn", "triton", "python", "gpu_driver", "device")
+"""The environment's keys a commit's rows carry, beside the packages its tests ran."""
+
+
+def environment_text(run: Run) -> str:
+    """What a commit was measured with, compactly (`name=version`, space-separated): the
+    runtime (torch, CUDA, cuDNN, Triton, Python, the driver, the device) and the installed
+    packages its recorded tests ran (every package, without a record). One string per part,
+    which Parquet stores once; history names what changed at a step from it."""
+    env = run.environment
+    packages = env.get("packages")
+    if not isinstance(packages, dict):
+        packages = {}
+    if run.reach is not None and run.reach.distributions:
+        packages = {k: v for k, v in packages.items() if k in set(run.reach.distributions)}
+    runtime = {f"@{k}": env.get(k) for k in RUNTIME if env.get(k) is not None}
+    return " ".join(f"{k}={str(v).replace(' ', '_')}" for k, v in {**runtime, **packages}.items())
+
+
+def read_environment(text: str) -> dict[str, str]:
+    """`environment_text` read back: runtime keys start with `@`."""
+    out: dict[str, str] = {}
+    for word in text.split():
+        name, sep, version = word.partition("=")
+        if sep:
+            out[name] = version
     return out
 
 
