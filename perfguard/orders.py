@@ -48,6 +48,9 @@ class Orders:
     # calls on this tree's side made this share slower in a plain A/B run
     calibrate: dict[str, Any] | None = None
     canary_pct: float | None = None
+    # `perfguard bisect --package`: the interpreter of the environment this tree's side runs
+    # in (with `--perfguard-ab-env` for the other side's)
+    head_python: str | None = None
 
     @property
     def worker(self) -> bool:
@@ -60,7 +63,7 @@ class Orders:
     def for_workers(self) -> Orders:
         """What an A/B driver passes on to its workers: its orders but for those addressed
         to the driving session alone (a calibration's, a canary's)."""
-        return replace(self, calibrate=None, canary_pct=None)
+        return replace(self, calibrate=None, canary_pct=None, head_python=None)
 
     def env(self) -> dict[str, str]:
         """The environment entry that gives these orders to a child."""

@@ -158,3 +158,52 @@ def test_a_base_environment_that_cannot_be_built_makes_the_run_incomplete(
     assert "could not be built" in gaps["base_failed"] and "slowpkg==9.9" in gaps["base_failed"]
     assert doc["results"] and doc["results"][0]["status"] == "ok"
     assert not any(c["verdict"] == "unchanged" for c in doc["comparisons"])
+
+
+@pytest.mark.slow
+def test_bisect_over_eight_versions_of_a_package_names_the_first_slower_one(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """slowpkg 1.0 to 1.7; from 1.5 on each call takes four times as long. The tree fixed,
+    the versions searched with paired runs between two environments."""
+    from perfguard.cli import main
+
+    wheels = pytester.path.parent / "wheels"
+    for minor in range(8):
+        ms = 4.0 if minor >= 5 else 1.0
+        make_wheel(wheels, "slowpkg", f"1.{minor}", {"slowpkg/__init__.py": f"LATENCY_MS = {ms}\n"})
+    inherit = pytester.path.parent / "inherit.pth"
+    inherit.write_text(_this_environment() + "\n")
+    install = (
+        'cp {inherit} "$(python -c \'import sysconfig; print(sysconfig.get_path("purelib"))\')" '
+        "&& python -m pip install -q --no-deps --no-index --find-links {wheels} "
+        "{{package}}=={{version}}"
+    ).format(inherit=inherit, wheels=wheels)
+    # the driver collects in this environment, which has no slowpkg (it times nothing)
+    pytester.makeconftest(
+        CONFTEST.replace(
+            "import slowpkg",
+            "try:\n    import slowpkg\nexcept ImportError:\n    slowpkg = None",
+        ).replace("slowpkg.LATENCY_MS *", "(slowpkg.LATENCY_MS if slowpkg else 1.0) *")
+    )
+    pytester.makepyfile(test_models=TESTS)
+    git(pytester.path, "init", "-q", "-b", "main")
+    git(pytester.path, "add", "-A")
+    git(pytester.path, "commit", "-q", "-m", "the tree, fixed")
+    monkeypatch.chdir(pytester.path)
+    monkeypatch.delenv("PIP_CONSTRAINT", raising=False)
+    code = main(
+        [
+            "bisect", "--package", "slowpkg", "--good", "1.0", "--bad", "1.7",
+            "--find-links", str(wheels), "--install", install,
+            "--env-cache", str(pytester.path.parent / "envs"), "--json", "bisect.json",
+            "--", *FAST,
+        ]
+    )  # fmt: skip
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert "culprit: slowpkg==1.5" in out.out, out.out + out.err
+    found = json.loads((pytester.path / "bisect.json").read_text())
+    assert found["culprit"] == "slowpkg==1.5"
+    assert found["commits"] == [f"slowpkg==1.{m}" for m in range(8)]
+    assert len(found["steps"]) <= 5  # halving, not one by one

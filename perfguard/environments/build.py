@@ -194,12 +194,12 @@ def environment_for(
         if marker.is_file() and python.exists():
             marker.touch()  # its last use, for what the cache keeps
             meta = json.loads(marker.read_text(encoding="utf-8"))
-            say(f"base environment {key}: in the cache ({meta.get('installer', '?')})")
+            say(f"environment {key}: in the cache ({meta.get('installer', '?')})")
             return Built(python, folder, key, str(meta.get("installer", "?")), 0.0, files)
         shutil.rmtree(folder, ignore_errors=True)  # a build that was killed
         began = time.monotonic()
         how = "the team's command" if install else ("uv" if uv else "venv and pip")
-        say(f"base environment {key}: building with {how} from {', '.join(files) or 'no files'}")
+        say(f"environment {key}: building with {how} from {', '.join(files) or 'no files'}")
         needs = own_requirements() if own is None else own
         installer = _build(tree, folder, install, uv, timeout_s, say, needs)
         seconds = max(time.monotonic() - began, 1e-6)
@@ -207,7 +207,7 @@ def environment_for(
             json.dumps({"installer": installer, "seconds": seconds, "sources": list(files)}),
             encoding="utf-8",
         )
-        say(f"base environment {key}: built in {seconds:.0f}s")
+        say(f"environment {key}: built in {seconds:.0f}s")
     _prune(cache, keep=key)
     return Built(python, folder, key, installer, seconds, files)
 

@@ -75,7 +75,13 @@ class Step:
             f"{i.test.split('::')[-1]} [{i.variant}] {_signed(i.change_pct)} ({i.verdict})"
             for i in self.items
         )
-        return f"{self.head[:10]} beside {self.base[:10]}: {self.outcome}: {figures or 'no items'}"
+        shown = figures or "no items"
+        return f"{_short(self.head)} beside {_short(self.base)}: {self.outcome}: {shown}"
+
+
+def _short(name: str) -> str:
+    """A commit's first ten hex digits; a version (`NAME==VERSION`) whole."""
+    return name[:10] if len(name) == 40 and all(c in "0123456789abcdef" for c in name) else name
 
 
 def _signed(value: float | None) -> str:
@@ -182,16 +188,19 @@ def search(
                 outcome = b.direction
         if outcome == UNCLEAR:
             b.reason = (
-                f"{commits[mid][:10]} could not be told apart from either side; the culprit is "
-                f"in {commits[lo][:10]}..{commits[hi][:10]}"
+                f"{_short(commits[mid])} could not be told apart from either side; the culprit "
+                f"is in {_short(commits[lo])}..{_short(commits[hi])}"
             )
             return b
         lo, hi = (lo, mid) if outcome == b.direction else (mid, hi)
     if not any(s.base == commits[lo] and s.head == commits[hi] for s in b.steps):
         _decide(measure, commits[lo], commits[hi], rounds, b, log)  # the culprit's own evidence
     b.culprit = commits[hi]
+    what = "commit" if _short(commits[hi]) != commits[hi] else "version"
+    before = "its parent" if what == "commit" else "the one before"
     b.reason = (
-        f"{commits[hi][:10]} is the first commit {b.direction} than its parent {commits[lo][:10]}"
+        f"{_short(commits[hi])} is the first {what} {b.direction} than {before} "
+        f"{_short(commits[lo])}"
     )
     return b
 

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -180,6 +181,12 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     def log(line: str) -> None:
         print(f"perfguard bisect: {line}", file=sys.stderr, flush=True)
 
+    if args.package:
+        return _bisect_package(args, root, log)
+    if not args.good or not args.bad:
+        raise InputError(
+            "perfguard bisect takes GOOD BAD (two commits), or --package NAME --good V1 --bad V2"
+        )
     commits = commits_between(root, args.good, args.bad)
     log(f"{len(commits) - 1} commit(s) after {commits[0][:10]} up to {commits[-1][:10]}")
     measure = PluginMeasure(root, args.pytest_args, log)
@@ -200,6 +207,56 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     ]
     for step in evidence[-1:]:
         print(f"evidence: {step.line()}")
+    return 0
+
+
+def _bisect_package(args: argparse.Namespace, root: Path, log: Callable[[str], None]) -> int:
+    """`perfguard bisect --package NAME --good V1 --bad V2`: the tree fixed, the versions."""
+    from perfguard.environments import default_cache
+    from perfguard.history.bisect import search
+    from perfguard.history.package_bisect import (
+        Environments,
+        PackageMeasure,
+        labelled,
+        versions_between,
+    )
+    from perfguard.history.series import dumps
+
+    if args.good or args.bad:
+        raise InputError("--package bisects versions: give them as --good V1 --bad V2, not commits")
+    if not args.good_version or not args.bad_version:
+        raise InputError("--package NAME needs --good V1 and --bad V2 (two of its versions)")
+    listed = [v.strip() for v in (args.versions or "").split(",") if v.strip()]
+    versions = versions_between(
+        args.package,
+        args.good_version,
+        args.bad_version,
+        listed=listed,
+        find_links=args.find_links,
+    )
+    log(
+        f"{len(versions) - 1} version(s) of {args.package} after {versions[0]} up to {versions[-1]}"
+    )
+    environments = Environments(
+        args.package, args.install, args.env_cache or default_cache(), log=log
+    )
+    measure = PackageMeasure(root, args.pytest_args, environments)
+    found = search(
+        labelled(args.package, versions),
+        measure,
+        rounds=args.rounds,
+        log=log,
+        direction=args.direction,
+    )
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(dumps(found.to_json()), encoding="utf-8")
+    log(f"{len(found.steps)} paired measurement(s)")
+    if found.culprit is None:
+        print(found.reason)
+        return 0
+    print(f"culprit: {found.culprit}")
+    print(found.reason)
     return 0
 
 
@@ -262,13 +319,41 @@ def register(sub: Commands) -> None:
 
     p = sub.add_parser(
         "bisect",
-        usage="perfguard bisect GOOD BAD [--json OUT] [--rounds N] [-- PYTEST ARGS]",
-        help="find the first commit between GOOD and BAD where the perf tests got slower",
+        usage="perfguard bisect GOOD BAD [--json OUT] [--rounds N] [-- PYTEST ARGS]\n"
+        "       perfguard bisect --package NAME --good V1 --bad V2 [--versions V,V | "
+        "--find-links DIR] [--install COMMAND] [--json OUT] [-- PYTEST ARGS]",
+        help="find the first commit between GOOD and BAD (or version of a package between two) "
+        "where the perf tests got slower",
         description="Measures commits side by side (same-job A/B) to find the first slower one. "
         "Arguments after -- go to pytest (select the perf tests at stake, e.g. -k test_mlp).",
     )
-    p.add_argument("good", help="a commit from before the change")
-    p.add_argument("bad", help="a later commit that has it")
+    p.add_argument("good", nargs="?", help="a commit from before the change")
+    p.add_argument("bad", nargs="?", help="a later commit that has it")
+    p.add_argument(
+        "--package",
+        metavar="NAME",
+        help="bisect this dependency's versions instead, the tree fixed (with --good, --bad)",
+    )
+    p.add_argument("--good", dest="good_version", metavar="V1", help="a version before it")
+    p.add_argument("--bad", dest="bad_version", metavar="V2", help="a later version that has it")
+    p.add_argument(
+        "--versions",
+        metavar="V,V,...",
+        help="--package: the versions to search (default: those of --find-links, else the index's)",
+    )
+    p.add_argument(
+        "--find-links", type=Path, metavar="DIR", help="--package: a folder of its wheels"
+    )
+    p.add_argument(
+        "--install",
+        metavar="COMMAND",
+        help="--package: the command that installs a version into an environment, run with the "
+        "environment first on PATH ({version} and {package} are replaced); default: this "
+        "environment's packages, pinned, with the package at that version",
+    )
+    p.add_argument(
+        "--env-cache", type=Path, metavar="DIR", help="--package: where environments are kept"
+    )
     p.add_argument("--json", type=Path, help="write the culprit and every step here")
     p.add_argument(
         "--direction",

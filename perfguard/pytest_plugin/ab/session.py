@@ -216,7 +216,9 @@ def _start_same_tree(
             python = interpreter(options.ab_env, "--perfguard-ab-env")
         except EnvironmentChoiceError as exc:
             raise pytest.UsageError(str(exc)) from None
-        why = f"this tree measured in {python} (--perfguard-ab-env) beside this environment"
+        head = options.orders.head_python
+        beside = f"the environment of {head}" if head else "this environment"
+        why = f"this tree measured in {python} (--perfguard-ab-env) beside {beside}"
         runs_in, label, reason = BaseEnvironment(python, why), f"this tree in {python}", why
     driver = Driver(
         root,
@@ -228,6 +230,9 @@ def _start_same_tree(
         orders=options.orders,
         base_env=runs_in,
     )
+    if options.orders.head_python:  # this tree's side in another environment too (bisect)
+        driver.b.python = Path(options.orders.head_python)
+        driver.b.shim = driver.a.shim
     driver.launch_both(items, paths)
     return AbSession(driver, ThisTree(root), commit, reason, list(items or ()), runs_in=runs_in)
 
