@@ -63,8 +63,9 @@ def test_init_never_overwrites_without_force(
     assert main(["init"]) == 2
     assert "already exist" in capsys.readouterr().err
     assert example.read_text() == "# mine\n"
-    assert main(["init", "--force"]) == 0
-    assert example.read_text() != "# mine\n"
+    assert main(["init", "--force"]) == 0  # the documented upgrade: the workflow, not my test
+    assert example.read_text() == "# mine\n"
+    assert "test_perf_example.py: yours" in capsys.readouterr().out
     # settings are added once, never twice
     assert (repo / "pyproject.toml").read_text().count("perfguard_variants") == 1
     assert (repo / ".gitignore").read_text().count("baselines/") == 1
@@ -81,6 +82,48 @@ def test_init_adds_to_an_existing_pytest_ini_and_refuses_bad_values(
     for bad in (["--shards", "0"], ["--tests", "../elsewhere"], ["--runner-labels", "a b"]):
         assert main(["init", "--force", *bad]) == 2
     capsys.readouterr()
+
+
+def test_init_writes_only_inside_the_repository_and_only_what_github_and_toml_can_take(
+    repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    outside = tmp_path / "elsewhere.yml"
+    (repo / ".github/workflows").mkdir(parents=True)
+    (repo / ".github/workflows/perfguard.yml").symlink_to(outside)
+    assert main(["init", "--force"]) == 2
+    assert "leads out of the repository" in capsys.readouterr().err and not outside.exists()
+    (repo / ".github/workflows/perfguard.yml").unlink()
+    for bad, said in (
+        (["--shards", "1000"], "1 to 256"),
+        (["--main-branch", "refs/heads/main"], "not refs/heads/main"),
+        (["--store", "s3://user:hunter2@bucket/x"], "s3://***@bucket"),
+    ):
+        assert main(["init", *bad]) == 2
+        err = capsys.readouterr().err
+        assert said in err and "hunter2" not in err, err
+    before = '[project]\nname = "models"\n[tool.pytest.ini_options\n'
+    (repo / "pyproject.toml").write_text(before)
+    assert main(["init"]) == 2
+    assert "does not parse" in capsys.readouterr().err
+    assert (repo / "pyproject.toml").read_text() == before  # no second table appended
+    (repo / "pyproject.toml").write_bytes(b'[project]\nname = "mod\xe8les"\n')
+    assert main(["init"]) == 2
+    assert "not UTF-8" in capsys.readouterr().err
+    assert not (repo / ".github/workflows/perfguard.yml").exists()  # nothing written
+
+
+def test_init_check_reads_every_pin_and_names_it_as_written(repo: Path) -> None:
+    from perfguard.init import forms
+
+    assert main(["init"]) == 0
+    path = repo / ".github/workflows/perfguard.yml"
+    text = path.read_text()
+    line = next(x for x in text.splitlines() if "reusable.yml@" in x)
+    stale = line.replace(f"@v{__version__}", "@0123456789abcdef0123456789abcdef01234567")
+    path.write_text(text + "  second:\n" + stale + "\n")
+    said = forms.mismatch(path, __version__, None)
+    assert said is not None and "0123456789abcdef" in said
+    assert "install the perfguard of 0123456789abcdef0123456789abcdef01234567" in said
 
 
 def test_init_outside_git_is_a_one_line_error(

@@ -6,7 +6,9 @@ design decisions that no linter knows about.
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -289,3 +291,54 @@ def test_the_weekly_calibration_runs_alone_and_fails_when_a_canary_was_missed(
         assert "schedule" in doc[True]  # (a reusable workflow: its caller's schedule)
     pushed = actions_graph.play(doc, event="push", steps=MEASURE)
     assert pushed["calibrate"].result == "skipped"
+
+
+FAKE_PERFGUARD = """#!/usr/bin/env bash
+# merge: writes the run and exits as the run says ($MERGE_EXIT); 2 writes nothing
+case "$1" in
+  merge)
+    out=""; while [ $# -gt 0 ]; do [ "$1" = -o ] && out=$2; shift; done
+    if [ "$MERGE_EXIT" != 2 ]; then echo '{}' > "$out"; fi
+    echo "merge said: exit $MERGE_EXIT" >&2
+    exit "$MERGE_EXIT";;
+  report)
+    out=""; while [ $# -gt 0 ]; do [ "$1" = -o ] && out=$2; shift; done
+    echo "## perfguard: incomplete run" > "$out"; exit 1;;
+esac
+"""
+
+
+@pytest.mark.parametrize("exit_code", [0, 1, 2])
+def test_an_incomplete_or_unmerged_pull_request_still_writes_its_report(
+    tmp_path: Path, exit_code: int
+) -> None:
+    """The comment is updated on every push: a merge that found the run incomplete (exit 1)
+    or could not merge it (exit 2) still leaves a report, and the status says it failed."""
+    from importlib import resources
+
+    script = resources.files("perfguard.init").joinpath("scripts", "merge.sh").read_text()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "perfguard").write_text(FAKE_PERFGUARD)
+    (bin_dir / "perfguard").chmod(0o755)
+    (tmp_path / "shards").mkdir()
+    (tmp_path / "shards" / "shard-1.json").write_text("{}")
+    output = tmp_path / "github-output"
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "GITHUB_EVENT_NAME": "pull_request",
+        "PR_MODE": "ab",
+        "GITHUB_OUTPUT": str(output),
+        "MERGE_EXIT": str(exit_code),
+    }
+    done = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True)
+    assert done.returncode == 0, done.stderr
+    report = (tmp_path / "reports" / "perfguard.md").read_text()
+    said = dict(line.split("=", 1) for line in output.read_text().split())
+    if exit_code == 2:
+        assert "could not be compared" in report and "merge said: exit 2" in report
+        assert said["status"] == "2"
+    else:
+        assert "incomplete run" in report
+        assert said["status"] == "1"  # the report's own verdict, where the merge passed

@@ -74,9 +74,21 @@ def _project_install(root: Path) -> str | None:
     return None
 
 
+MAX_SHARDS = 256
+"""GitHub runs at most 256 jobs of one matrix."""
+
+
+def _shown_store(store: str) -> str:
+    """A store URL as a message may show it: credentials in it are never echoed."""
+    return re.sub(r"^(s3://)[^/@]*@", r"\1***@", store)
+
+
 def _check(options: InitOptions) -> None:
-    if options.shards < 1:
-        raise InitError(f"--shards must be 1 or more, got {options.shards}")
+    if not 1 <= options.shards <= MAX_SHARDS:
+        raise InitError(
+            f"--shards must be 1 to {MAX_SHARDS} (GitHub runs at most {MAX_SHARDS} jobs of a "
+            f"matrix), got {options.shards}"
+        )
     if not options.labels or any(not re.fullmatch(r"[A-Za-z0-9_.-]+", x) for x in options.labels):
         raise InitError(f"--runner-labels must be names like gpu,linux, got {options.labels!r}")
     tests = Path(options.tests)
@@ -85,11 +97,24 @@ def _check(options: InitOptions) -> None:
     if options.store is not None and not re.fullmatch(
         r"s3://[a-z0-9][a-z0-9.-]{1,62}(/[\w./-]*)?", options.store
     ):
-        raise InitError(f"--store must be an s3://bucket/prefix URL, got {options.store!r}")
+        raise InitError(
+            "--store must be an s3://bucket/prefix URL (credentials come from the runner's "
+            f"environment, never the URL), got {_shown_store(options.store)!r}"
+        )
     if not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", options.repository):
         raise InitError(f"--workflow-repo must be OWNER/NAME, got {options.repository!r}")
-    if not re.fullmatch(r"[\w./-]+", options.main_branch):
-        raise InitError(f"--main-branch must be a branch name, got {options.main_branch!r}")
+    branch = options.main_branch
+    if (
+        not re.fullmatch(r"[\w./-]+", branch)
+        or branch.startswith(("refs/", "/", "-"))
+        or branch.endswith(("/", ".", ".lock"))
+        or ".." in branch
+        or "//" in branch
+    ):
+        raise InitError(
+            f"--main-branch must be a branch's name as GitHub shows it (main, not "
+            f"refs/heads/main), got {branch!r}"
+        )
 
 
 def pinned(names: str) -> str:
@@ -173,6 +198,8 @@ def init(root: Path, options: InitOptions) -> Written:
             tests=options.tests
         ),
     }
+    example = root / options.tests / "test_perf_example.py"
+    _inside(root, files)
     existing = [p for p in files if p.exists()]
     if existing and not options.force:
         names = ", ".join(str(p.relative_to(root)) for p in existing)
@@ -181,13 +208,65 @@ def init(root: Path, options: InitOptions) -> Written:
             "written (run again with --force to replace)"
         )
     done = Written()
+    _readable_settings(root)
     for path, text in files.items():
+        if path == example and path.exists():  # the user's to change: --force upgrades the rest
+            if path.read_bytes() != text.encode("utf-8"):
+                done.kept.append(f"{path.relative_to(root)}: yours (changed), left as it is")
+            continue
         (done.replaced if path.exists() else done.created).append(path.relative_to(root))
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
     _add_settings(root, {**SETTINGS, "perfguard_main_branch": options.main_branch}, done)
     _add_ignored(root, done)
     return done
+
+
+def _inside(root: Path, files: dict[Path, str]) -> None:
+    """Every file init writes stays inside the repository: a link out of it is refused."""
+    top = root.resolve()
+    for path in [*files, root / "pytest.ini", root / "pyproject.toml", root / ".gitignore"]:
+        target = path.resolve() if path.exists() or path.is_symlink() else path.parent.resolve()
+        try:
+            target.relative_to(top)
+        except ValueError:
+            raise InitError(
+                f"{path.relative_to(root)} leads out of the repository ({target}): nothing was "
+                "written (replace the link with a file)"
+            ) from None
+
+
+def _readable_settings(root: Path) -> None:
+    """The configuration files init adds settings to read as text and as their format
+    (a broken or non-UTF-8 one is the user's to mend: nothing is written)."""
+    import sys
+
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib
+    for name in ("pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", ".gitignore"):
+        path = root / name
+        if not path.is_file():
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise InitError(f"{name} is not UTF-8 text: nothing was written") from None
+        if name == "pyproject.toml":
+            try:
+                doc = tomllib.loads(text)
+            except tomllib.TOMLDecodeError as exc:
+                raise InitError(
+                    f"pyproject.toml does not parse ({exc}): nothing was written"
+                ) from None
+            table = doc.get("tool", {}).get("pytest", {}).get("ini_options")
+            header = re.search(r"^\[tool\.pytest\.ini_options\][ \t]*(#.*)?$", text, flags=re.M)
+            if table is not None and header is None:
+                raise InitError(
+                    "pyproject.toml holds [tool.pytest.ini_options] in a form init does not "
+                    f"edit: add {', '.join(SETTINGS)} there yourself; nothing was written"
+                )
 
 
 def _add_settings(root: Path, settings: dict[str, str], done: Written) -> None:
@@ -229,7 +308,7 @@ def _insert_after_header(
         return
     lines = "".join(f"{k}{sep}{v}\n" for k, v in missing.items())
     text = path.read_text(encoding="utf-8")
-    at = re.search(rf"^{re.escape(header)}[ \t]*\n", text, flags=re.M)
+    at = re.search(rf"^{re.escape(header)}[ \t]*(#[^\n]*)?\n", text, flags=re.M)
     if at is None:
         text = text + ("" if text.endswith("\n") or not text else "\n") + f"\n{header}\n{lines}"
     else:

@@ -203,21 +203,26 @@ def vendored_version(text: str) -> str | None:
 
 
 def mismatch(path: Path, version: str, commit: str | None) -> str | None:
-    """One line naming how the workflow at `path` differs from this perfguard's release, or
-    None when it matches."""
+    """One line naming how the workflow at `path` differs from this perfguard's release (its
+    first pin that differs, of every call of perfguard's workflow), or None when it matches."""
     if not path.is_file():
         return f"{path}: no perfguard workflow here (run perfguard init)"
-    text = path.read_text(encoding="utf-8")
-    pin = pinned_release(text)
-    if pin is not None:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        return f"{path}: cannot be read as text ({exc})"
+    pins = [{k: v or "" for k, v in m.groupdict().items()} for m in PIN.finditer(text)]
+    for pin in pins:
         tag = pin["tag"] or pin["ref"]
         if tag != f"v{version}":
+            have = tag[1:] if re.fullmatch(r"v\d[\w.+-]*", tag) else f"the perfguard of {tag}"
             return (
                 f"{path}: calls perfguard's workflow at {tag}, but perfguard {version} is "
-                f"installed: pin v{version} (perfguard init --force) or install {tag[1:]}"
+                f"installed: pin v{version} (perfguard init --force) or install {have}"
             )
         if commit is not None and pin["ref"] not in (commit, f"v{version}"):
             return f"{path}: pins {pin['ref']}, not v{version}'s commit {commit}"
+    if pins:
         return None
     found = vendored_version(text)
     if found is None:
