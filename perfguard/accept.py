@@ -6,6 +6,7 @@ the base commit, through git, so that only the entries this change introduced ap
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,9 +15,11 @@ from perfguard.records import Run
 from perfguard.stats import accepts
 
 
-def with_accepts(run: Run, root: Path, messages: list[str]) -> Run:
+def with_accepts(run: Run, root: Path, messages: list[str], collected: Iterable[str] = ()) -> Run:
     """The regressions that the accept file's entries introduced since the base commit
-    accept (stats.accepts). The file is read as committed, at HEAD and at the base."""
+    accept (stats.accepts). The file is read as committed, at HEAD and at the base.
+    `collected`: every perf test of the tree (a shard's run holds only its own, and an
+    entry must not accept all of the suite because a shard held one test)."""
     if run.commit is None or run.baseline.commit is None or not run.comparisons:
         return run
     path = root / accepts.ACCEPT_FILE
@@ -39,6 +42,7 @@ def with_accepts(run: Run, root: Path, messages: list[str]) -> Run:
         *(r.test for r in run.results),
         *(c.test for c in run.comparisons),
         *(u.test for u in (run.selection.unaffected if run.selection is not None else ())),
+        *collected,
     ]
     wide = accepts.too_wide(new, tests)
     if wide is not None:  # the ids this run has, not made-up ones

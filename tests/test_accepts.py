@@ -258,6 +258,57 @@ def test_rewording_an_old_entry_does_not_give_it_its_bound_again(
     assert _p50(_pr(root, store_dir, reworded)).verdict == "regression"
 
 
+@pytest.mark.parametrize(
+    "rewritten",
+    [
+        WIDE.replace("test_mlp*", "test_mlp**"),  # an equivalent glob
+        WIDE.replace('metric = ["latency_p50_ms"', 'variant = "eager"\nmetric = ["latency_p50_ms"'),
+        WIDE.replace("+150%", "+120%"),  # a lower bound
+    ],
+    ids=["equivalent-glob", "one-variant", "lower-bound"],
+)
+def test_an_old_entry_narrowed_or_written_otherwise_is_not_new_again(
+    repo: tuple[Path, Path], rewritten: str
+) -> None:
+    root, store_dir = repo
+    (root / accepts.ACCEPT_FILE).write_text(WIDE)
+    git(root, "add", accepts.ACCEPT_FILE)
+    merged = commit(root, "an earlier pull request, merged with its accept")
+    BaselineStore(store_dir).save(
+        run([result(T, "eager", 1.0, seed=3)], commit=merged, machine=MACHINE)
+    )
+    assert _p50(_pr(root, store_dir, rewritten)).verdict == "regression"
+
+
+def test_a_broken_base_with_quoted_headers_keeps_its_entries() -> None:
+    """`[[ "accept" ]]` is TOML's `[[accept]]`: a broken base file still had those entries."""
+    base = WIDE.replace("[[accept]]", '[[ "accept" ]]') + "\n[[accept]]\nbroken =\n"
+    assert accepts.parse_each(base) == accepts.parse(WIDE)
+
+
+def test_an_entry_that_matches_the_whole_suite_is_refused_in_a_shard_of_one_test(
+    repo: tuple[Path, Path],
+) -> None:
+    """A shard holds one test; the suite (collected before the shards) holds more: `*test*`
+    accepts all of it, and is refused there as it is in the whole run."""
+    root, store_dir = repo
+    (root / accepts.ACCEPT_FILE).write_text(
+        WIDE.replace("tests/test_models.py::test_mlp*", "*test*")
+    )
+    git(root, "add", accepts.ACCEPT_FILE)
+    commit(root, "widen the MLP, accept everything")
+    outcome = finish_run(
+        Measured(
+            [result(T, "eager", 2.0, seed=2)],
+            run([]).environment,
+            suite=frozenset({T, "tests/test_models.py::test_cnn"}),
+        ),
+        FinishSettings(root=root, baseline_dir=store_dir, machine=MACHINE),
+    )
+    assert _p50(outcome).verdict == "regression"
+    assert outcome.run.accept_error is not None and "matches every one" in outcome.run.accept_error
+
+
 def test_mending_a_broken_file_on_main_makes_only_the_mended_entry_new(
     repo: tuple[Path, Path],
 ) -> None:

@@ -123,7 +123,7 @@ def _compare(
     if settings.unhealthy == "inconclusive" and run.health_warnings:
         unhealthy = reason("runner_health", warnings="; ".join(run.health_warnings))
         run = replace(run, comparisons=withhold_speed_verdicts(run.comparisons, unhealthy))
-    run = with_accepts(run, settings.root, messages)
+    run = with_accepts(run, settings.root, messages, measured.suite)
     return settings, explain_memory(run, steps.explain, messages)
 
 

@@ -94,6 +94,7 @@ class Measured:
     collected: frozenset[tuple[str, str]] | None = None
     selection: Selection | None = None
     reach: Reach | None = None
+    suite: frozenset[str] = frozenset()  # every perf test of the tree, before -k and shards
 
 
 @dataclass(frozen=True)

@@ -88,6 +88,7 @@ def finish_session(
             else frozenset(state.tally.collected),
             selection=plan.selection,
             reach=reach,
+            suite=frozenset(test for test, _ in state.tally.collected),
         )
         steps = Steps(remeasure=remeasure, explain=_explainer(config, state, status, ending))
         settings = replace(plan.settings, unsaved_reason=why_not_saved(state, status))

@@ -148,8 +148,8 @@ def _entry(raw: object, where: str) -> Accept:
     )
 
 
-_TABLE = re.compile(r"^[ \t]*\[\[[ \t]*accept[ \t]*\]\]", re.MULTILINE)
-"""An `[[accept]]` header as TOML allows it written (`[[ accept ]]` too)."""
+_TABLE = re.compile(r"""^[ \t]*\[\[[ \t]*(accept|"accept"|'accept')[ \t]*\]\]""", re.MULTILINE)
+"""An `[[accept]]` header as TOML allows it written (`[[ accept ]]`, `[[ "accept" ]]` too)."""
 
 
 def parse_each(text: str, source: str = ACCEPT_FILE) -> list[Accept]:
@@ -169,26 +169,40 @@ def parse_each(text: str, source: str = ACCEPT_FILE) -> list[Accept]:
 
 
 def introduced(head: Sequence[Accept], base: Sequence[Accept]) -> list[Accept]:
-    """What HEAD's file accepts that its base's file does not: by meaning (which test,
-    variant and metric, up to how much), not by how it is written. Rewording a reason,
-    reordering metrics, writing `+50.0%` for `+50%`, or splitting one entry into one per
-    metric gives an old entry no bound again; an entry keeps only the metrics its bound is
-    new for (none: not introduced)."""
-    known = {atom for a in base for atom in _atoms(a)}
+    """What HEAD's file accepts that its base's file does not: by meaning (which tests,
+    variants and metrics, up to how much), not by how it is written. Rewording a reason,
+    reordering metrics, writing `+50.0%` for `+50%`, splitting one entry into one per metric,
+    an equivalent pattern (`**` for `*`), a narrower one (one variant where the base had
+    all) or a lower bound gives an old entry nothing new; an entry keeps only the metrics
+    no base entry already allows it for (none: not introduced)."""
     out = []
     for a in head:
-        new = tuple(m for m in a.metrics if _atom(a, m) not in known)
+        new = tuple(m for m in a.metrics if not any(_allowed_by(b, a, m) for b in base))
         if new:
             out.append(replace(a, metrics=new))
     return out
 
 
-def _atom(a: Accept, metric: str) -> tuple[object, ...]:
-    return (a.test, a.variant, metric, a.size, a.limit)
+def _allowed_by(base: Accept, head: Accept, metric: str) -> bool:
+    """Whether the base's entry already accepts all the head's entry does for `metric`."""
+    return (
+        metric in base.metrics
+        and base.size == head.size
+        and base.limit >= head.limit
+        and _within(head.test, base.test)
+        and _within(head.variant, base.variant)
+    )
 
 
-def _atoms(a: Accept) -> list[tuple[object, ...]]:
-    return [_atom(a, m) for m in a.metrics]
+def _within(narrow: str, wide: str) -> bool:
+    """Whether every name pattern `narrow` matches is matched by `wide` too (`*` the one
+    wildcard): the same pattern (runs of `*` as one), a name `wide` matches, or `*`."""
+    narrow, wide = _plain(narrow), _plain(wide)
+    return narrow == wide or wide == "*" or ("*" not in narrow and _match(wide, narrow))
+
+
+def _plain(pattern: str) -> str:
+    return re.sub(r"\*+", "*", pattern)
 
 
 def too_wide(accepts: Sequence[Accept], tests: Sequence[str]) -> str | None:
