@@ -265,7 +265,7 @@ def test_calibrate_end_to_end_catches_its_canary_and_starts_each_pair_once(
         }
     ]
     table = (tmp_path / "cal.md").read_text()
-    assert "| `test_small.py::test_small` | `eager` | 0 of 4" in table
+    assert "| test&#95;small.py::test&#95;small | eager | 0 of 4" in table
     # the rounds kept in the JSON are judged again without measuring: the same table
     again = _judge(out, "again.md")
     assert again.returncode == 0, again.stderr[-3000:]
@@ -302,7 +302,7 @@ def test_the_rounds_of_a_calibration_cut_short_are_judged_again(tmp_path: Path) 
     cut.write_text(json.dumps({"partial": "1 of 2 pairs", "record": _calibration(1.0).to_json()}))
     done = _judge(cut, "t.md")
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "| `t.py::test_a` | `eager` | 0 of 8" in (tmp_path / "t.md").read_text()
+    assert "| t.py::test&#95;a | eager | 0 of 8" in (tmp_path / "t.md").read_text()
 
 
 def _judge(record: Path, table: str) -> subprocess.CompletedProcess[str]:
@@ -314,3 +314,81 @@ def _judge(record: Path, table: str) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=300,
     )
+
+
+@pytest.mark.parametrize(
+    ("record", "said"),
+    [
+        ({"items": [{"test": {"a": 1}, "variant": "eager"}]}, "are names"),
+        ({"items": [{"test": "t", "variant": "eager", "error": ["x"]}]}, "error is text"),
+        ({"items": [{"test": "t", "variant": "eager", "delay": "elsewhere"}]}, "host or device"),
+        (
+            {"items": [{"test": "t", "variant": "eager", "rounds": [{"slower_pct": 900}]}]},
+            "out of bounds",
+        ),
+    ],
+)
+def test_judge_refuses_a_record_whose_fields_are_not_what_it_wrote(
+    tmp_path: Path, record: dict[str, object], said: str
+) -> None:
+    base = _calibration(1.0).to_json()
+    path = tmp_path / "odd.json"
+    path.write_text(json.dumps({"record": {**base, **record}}))
+    done = _judge(path, "t.md")
+    assert done.returncode == 2 and said in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_judge_says_one_line_of_a_file_nested_too_deeply_and_a_canary_of_nothing(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 100000 + "]" * 100000)
+    done = _judge(path, "t.md")
+    assert done.returncode == 2 and "Traceback" not in done.stderr and done.stderr.count("\n") == 1
+    from perfguard.cli import main
+
+    assert main(["calibrate", "--canary", "", "--", "x"]) == 2
+
+
+@pytest.mark.slow
+def test_sigterm_ends_a_calibration_with_its_session_and_workers(tmp_path: Path) -> None:
+    """A cancelled job's SIGTERM ends the calibrate command, its pytest session and that
+    session's two workers (on a GPU runner they would go on holding the GPU)."""
+    import os
+    import signal
+    import time
+
+    (tmp_path / "test_slow.py").write_text(
+        "import time, torch\n"
+        "def test_slow(perfguard):\n"
+        "    time.sleep(120)  # building its model takes long: the job is cancelled meanwhile\n"
+        "    perfguard.run(torch.nn.Linear(4, 4), (torch.randn(2, 4),))\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "perfguard.cli", "calibrate", "--rounds", "2", "--pairs", "1",
+         "--", str(tmp_path), "--perfguard-variants=eager", "-p", "no:cacheprovider"],
+        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+
+    def ours() -> list[int]:
+        found = []
+        for pid in os.listdir("/proc"):
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if pid.isdigit() and str(tmp_path).encode() in cmd and int(pid) != proc.pid:
+                found.append(int(pid))
+        return found
+
+    deadline = time.monotonic() + 60
+    while len(ours()) < 3 and time.monotonic() < deadline:  # the session and its workers
+        time.sleep(0.5)
+    assert len(ours()) >= 3, ours()
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=90)
+    deadline = time.monotonic() + 30
+    while ours() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not ours()

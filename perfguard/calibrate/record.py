@@ -9,6 +9,7 @@ calibrate` reads it and judges it (`calibrate.analysis`), without torch.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -89,11 +90,23 @@ class Round:
     @classmethod
     def from_json(cls, data: Any) -> Round:
         found = _object("round", data)
+        try:
+            slower_pct = float(found.get("slower_pct", 0.0))
+            slower_ms = float(found.get("slower_ms", 0.0))
+        except (TypeError, ValueError) as exc:
+            raise CalibrationError(f"a round does not read: {exc}") from None
+        if not (0.0 <= slower_pct <= 100.0 and math.isfinite(slower_ms) and slower_ms >= 0):
+            raise CalibrationError(
+                f"a round's canary is out of bounds: {slower_pct!r} {slower_ms!r}"
+            )
+        again = found.get("confirmations", [])
+        if not isinstance(again, list):
+            raise CalibrationError(f"a round's confirmations are a list, got {again!r}")
         return cls(
-            slower_pct=float(found.get("slower_pct", 0.0)),
-            slower_ms=float(found.get("slower_ms", 0.0)),
+            slower_pct=slower_pct,
+            slower_ms=slower_ms,
             main=Comparison.from_json(found.get("main")),
-            confirmations=tuple(Comparison.from_json(c) for c in found.get("confirmations", [])),
+            confirmations=tuple(Comparison.from_json(c) for c in again),
         )
 
 
@@ -122,16 +135,32 @@ class Item:
     def from_json(cls, data: Any) -> Item:
         found = _object("item", data)
         try:
-            return cls(
-                test=str(found["test"]),
-                variant=str(found["variant"]),
-                rounds=tuple(Round.from_json(r) for r in found.get("rounds", [])),
-                call_ms=None if found.get("call_ms") is None else float(found["call_ms"]),
-                delay=str(found.get("delay", "host")),
-                error=found.get("error"),
+            test, variant, error = found["test"], found["variant"], found.get("error")
+            delay = found.get("delay", "host")
+            rounds = found.get("rounds", [])
+            call_ms = None if found.get("call_ms") is None else float(found["call_ms"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CalibrationError(f"an item does not read: {exc}") from None
+        if not isinstance(test, str) or not isinstance(variant, str) or not test or not variant:
+            raise CalibrationError(
+                f"an item's test and variant are names, got {test!r} {variant!r}"
             )
-        except KeyError as exc:
-            raise CalibrationError(f"an item lacks {exc}") from None
+        if error is not None and not isinstance(error, str):
+            raise CalibrationError(f"an item's error is text, got {error!r}")
+        if delay not in ("host", "device"):
+            raise CalibrationError(f"an item's delay is host or device, got {delay!r}")
+        if not isinstance(rounds, list):
+            raise CalibrationError(f"an item's rounds are a list, got {rounds!r}")
+        if call_ms is not None and not (math.isfinite(call_ms) and call_ms > 0):
+            raise CalibrationError(f"an item's call_ms is a time, got {call_ms!r}")
+        return cls(
+            test=test,
+            variant=variant,
+            rounds=tuple(Round.from_json(r) for r in rounds),
+            call_ms=call_ms,
+            delay=delay,
+            error=error,
+        )
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from perfguard.calibrate.report import RELIABLE, ItemReport, Report
+from perfguard.report.format import cell
 
 
 def markdown(report: Report) -> str:
@@ -30,7 +31,7 @@ def markdown(report: Report) -> str:
 
 
 def _row(item: ItemReport, canaries: int) -> str:
-    cells = [f"`{item.test}`", f"`{item.variant}`"]
+    cells = [cell(item.test), cell(item.variant)]
     if item.error is not None:
         return (
             "| "
@@ -87,7 +88,7 @@ def _verdict_lines(report: Report) -> list[str]:
         return [
             f"**The check did not fire**: {len(missed)} canary level(s) at or above the item's "
             "bar were caught in none of their rounds: "
-            + "; ".join(f"`{i.test}` `{i.variant}` at +{p:g}%" for i, p in missed)
+            + "; ".join(f"{cell(i.test)} [{cell(i.variant)}] at +{p:g}%" for i, p in missed)
             + ". A pull request slowed as much would pass here."
         ]
     rate = report.false_alarm_rate

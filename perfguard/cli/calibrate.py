@@ -20,7 +20,7 @@ import math
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -52,7 +52,14 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     canary = _canary(args.canary)
     if args.pairs < 1:
         raise InputError(f"--pairs must be 1 or more, got {args.pairs}")
-    calibration = _judged_again(args.judge) if args.judge is not None else _measure(args, canary)
+    if args.judge is not None:
+        calibration = _judged_again(args.judge)
+    else:
+        restore = _terminate_as_interrupt()
+        try:
+            calibration = _measure(args, canary)
+        finally:
+            restore()
     if not calibration.items:
         raise InputError(
             "calibrate: no perf item was selected (select them after --, e.g. -- tests/perf)"
@@ -73,6 +80,27 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return EXIT_REGRESSION if report.missed else EXIT_OK
 
 
+def _terminate_as_interrupt() -> Callable[[], None]:
+    """SIGTERM (a cancelled job) unwinds as Ctrl-C does: the pytest session is ended with
+    its workers, which on a GPU runner would go on holding the GPU. Returns what puts the
+    handler of before back."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt("SIGTERM received")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+
+    def restore() -> None:
+        signal.signal(signal.SIGTERM, previous)
+
+    return restore
+
+
 def _judged_again(path: Path) -> Calibration:
     """The rounds of an earlier calibration's `--json` (whole, or cut short after a pair)."""
     from perfguard.calibrate import Calibration, CalibrationError
@@ -82,6 +110,8 @@ def _judged_again(path: Path) -> Calibration:
         return Calibration.from_json(found.get("record") if isinstance(found, dict) else found)
     except (OSError, ValueError, CalibrationError) as exc:
         raise InputError(f"calibrate --judge: {path} does not read: {exc}") from None
+    except RecursionError:
+        raise InputError(f"calibrate --judge: {path} is nested too deeply to be one") from None
 
 
 def _measure(args: argparse.Namespace, canary: tuple[float, ...]) -> Calibration:
@@ -131,6 +161,8 @@ def _canary(text: str) -> tuple[float, ...]:
         found = tuple(float(part) for part in text.split(",") if part.strip())
     except ValueError:
         raise InputError(f"--canary takes percentages, e.g. 2,5,10, got {text!r}") from None
+    if not found:
+        raise InputError(f"--canary names no share: give percentages, e.g. 2,5,10, got {text!r}")
     if any(not (0 < pct <= 100) for pct in found):
         raise InputError(f"--canary: each share is above 0 and at most 100 percent, got {text!r}")
     return tuple(sorted(set(found)))
@@ -152,7 +184,17 @@ def _session(folder: Path, asked: dict[str, object], pytest_args: Sequence[str])
         *pytest_args,
     ]
     env = child_environment(Orders(calibrate=asked))
-    return subprocess.run(command, env=env, stdout=sys.stderr, check=False).returncode
+    proc = subprocess.Popen(command, env=env, stdout=sys.stderr)
+    try:
+        return proc.wait()
+    except BaseException:  # Ctrl-C, or SIGTERM (a cancelled job): the session ends too
+        proc.terminate()  # it stops its workers (they follow it) as an interrupted one does
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        raise
 
 
 def register(sub: Commands) -> None:
