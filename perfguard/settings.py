@@ -510,6 +510,7 @@ SETTINGS: tuple[Setting, ...] = (
         '"Dependency bumps"), `same` keeps this one, a path names an existing environment\'s '
         "python",
         recorded=True,
+        child="flag",
     ),
     Setting(
         name="install",
@@ -519,6 +520,7 @@ SETTINGS: tuple[Setting, ...] = (
         "PATH, e.g. 'pip install -e .[dev]'; without it, the dependency files are read",
         metavar="COMMAND",
         optional=True,
+        child="flag",
     ),
     Setting(
         name="env_cache",
@@ -529,6 +531,7 @@ SETTINGS: tuple[Setting, ...] = (
         metavar="DIR",
         read="path",
         optional=True,
+        child="flag",
     ),
     Setting(
         name="install_timeout",
@@ -540,6 +543,7 @@ SETTINGS: tuple[Setting, ...] = (
         read="number",
         bounds=Bounds(low=1, high=86400),
         attribute="install_timeout_s",
+        child="flag",
     ),
     Setting(
         name="ab_env",

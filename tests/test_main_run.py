@@ -116,6 +116,27 @@ def test_main_writes_the_compile_cache_and_the_base_side_loads_it(
     assert "**Compile cache:** the base: hit 1" in report
 
 
+@pytest.mark.parametrize("kind", ["link to /dev/zero", "fifo"])
+def test_a_cache_key_that_is_no_regular_file_is_never_read(tmp_path: Path, kind: str) -> None:
+    """A link to /dev/zero passed the size cap (its size reads 0) and a pipe would block:
+    neither is read."""
+    import os
+
+    import torch
+
+    from perfguard.measure.compile_cache import CompileCache
+
+    cache = CompileCache(tmp_path, "load", "lock", "t.py::test_x", "compile-default")
+    path = cache.path(torch.device("cpu"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/zero")
+    why = cache.load(torch.device("cpu"))
+    assert why is not None and "not a regular file" in why
+
+
 @pytest.mark.slow  # a compiled variant, three times
 @pytest.mark.parametrize(
     ("content", "said"),

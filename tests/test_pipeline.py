@@ -284,3 +284,32 @@ def test_the_messages_name_the_options_as_the_caller_spells_them(
     git(repo, "add", "dirty.txt")
     dirty = check_can_save(git_state(repo), allow_dirty=False, prefix="--")
     assert dirty is not None and dirty.startswith("--save refuses") and "--allow-dirty" in dirty
+
+
+def test_a_compile_time_from_mains_artifacts_is_reported_and_does_not_gate() -> None:
+    """Identical trees read +114% where the base side compiled from main's artifacts: its
+    cold compile was measured in another job, so the comparison does not gate."""
+    from dataclasses import replace
+
+    from perfguard.pipeline import BaseMeasuredBeside
+    from perfguard.pipeline.compare import _warm_compiles_not_gating
+    from perfguard.records import Comparison
+    from tests.factories import result, run
+
+    base = result("t.py::test_m", "compile-default", 1.0, compile_s=3.0)
+    base = replace(base, details=replace(base.details, build={"compile_cache": "hit"}))
+    compile_row = Comparison(
+        test="t.py::test_m", variant="compile-default", metric="compile_time_s",
+        baseline=3.0, current=6.4, change_pct=113.3, verdict="regression", p_value=None,
+        cohens_d=None,
+    )  # fmt: skip
+    head = replace(
+        run([result("t.py::test_m", "compile-default", 1.0)]), comparisons=(compile_row,)
+    )
+    beside = BaseMeasuredBeside("a" * 40, "ab", (base,), {})
+    (found,) = _warm_compiles_not_gating(head, beside).comparisons
+    assert not found.gating and found.reasons[-1].kind == "compile_not_beside"
+    cold = BaseMeasuredBeside(
+        "a" * 40, "ab", (replace(base, details=replace(base.details, build={})),), {}
+    )
+    assert _warm_compiles_not_gating(head, cold).comparisons[0].gating

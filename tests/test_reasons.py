@@ -22,6 +22,7 @@ SAMPLE: dict[str, dict[str, Any]] = {
     "adjusted": {"p": 5.71e-05},
     "hardware_change": {"changes": "device A -> B, cpu_count 2 -> 4"},
     "packages_ran": {"changes": "torch 2.13.0 -> 2.14.0"},
+    "compile_not_beside": {},
     "environment_step": {"changes": "CUDA 12.8 -> 13.0"},
     "runner_health": {"warnings": "GPU throttled during the run"},
     "stored_context": {"commit": "0123456789", "change": -3.2, "verdict": "unchanged"},

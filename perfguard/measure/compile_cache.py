@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -116,9 +117,12 @@ class CompileCache:
 
         path = self.path(device)
         try:
-            size = path.stat().st_size
+            found = path.lstat()  # the entry itself: a link is not followed
         except OSError:
             return "no artifacts for this item"
+        if not stat.S_ISREG(found.st_mode):
+            return f"{path.name} is not a regular file (a link, a pipe, a device): not read"
+        size = found.st_size
         if size > MAX_FILE_BYTES:
             return (
                 f"{path.name} is {size / 2**20:.0f} MiB, past the {MAX_FILE_BYTES >> 20} MiB a "
@@ -128,7 +132,7 @@ class CompileCache:
         level = quiet.level
         quiet.setLevel(logging.ERROR)  # its rejection is said here, in one line
         try:
-            info = torch.compiler.load_cache_artifacts(path.read_bytes())
+            info = torch.compiler.load_cache_artifacts(_read_at_most(path, MAX_FILE_BYTES))
         except Exception as exc:  # a damaged or foreign file: compiled cold, as on a miss
             return f"{path.name} could not be loaded ({type(exc).__name__}): compiled cold"
         finally:
@@ -156,3 +160,12 @@ class CompileCache:
         except OSError:  # a cache that cannot be written costs time, never a result
             return False
         return True
+
+
+def _read_at_most(path: Path, limit: int) -> bytes:
+    """The file's bytes, refusing one that grew past `limit` since it was looked at."""
+    with path.open("rb") as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"{path.name} grew past {limit >> 20} MiB while it was read")
+    return data

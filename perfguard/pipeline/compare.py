@@ -36,7 +36,7 @@ def compare_beside(
     than the base tree's), confirm, add the stored baseline's context."""
     settings, run = guard_bars(settings, run, same_job.thresholds, messages)
     same_job = _stored_cold_compiles(same_job, baseline.run)
-    run = _compare_same_job(run, same_job, settings)
+    run = _warm_compiles_not_gating(_compare_same_job(run, same_job, settings), same_job)
     messages.append(f"baseline: {same_job.commit[:10]} ({same_job.reason})")
     if remeasure is not None and settings.confirm > 0:
         run = confirm_same_job(
@@ -213,6 +213,23 @@ def with_deleted(run: Run, collected: frozenset[tuple[str, str]]) -> Run:
         if c.verdict == "missing" and (c.test, c.variant) not in collected
     ]
     return replace(run, incomplete=(*run.incomplete, deleted_gap(gone))) if gone else run
+
+
+def _warm_compiles_not_gating(run: Run, base: BaseMeasuredBeside) -> Run:
+    """Where the base side compiled from main's artifacts, its cold compile was measured in
+    another job (main's run, on a runner in another state): its compile time is reported
+    beside this tree's and does not gate (identical trees read +114% there)."""
+    warm = {r.key for r in base.results if r.details.build.get("compile_cache") == "hit"}
+    if not warm:
+        return run
+    why = reason("compile_not_beside")
+    out = tuple(
+        replace(c, gating=False).with_reason(why)
+        if c.metric == "compile_time_s" and (c.test, c.variant) in warm
+        else c
+        for c in run.comparisons
+    )
+    return replace(run, comparisons=out)
 
 
 def _stored_cold_compiles(base: BaseMeasuredBeside, stored: Run | None) -> BaseMeasuredBeside:

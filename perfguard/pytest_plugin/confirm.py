@@ -104,7 +104,14 @@ def remeasurer(
         )
         _release_device_memory()
         began = clock()
-        args = [*options.measuring_args(root, options.repeats, ab=ab), *extra]
+        if options.ab_env:  # the same tree in the two environments again (not two commits)
+            args = [
+                *options.measuring_args(root, options.repeats),
+                f"--perfguard-ab-env={options.ab_env}",
+                *extra,
+            ]
+        else:
+            args = [*options.measuring_args(root, options.repeats, ab=ab), *extra]
         made = child(root, args, items)
         last_end = clock()
         failed = sum(r.status != "ok" for r in made.results)

@@ -51,6 +51,10 @@ KINDS: dict[str, Kind] = {
     "hardware_change": _kind("no verdict across a hardware change ({changes})", changes=str),
     # the environment is part of the change (perfguard.pipeline.compare)
     "packages_ran": _kind("packages this test ran changed: {changes}", changes=str),
+    "compile_not_beside": _kind(
+        "not gating: the base side compiled from main's artifacts, so its cold compile is "
+        "its stored baseline's, measured in another job"
+    ),
     "environment_step": _kind(
         "an environment step, not a code change: {changes} changed since the baseline",
         changes=str,

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from perfguard.orders import Orders
 from perfguard.pytest_plugin import planning
 from perfguard.pytest_plugin.ab import session as ab_session
 from perfguard.pytest_plugin.collection import (
@@ -269,10 +270,12 @@ class AbDriving(Measuring):
         return self.ab is None
 
     def ending(self) -> Ending:
+        head = self.state.options.orders.head_python  # a confirmation measures there too
         return replace(
             super().ending(),
             reach=lambda: self.reach if self.records else None,
             close_beside=self.close_beside,
+            remeasure_orders=None if head is None else Orders(head_python=head),
         )
 
     def close_beside(
