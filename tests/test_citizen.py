@@ -118,6 +118,43 @@ def test_a_benchmark_test_is_measured_in_both_trees_in_a_b_and_a_2x_slowdown_fla
     assert 60 < p50["change_pct"] < 140, p50
 
 
+PERF_AND_BENCH = """
+import time
+import pytest, torch
+
+@pytest.mark.perfguard(variants=["eager", "compile-default"])
+def test_both(perfguard, benchmark):
+    perfguard.run(torch.nn.Linear(4, 4), (torch.randn(2, 4),))
+    benchmark.pedantic(time.sleep, args=(0.001,), rounds=10, iterations=1)
+"""
+
+
+@pytest.mark.slow
+def test_a_perf_test_that_also_times_itself_keeps_each_variants_benchmark_in_a_b(
+    pytester: pytest.Pytester,
+) -> None:
+    """Both fixtures in one test: the perf item of each variant and its own benchmark's
+    timings, one per variant, on both sides; and no warning that the driver never used it."""
+    pytest.importorskip("pytest_benchmark")
+    pytester.makepyfile(test_both=PERF_AND_BENCH)
+    git(pytester.path, "init", "-q", "-b", "main")
+    git(pytester.path, "add", "-A")
+    git(pytester.path, "commit", "-q", "-m", "base")
+    result = pytester.runpytest_subprocess(
+        *FAST, "--perfguard", "--perfguard-ab=HEAD", "--perfguard-json=out.json",
+        "--perfguard-full", "--perfguard-confirm=0",
+    )  # fmt: skip
+    out = result.stdout.str()
+    assert "was not used" not in out, out
+    doc = json.loads((pytester.path / "out.json").read_text())
+    keys = sorted((r["test"], r["variant"]) for r in doc["results"])
+    assert ("test_both.py::test_both[eager]", "pytest-benchmark") in keys, keys
+    assert ("test_both.py::test_both[compile-default]", "pytest-benchmark") in keys, keys
+    assert ("test_both.py::test_both", "eager") in keys and len(keys) == 4, keys
+    base = sorted((r["test"], r["variant"]) for r in doc["baseline_results"])
+    assert base == keys
+
+
 @pytest.mark.slow
 def test_benchmark_only_beside_perfguard_is_a_usage_error_not_a_silent_skip(
     pytester: pytest.Pytester,
@@ -133,10 +170,13 @@ def test_m(perfguard):
 """
     )
     result = pytester.runpytest_subprocess(
-        "--perfguard", "--benchmark-only", "-p", "no:cacheprovider"
+        "--perfguard", "--benchmark-only", "-p", "no:cacheprovider", "--perfguard-json=out.json"
     )
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "the 1 perf item(s) would not be measured" in result.stderr.str()
+    # refused before anything ran: no "incomplete run", no results file with that gap
+    assert "incomplete run" not in result.stdout.str() + result.stderr.str()
+    assert not (pytester.path / "out.json").exists()
 
 
 @pytest.mark.slow

@@ -109,6 +109,7 @@ class Measuring(Role):
         self.watchdog = watchdog  # the supervisor of a session the user started
         self.monitor: Monitor | None = None  # the runner's health while measuring
         self.exclusive_gpu = False  # EXCLUSIVE_PROCESS compute mode: no second process
+        self.refused = False  # a usage error before anything ran
         if watchdog is not None:
             state.ledger.listeners.append(
                 lambda result: watchdog.result(result.to_json(), state.environment)
@@ -158,7 +159,11 @@ class Measuring(Role):
         """Note the perf items to measure (after -k, -m and sharding have chosen); start the
         runner health monitor once there is something to measure."""
         self.state.tally.expected = [i.nodeid for i in session.items if variant_of(i) is not None]
-        refuse_benchmark_only(session.config, len(self.state.tally.expected))
+        try:
+            refuse_benchmark_only(session.config, len(self.state.tally.expected))
+        except pytest.UsageError:
+            self.refused = True  # nothing was run: no results file, no gaps to say
+            raise
         if session.items:
             self.start(session)
 
@@ -225,9 +230,9 @@ class Measuring(Role):
             )
         bench = getattr(item, "funcargs", {}).get("benchmark")
         if bench is not None and outcome.excinfo is None:
-            # a perf test that also times itself is one test: its own id, not the item's
-            variant = variant_of(item)
-            test = item.nodeid if variant is None else test_id(item, variant)
+            # a test that times itself is one result; a perf item that also does, one per
+            # variant (the item's node id): each variant's benchmark is kept
+            test = item.nodeid
             result = result_from_benchmark(test, bench)
             if result is not None:
                 self.state.record(result, item.nodeid)
@@ -249,7 +254,12 @@ class Measuring(Role):
         return reach
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        finish_session(session, self.state, exitstatus, self.ending())
+        if not self.refused:
+            finish_session(session, self.state, exitstatus, self.ending())
+            return
+        close = self.ending().close_beside  # refused before anything ran: workers go too
+        if close is not None:
+            close(session.config, True, False)
 
     def pytest_terminal_summary(self, terminalreporter: Any, config: pytest.Config) -> None:
         terminal_summary(terminalreporter, config)

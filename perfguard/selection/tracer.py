@@ -26,7 +26,7 @@ import cProfile
 import sys
 from collections import defaultdict
 from collections.abc import Callable
-from types import CodeType
+from types import CodeType, FrameType
 from typing import Any
 
 TOOL_NAME = "perfguard"
@@ -41,7 +41,7 @@ class CodeTracer:
         self.refused: str | None = None  # why nothing could be recorded
         self._ran: dict[str, set[CodeType]] = defaultdict(set)  # sys.monitoring's
         self._seen = self._ran[self.context]
-        self._profiles: dict[str, cProfile.Profile] = {}  # before 3.12: one per context
+        self._profiles: dict[str, _Profile] = {}  # before 3.12: one per context
         self._profile = self._profile_of(self.context)
         self._paused = 0
         self._running = False
@@ -49,10 +49,10 @@ class CodeTracer:
         # the files of the code that ran outside the repository, by context (once stopped)
         self.outside: dict[str, set[str]] = defaultdict(set)
 
-    def _profile_of(self, context: str) -> cProfile.Profile:
+    def _profile_of(self, context: str) -> _Profile:
         found = self._profiles.get(context)
         if found is None:
-            found = self._profiles[context] = cProfile.Profile(builtins=False)
+            found = self._profiles[context] = _Profile(builtins=False)
         return found
 
     @property
@@ -158,6 +158,7 @@ class CodeTracer:
             for entry in profile.getstats():
                 if isinstance(entry.code, CodeType):
                     self._ran[context].add(entry.code)
+            self._ran[context] |= profile.called
         self._profiles.clear()
         where: dict[str, str | None] = {}
         lines: dict[str, dict[str, set[int]]] = defaultdict(lambda: defaultdict(set))
@@ -173,6 +174,20 @@ class CodeTracer:
                     self.outside[context].add(name)
         self._ran.clear()
         return lines
+
+
+class _Profile(cProfile.Profile):
+    """The C profiler, which code that saves and restores the profile hook (pytest-benchmark
+    does, around its timing) may put back as a hook in Python: then it is called as one, and
+    notes what starts, as the C profiler would have."""
+
+    def __init__(self, *, builtins: bool) -> None:
+        super().__init__(builtins=builtins)
+        self.called: set[CodeType] = set()
+
+    def __call__(self, frame: FrameType, event: str, arg: Any) -> None:
+        if event == "call":
+            self.called.add(frame.f_code)
 
 
 def _profiler() -> object:

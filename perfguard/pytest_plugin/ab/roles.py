@@ -170,6 +170,10 @@ class AbDriving(Measuring):
         """The workers run the perf test (or the test that times itself); this session does
         not."""
         variant = variant_of(pyfuncitem)
+        bench = getattr(pyfuncitem, "funcargs", {}).get("benchmark")
+        if self.ab is not None and bench is not None:
+            # its workers run it: pytest-benchmark must not say "fixture was not used" here
+            bench._mode = "run in both trees by perfguard's A/B workers"
         if self.ab is not None and times_itself(pyfuncitem):
             self.run_whole(self.ab, pyfuncitem)
             return True
@@ -245,6 +249,10 @@ class AbDriving(Measuring):
         ab.base_environment = ab.base_environment or base.environment
         if state.environment is None and head.environment:
             state.environment = head.environment
+        for extra in head.extra:  # its own benchmark's timings, one per variant
+            state.record(extra, nodeid)
+        ab.base_results = [r for r in ab.base_results if r.key not in {e.key for e in base.extra}]
+        ab.base_results.extend(base.extra)
         if head.result is not None:
             details = replace(head.result.details, ab=pairing.to_json())
             measured = replace(head.result, details=details)

@@ -227,12 +227,14 @@ class AbWorker(Role):
         outcome = yield
         if measured_in_ab(item):
             report = outcome.get_result()
-            if report.when == "call" and report.passed and times_itself(item):
+            timed = "benchmark" in getattr(item, "funcargs", {})
+            if report.when == "call" and report.passed and (times_itself(item) or timed):
                 self.send_benchmark(item)
             self.report_end(report)
 
     def send_benchmark(self, item: pytest.Item) -> None:
-        """The timings of a test that timed itself, for the driver (before how it ended)."""
+        """The timings of a test that timed itself (or of a perf item's own `benchmark`, one
+        per variant: the item's node id), for the driver (before how it ended)."""
         from perfguard.pytest_plugin.benchmark_bridge import result_from_benchmark
 
         bench = getattr(item, "funcargs", {}).get("benchmark")
