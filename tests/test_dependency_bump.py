@@ -175,10 +175,10 @@ def test_bisect_over_eight_versions_of_a_package_names_the_first_slower_one(
     inherit = pytester.path.parent / "inherit.pth"
     inherit.write_text(_this_environment() + "\n")
     install = (
-        'cp {inherit} "$(python -c \'import sysconfig; print(sysconfig.get_path("purelib"))\')" '
-        "&& python -m pip install -q --no-deps --no-index --find-links {wheels} "
-        "{{package}}=={{version}}"
-    ).format(inherit=inherit, wheels=wheels)
+        f'cp {inherit} "$(python -c \'import sysconfig; print(sysconfig.get_path("purelib"))\')" '
+        f"&& python -m pip install -q --no-deps --no-index --find-links {wheels} "
+        "{package}=={version}"
+    )
     # the driver collects in this environment, which has no slowpkg (it times nothing)
     pytester.makeconftest(
         CONFTEST.replace(
