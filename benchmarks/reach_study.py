@@ -2,7 +2,8 @@
 test its change can reach, however the test reaches its model, and what does it save?
 
 Run:  .venv/bin/python -m benchmarks.reach_study patterns [--out .../reach-patterns.json]
-      .venv/bin/python -m benchmarks.reach_study overhead [--runs 5] [--out .../reach-overhead.json]
+      .venv/bin/python -m benchmarks.reach_study overhead [--runs 5] [--vit CLONE]
+          [--out .../reach-overhead.json]
       .venv/bin/python -m benchmarks.reach_study replay --repo PATH [--commits 45]
           [--out benchmarks/data/reach-replay.json]
 
@@ -13,9 +14,10 @@ its own, run as CI runs a pull request (`pytest --perfguard --perfguard-ab=<base
 must be measured and flagged, and no other measured; each unrelated change must measure
 nothing. The record's size per result is quoted.
 
-`overhead`: whether recording moves a timed figure. The example suite's eager items measured
-`--runs` times with `--perfguard-record=yes` and with `no`, in turn: the medians of each
-item's p50, and the session's wall time.
+`overhead`: what recording costs and whether it moves a timed figure, on two real suites (the
+example suite, and with `--vit` a clone of lucidrains/vit-pytorch, eight of its models at its
+head): each full run `--runs` times with `--perfguard-record=yes` and with `no`, in turn: the
+session's wall time, the medians of each item's p50, the record's size per result.
 
 `replay`: a real model repository's history (lucidrains/vit-pytorch, a ViT zoo; `--repo` a
 clone of it), with perf tests written as its users would (`REPLAY_TESTS`, eight models at
@@ -153,40 +155,93 @@ def patterns(out: Path) -> None:
     _write(out, summary, rows)
 
 
-def overhead(runs: int, out: Path) -> None:
-    """The example suite's eager items, recorded and not, in turn."""
-    example = Path(__file__).resolve().parent.parent / "examples" / "perf" / "test_models.py"
+def overhead(runs: int, out: Path, vit: Path | None = None) -> None:
+    """Recording's cost on real suites: each suite's full run `runs` times with
+    `--perfguard-record=yes` and with `no`, in turn: the session's wall time, the medians of
+    each item's p50, and the record's size per result. The suites: the example suite (its
+    MLP, CNN, encoder, training step and GPT-2 generation, eager) and, given a clone of
+    lucidrains/vit-pytorch (`vit`), its eight ViT-family perf tests at its head."""
+    suites: dict[str, Any] = {"example": None}
+    if vit is not None:
+        suites["vit-pytorch"] = vit
+    found: dict[str, Any] = {}
     rows: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="perfguard-reach-overhead-") as folder:
-        repo = Path(folder) / "repo"
+    for name, source in suites.items():
+        with tempfile.TemporaryDirectory(prefix="perfguard-reach-overhead-") as folder:
+            repo, env = _overhead_repo(Path(folder), source)
+            args = [*QUICK, "--perfguard-variants=eager", "--perfguard-compare=none"]
+            mine: list[dict[str, Any]] = []
+            for i in range(runs):
+                for mode in ("no", "yes"):
+                    row = pytest_run(repo, *args, f"--perfguard-record={mode}", env=env)
+                    doc = row.pop("doc")
+                    reach = doc.get("reach")
+                    results = len(doc["results"])
+                    size = len(json.dumps(reach, separators=(",", ":"))) if reach else 0
+                    row.update(suite=name, run=i + 1, record=mode, recorded=reach is not None)
+                    row["bytes_per_result"] = round(size / results) if reach and results else None
+                    row["p50_ms"] = {
+                        r["test"]: r["metrics"]["latency_p50_ms"]
+                        for r in doc["results"]
+                        if r["status"] == "ok"
+                    }
+                    mine.append(row)
+                    print(f"{name} run {i + 1} record={mode}: {row['wall_s']:.1f} s, "
+                          f"recorded {row['recorded']}", flush=True)  # fmt: skip
+            rows.extend(mine)
+            found[name] = _overhead_summary(mine)
+    _write(out, {"runs": runs, "suites": found}, rows)
+
+
+def _overhead_repo(folder: Path, vit: Path | None) -> tuple[Path, dict[str, str]]:
+    """A scratch repository of the example suite, or a checkout of vit-pytorch's head with
+    its perf tests committed; and the environment its sessions run in."""
+    repo = folder / "repo"
+    if vit is None:
+        example = Path(__file__).resolve().parent.parent / "examples" / "perf" / "test_models.py"
         (repo / "tests").mkdir(parents=True)
         (repo / "tests" / "test_models.py").write_text(example.read_text())
         git(repo, "init", "-q", "-b", "main")
         _commit(repo, "suite")
-        args = [*QUICK, "--perfguard-variants=eager", "--perfguard-compare=none", "-k",
-                "not generate and not train"]  # fmt: skip
-        for i in range(runs):
-            for mode in ("no", "yes"):
-                row = pytest_run(repo, *args, f"--perfguard-record={mode}")
-                doc = row.pop("doc")
-                row.update(run=i + 1, record=mode, recorded=doc.get("reach") is not None)
-                row["p50_ms"] = {r["test"]: r["metrics"]["latency_p50_ms"] for r in doc["results"]}
-                rows.append(row)
-                print(f"run {i + 1} record={mode}: {row['wall_s']:.1f} s, recorded "
-                      f"{row['recorded']}", flush=True)  # fmt: skip
+        return repo, _env()
+    subprocess.run(["git", "clone", "-q", "--no-checkout", str(vit), str(repo)], check=True)
+    git(repo, "checkout", "-q", "HEAD", "--", "vit_pytorch")
+    (repo / "tests").mkdir(exist_ok=True)
+    (repo / "tests" / "test_perf.py").write_text(REPLAY_TESTS)
+    stub = folder / "stub"
+    for name, text in TORCHVISION_STUB.items():
+        (stub / name).parent.mkdir(parents=True, exist_ok=True)
+        (stub / name).write_text(text)
+    (repo / ".git" / "info" / "exclude").write_text("reports/\nbaselines/\n__pycache__/\n")
+    git(repo, "add", "tests/test_perf.py")
+    _commit(repo, "perf tests")
+    return repo, _env(PYTHONPATH=f"{repo}{os.pathsep}{stub}")
+
+
+def _overhead_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     tests = sorted({t for r in rows for t in r["p50_ms"]})
     per_test = {}
     for t in tests:
-        off = statistics.median(r["p50_ms"][t] for r in rows if r["record"] == "no")
-        on = statistics.median(r["p50_ms"][t] for r in rows if r["record"] == "yes")
-        per_test[t] = {"off_ms": off, "on_ms": on, "change_pct": round(100 * (on / off - 1), 2)}
-    summary = {
-        "runs": runs,
-        "p50_change_pct": {t: v["change_pct"] for t, v in per_test.items()},
-        "wall_s_off": statistics.median(r["wall_s"] for r in rows if r["record"] == "no"),
-        "wall_s_on": statistics.median(r["wall_s"] for r in rows if r["record"] == "yes"),
+        off = statistics.median(
+            r["p50_ms"][t] for r in rows if r["record"] == "no" and t in r["p50_ms"]
+        )
+        on = statistics.median(
+            r["p50_ms"][t] for r in rows if r["record"] == "yes" and t in r["p50_ms"]
+        )
+        per_test[t] = round(100 * (on / off - 1), 2)
+    off_s = statistics.median(r["wall_s"] for r in rows if r["record"] == "no")
+    on_s = statistics.median(r["wall_s"] for r in rows if r["record"] == "yes")
+    sizes = [r["bytes_per_result"] for r in rows if r["bytes_per_result"]]
+    return {
+        "p50_change_pct": per_test,
+        "wall_s_off": off_s,
+        "wall_s_on": on_s,
+        "ratio": round(on_s / off_s, 3),
+        "bytes_per_result": statistics.median(sizes) if sizes else None,
+        "every_recorded_run_has_its_record": all(
+            r["recorded"] for r in rows if r["record"] == "yes"
+        ),
     }
-    _write(out, summary, rows)
 
 
 REPLAY_TESTS = """
@@ -369,6 +424,7 @@ def main() -> None:
     o = sub.add_parser("overhead")
     o.add_argument("--runs", type=int, default=5)
     o.add_argument("--out", type=Path, default=DATA / "reach-overhead.json")
+    o.add_argument("--vit", type=Path, help="a clone of lucidrains/vit-pytorch (its head)")
     r = sub.add_parser("replay")
     r.add_argument("--repo", type=Path, required=True, help="a clone of lucidrains/vit-pytorch")
     r.add_argument("--commits", type=int, default=45)
@@ -377,7 +433,7 @@ def main() -> None:
     if args.command == "patterns":
         patterns(args.out)
     elif args.command == "overhead":
-        overhead(args.runs, args.out)
+        overhead(args.runs, args.out, args.vit)
     else:
         replay(args.repo, args.commits, args.out)
 

@@ -184,9 +184,10 @@ SETTINGS: tuple[Setting, ...] = (
         "opens, from collection to one untimed call of its work), stored with the baseline: "
         "what a pull request's partial run selects against. 'auto' records on a full run "
         "(--perfguard-save, --perfguard-full, a push or scheduled run)",
-        doc="record what each perf test runs (the code blocks it executes, by coverage.py, "
-        "and the files it opens, from collection to one untimed call of its work; never a "
-        "timed call), stored with the baseline: a pull request's partial run measures a test "
+        doc="record what each perf test runs (the code blocks it executes, the files it opens, "
+        "the folders it lists and the installed packages it runs, from collection to its work "
+        "run untimed as timed; never a timed call, beside a coverage session the user runs), "
+        "stored with the baseline: a pull request's partial run measures a test "
         "unless this record says nothing it ran changed. `auto` records on a full run "
         "(`--perfguard-save`, `--perfguard-full`, a push or scheduled run) ([ci.md](ci.md), "
         '"Partial runs")',
