@@ -20,7 +20,9 @@ empty repositories, missing refs), `branch` (a baselines branch with hostile and
 pushes that would lose results), `api` (a loopback GitHub that redirects, loops, refuses and
 fails) and `signals` (kill -9, SIGTERM and SIGINT at the moments that matter); from
 `benchmarks.fault_gate`: `gate` (runs that did not measure all they claim, a change that loosens
-its own bar, committed input that once crashed the run).
+its own bar, committed input that once crashed the run); from `benchmarks.fault_round4`:
+`round4` (the base environment, package bisect, init's upgrade, calibrate's records, the
+recording beside a profiler or coverage, a cache key that is no file).
 
 It prints a line per case that was not clean and the counts per family, and writes every
 case's outcome to `--out` (default benchmarks/data/fault-audit.json). About 8 minutes on a
@@ -43,7 +45,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from benchmarks import fault_cases, fault_gate
+from benchmarks import fault_cases, fault_gate, fault_round4
 from benchmarks.fault_harness import (
     HERE,
     Case,
@@ -476,7 +478,12 @@ FAMILIES: dict[str, Callable[[Seed], list[Case]]] = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    families = {**FAMILIES, **fault_cases.FAMILIES, **fault_gate.FAMILIES}
+    families = {
+        **FAMILIES,
+        **fault_cases.FAMILIES,
+        **fault_gate.FAMILIES,
+        **fault_round4.FAMILIES,
+    }
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", default=",".join(families), help="families, comma-separated")
     parser.add_argument("--match", default="", help="only cases whose name holds this")
