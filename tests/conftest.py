@@ -24,6 +24,50 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 forkserver.remember_environment()
 
 
+SLOW_CPU_S = 2.0
+"""A test that is not marked `slow` uses less CPU than this (itself, the processes it waited
+for and the sessions it forked): the rule is a second, and a slower machine gets twice it.
+CPU time, not wall time, so that the check holds on a busy machine."""
+
+
+def _cpu() -> float:
+    import resource
+
+    mine = resource.getrusage(resource.RUSAGE_SELF)
+    waited = resource.getrusage(resource.RUSAGE_CHILDREN)
+    used = mine.ru_utime + mine.ru_stime + waited.ru_utime + waited.ru_stime
+    return used + sum(forkserver.FORKED_CPU)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """`make test-fast` is the tests not marked `slow`: one that uses more CPU than
+    `SLOW_CPU_S` in its set-up and call fails, saying to mark it."""
+    outcome = yield
+    if call.when not in ("setup", "call") or item.get_closest_marker("slow"):
+        return
+    report = outcome.get_result()
+    began = item.stash.setdefault(_CPU_KEY, {})
+    if call.when == "setup":
+        return
+    used = _cpu() - began.get("start", _cpu())
+    if report.passed and used > SLOW_CPU_S:
+        report.outcome = "failed"
+        report.longrepr = (
+            f"{item.nodeid} used {used:.1f} s of CPU without the `slow` marker (a test over a "
+            f"second is slow; this check allows {SLOW_CPU_S:g} s): mark it "
+            "@pytest.mark.slow, or make it cheaper"
+        )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    item.stash[_CPU_KEY] = {"start": _cpu()}
+
+
+_CPU_KEY = pytest.StashKey[dict[str, float]]()
+
+
 @pytest.fixture(autouse=True)
 def _sessions_of_their_own(monkeypatch: pytest.MonkeyPatch) -> None:
     """`make test` runs the tests in pytest-xdist workers, whose environment says so; the

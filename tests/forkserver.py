@@ -90,8 +90,13 @@ def _serve() -> None:
             replies.close()
             _child(request, base)  # never returns
         reply(replies, {"pid": pid})
-        _, status = os.waitpid(pid, 0)
-        reply(replies, {"returncode": os.waitstatus_to_exitcode(status)})
+        _, status, usage = os.wait4(pid, 0)
+        cpu = usage.ru_utime + usage.ru_stime  # the session's own and its waited children's
+        reply(replies, {"returncode": os.waitstatus_to_exitcode(status), "cpu_s": cpu})
+
+
+FORKED_CPU: list[float] = []
+"""The CPU seconds of each forked session this process waited for (the slow-test check)."""
 
 
 def reply(stream: IO[str], message: dict[str, Any]) -> None:
@@ -219,7 +224,9 @@ class Session:
 
     def wait(self, timeout: float | None = None) -> int:
         if self.returncode is None:
-            self.returncode = int(self.server.read(timeout)["returncode"])
+            said = self.server.read(timeout)
+            self.returncode = int(said["returncode"])
+            FORKED_CPU.append(float(said.get("cpu_s", 0.0)))
             self.server.busy = False
         return self.returncode
 

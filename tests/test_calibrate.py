@@ -76,6 +76,7 @@ def test_a_record_reads_back_and_one_of_another_version_is_refused() -> None:
         Calibration.from_json({**cal.to_json(), "version": 99})
 
 
+@pytest.mark.slow
 def test_the_pairs_records_join_into_one_calibration() -> None:
     """Rounds shared among pairs of workers are judged as one calibration: each item's
     rounds one after the other, the workers' starts summed."""
@@ -118,6 +119,7 @@ def test_the_spread_between_pairs_is_told_from_the_spread_within() -> None:
         assert item.advised_bar_pct is not None and item.advised_bar_pct < 3.0
 
 
+@pytest.mark.slow
 def test_a_fresh_pair_is_predicted_to_miss_what_the_pairs_offsets_hide() -> None:
     """One pair in four 7% off: every pair caught +10% (that one read +17%), but a fresh pair
     is as likely 7% off the other way (which process is "A" is arbitrary), where +10% reads

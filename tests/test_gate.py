@@ -567,7 +567,7 @@ def test_a_module_that_hangs_while_imported_is_a_collection_error_at_the_limit(
         "--perfguard",
         "--perfguard-compare=none",
         "--perfguard-json=out.json",
-        "--perfguard-timeout=2",
+        "--perfguard-import-timeout=2",
         "--continue-on-collection-errors",
         timeout=120,
     )
@@ -575,7 +575,7 @@ def test_a_module_that_hangs_while_imported_is_a_collection_error_at_the_limit(
     assert result.ret == 1, result.stdout.str()
     found = gaps(pytester.path / "out.json")
     assert found["collection_error"].items == ("test_import_hang.py",)
-    assert "time limit of 2 s" in found["collection_error"].detail
+    assert "import limit of 2 s (--perfguard-import-timeout)" in found["collection_error"].detail
     doc = json.loads((pytester.path / "out.json").read_text())
     assert [r["status"] for r in doc["results"]] == ["ok"]  # the other module was measured
 

@@ -65,6 +65,11 @@ CHILD_VALUES = {
     "min_change_pct": 12.5,
     "ab_min_change_pct": 4.0,
     "compile_cache": Path("/runner/compile-cache"),
+    "import_timeout_s": 120.0,
+    "base_env": "same",
+    "install": "pip install -e .",
+    "env_cache": Path("/runner/envs"),
+    "install_timeout_s": 90.0,
 }
 """A value other than its default for every setting a child session is given."""
 
@@ -78,7 +83,10 @@ def test_the_child_command_line_comes_from_the_table(tmp_path: Path) -> None:
     assert ab_only == {"--perfguard-min-change", "--perfguard-ab-min-change"}
     options = default_options(
         tmp_path,
-        sources={"variants": "--perfguard-variants"},
+        sources={
+            name: "--perfguard-" + name.replace("_", "-")
+            for name in ("variants", "base_env", "install", "env_cache", "install_timeout")
+        },
         save=True,  # never a child's: it does not save
         gate_p99=True,
         **CHILD_VALUES,

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from perfguard.cli.common import Commands
     from perfguard.history.alert import Bisected
     from perfguard.history.analysis import History
+    from perfguard.history.bisect import Bisection
 
 
 def _repo_root(start: Path | str) -> Path | None:
@@ -170,7 +171,6 @@ def cmd_alert(args: argparse.Namespace) -> int:
 
 def cmd_bisect(args: argparse.Namespace) -> int:
     from perfguard.history.bisect import PluginMeasure, commits_between, search
-    from perfguard.history.series import dumps
 
     if args.rounds < 1:
         raise InputError(f"--rounds must be 1 or more, got {args.rounds}")
@@ -191,15 +191,8 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     log(f"{len(commits) - 1} commit(s) after {commits[0][:10]} up to {commits[-1][:10]}")
     measure = PluginMeasure(root, args.pytest_args, log)
     found = search(commits, measure, rounds=args.rounds, log=log, direction=args.direction)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(dumps(found.to_json()), encoding="utf-8")
-    log(f"{len(found.steps)} paired measurement(s)")
-    if found.culprit is None:
-        print(found.reason)  # an outcome: nothing changed that way, or no clear answer
+    if _tell(found, args.json, log) is None:
         return 0
-    print(f"culprit: {found.culprit}")
-    print(found.reason)
     evidence = [
         s
         for s in found.steps
@@ -220,7 +213,6 @@ def _bisect_package(args: argparse.Namespace, root: Path, log: Callable[[str], N
         labelled,
         versions_between,
     )
-    from perfguard.history.series import dumps
 
     if args.good or args.bad:
         raise InputError("--package bisects versions: give them as --good V1 --bad V2, not commits")
@@ -248,16 +240,23 @@ def _bisect_package(args: argparse.Namespace, root: Path, log: Callable[[str], N
         log=log,
         direction=args.direction,
     )
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(dumps(found.to_json()), encoding="utf-8")
-    log(f"{len(found.steps)} paired measurement(s)")
-    if found.culprit is None:
-        print(found.reason)
-        return 0
-    print(f"culprit: {found.culprit}")
-    print(found.reason)
+    _tell(found, args.json, log)
     return 0
+
+
+def _tell(found: Bisection, json_path: Path | None, log: Callable[[str], None]) -> str | None:
+    """Write a bisection's JSON (if asked) and print its culprit and why; the culprit, or
+    None: an outcome too (nothing changed that way, or no clear answer)."""
+    from perfguard.history.series import dumps
+
+    if json_path:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(dumps(found.to_json()), encoding="utf-8")
+    log(f"{len(found.steps)} paired measurement(s)")
+    if found.culprit is not None:
+        print(f"culprit: {found.culprit}")
+    print(found.reason)
+    return found.culprit
 
 
 def _bisected(path: Path) -> Bisected:
@@ -307,16 +306,8 @@ def add_source_options(p: argparse.ArgumentParser) -> None:
     )
 
 
-def register(sub: Commands) -> None:
-    """Add the history commands to `perfguard`'s subparsers."""
-    from perfguard import github  # the standard library only, like this module
-
-    p = sub.add_parser("history", help="main's per-commit series and the change points in them")
-    add_source_options(p)
-    p.add_argument("--json", type=Path, help="write the series and change points here")
-    p.add_argument("-o", "--output", type=Path, help="write the Markdown summary here")
-    p.set_defaults(func=cmd_history)
-
+def _add_bisect(sub: Commands) -> None:
+    """`perfguard bisect`: over commits, or over a package's versions (`--package`)."""
     p = sub.add_parser(
         "bisect",
         usage="perfguard bisect GOOD BAD [--json OUT] [--rounds N] [-- PYTEST ARGS]\n"
@@ -369,6 +360,19 @@ def register(sub: Commands) -> None:
         help="measure a step whose verdict is unclear up to this many times (2)",
     )
     p.set_defaults(func=cmd_bisect, pytest_args=[])  # what follows `--` (perfguard.cli.main)
+
+
+def register(sub: Commands) -> None:
+    """Add the history commands to `perfguard`'s subparsers."""
+    from perfguard import github  # the standard library only, like this module
+
+    p = sub.add_parser("history", help="main's per-commit series and the change points in them")
+    add_source_options(p)
+    p.add_argument("--json", type=Path, help="write the series and change points here")
+    p.add_argument("-o", "--output", type=Path, help="write the Markdown summary here")
+    p.set_defaults(func=cmd_history)
+
+    _add_bisect(sub)
 
     p = sub.add_parser("site", help="write a static trend site of the baselines")
     add_source_options(p)

@@ -323,7 +323,7 @@ def within_import_limit(
         yield
         return
     limit = state.options.import_timeout_s
-    timeout.begin(limit, lambda: None)
+    timeout.begin(limit, lambda: None, timeout.import_message)
     if watchdog is not None:
         watchdog.arm(limit, collector.nodeid, "collection_error", [])
     try:

@@ -49,6 +49,10 @@ def message(seconds: float) -> str:
     return f"ended at its time limit of {seconds:g} s (--perfguard-timeout, marker key timeout_s)"
 
 
+def import_message(seconds: float) -> str:
+    return f"importing it ended at the import limit of {seconds:g} s (--perfguard-import-timeout)"
+
+
 def limit_of(item: pytest.Item, default: float) -> float:
     """The item's limit: its marker's `timeout_s` (checked where the marker was read), else
     the session's."""
@@ -143,9 +147,11 @@ def _usable() -> bool:
     return threading.current_thread() is threading.main_thread() and hasattr(signal, "pthread_kill")
 
 
-def begin(seconds: float, expired: Callable[[], None]) -> None:
-    """From now, raise ItemTimeout in the main thread once `seconds` have passed (`expired`
-    is called first), until `end`. Outside the main thread, or where threads cannot be
+def begin(
+    seconds: float, expired: Callable[[], None], said: Callable[[float], str] = message
+) -> None:
+    """From now, raise ItemTimeout (its text `said(seconds)`) in the main thread once
+    `seconds` have passed (`expired` is called first), until `end`. Outside the main thread, or where threads cannot be
     signalled, nothing is kept."""
     if not _usable():
         return
@@ -155,7 +161,7 @@ def begin(seconds: float, expired: Callable[[], None]) -> None:
 
     def on_expiry() -> None:
         expired()
-        raise ItemTimeout(message(seconds))
+        raise ItemTimeout(said(seconds))
 
     _ALARM.arm(seconds, on_expiry)
 

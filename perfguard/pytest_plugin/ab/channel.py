@@ -1,15 +1,20 @@
 """The wire between the A/B driver and its workers: a local socket with a shared key.
 
-The messages are declared in `perfguard.pytest_plugin.ab.protocol` (plain dicts with a `kind` on the
-wire). The address and key reach a worker in its orders (`perfguard.orders`),
-so only processes the driver started can connect.
+A worker connects to a `Launch` (accepted in a thread from the start). The messages are
+declared in `perfguard.pytest_plugin.ab.protocol` (plain dicts with a `kind` on the wire).
+The address and key reach a worker in its orders (`perfguard.orders`), so only processes the
+driver started can connect.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
+import shutil
 import sys
+import threading
+from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client, Connection, Listener
 from pathlib import Path
 
@@ -55,3 +60,33 @@ def connect(address: str | None, key: str | None) -> Connection | None:
     if address.startswith(ABSTRACT):
         address = "\0" + address[len(ABSTRACT) :]
     return Client(address, authkey=bytes.fromhex(key))
+
+
+class Launch:
+    """A launched worker's connection, accepted in a thread from the start: a worker's first
+    step, in its `pytest_configure`, is to connect, and it waits there until it is accepted,
+    so accepting at once lets it collect while the driver gets ready."""
+
+    def __init__(self, listener: Listener, folder: Path, *, items_later: bool = False) -> None:
+        self.listener, self.folder = listener, folder
+        # launched before the driver had collected: the worker waits for the items
+        self.items_later = items_later
+        self.conn: Connection | None = None
+        self._thread = threading.Thread(
+            target=self._accept, name="perfguard-ab-accept", daemon=True
+        )
+        self._thread.start()
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError, EOFError, AuthenticationError):
+            self.conn = self.listener.accept()
+
+    def wait(self, seconds: float) -> Connection | None:
+        """The connection once the worker made it, or None after `seconds`."""
+        self._thread.join(seconds)
+        return self.conn
+
+    def close(self) -> None:
+        """Stop listening (the connection, if made, is the caller's) and remove the socket."""
+        self.listener.close()
+        shutil.rmtree(self.folder, ignore_errors=True)

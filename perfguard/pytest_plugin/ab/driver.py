@@ -22,7 +22,8 @@ from typing import Any, Protocol
 from perfguard import scratch
 from perfguard.environments import BaseEnvironment, make_shim
 from perfguard.orders import Orders
-from perfguard.pytest_plugin.ab.side import Launch, Side, SideOutcome, WorkerExitedError
+from perfguard.pytest_plugin.ab.channel import Launch
+from perfguard.pytest_plugin.ab.side import Side, SideOutcome, WorkerExitedError
 from perfguard.records.reach import Reach
 from perfguard.stats.sequential import LOOKS, should_stop
 

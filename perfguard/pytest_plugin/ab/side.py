@@ -9,15 +9,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from multiprocessing import AuthenticationError
-from multiprocessing.connection import Connection, Listener
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +22,7 @@ from perfguard.errors import PerfguardError
 from perfguard.measure.sampling import TIMED
 from perfguard.orders import Orders, child_environment
 from perfguard.pytest_plugin.ab import protocol
-from perfguard.pytest_plugin.ab.channel import open_listener
+from perfguard.pytest_plugin.ab.channel import Launch, open_listener
 from perfguard.records import RecordError, VariantResult
 from perfguard.records.reach import Reach
 
@@ -52,36 +49,6 @@ def _spins_while_idle(name: str, value: str) -> bool:
     core busy beside the one measuring (100% of a core, benchmarks/idle_worker.py). OpenMP's
     default spins briefly and sleeps (0% while waiting), so the setting is left out."""
     return name == "OMP_WAIT_POLICY" and value.strip().upper() == "ACTIVE"
-
-
-class Launch:
-    """A launched worker's connection, accepted in a thread from the start: a worker's first
-    step, in its `pytest_configure`, is to connect, and it waits there until it is accepted,
-    so accepting at once lets it collect while the driver gets ready."""
-
-    def __init__(self, listener: Listener, folder: Path, *, items_later: bool = False) -> None:
-        self.listener, self.folder = listener, folder
-        # launched before the driver had collected: the worker waits for the items
-        self.items_later = items_later
-        self.conn: Connection | None = None
-        self._thread = threading.Thread(
-            target=self._accept, name="perfguard-ab-accept", daemon=True
-        )
-        self._thread.start()
-
-    def _accept(self) -> None:
-        with contextlib.suppress(OSError, EOFError, AuthenticationError):
-            self.conn = self.listener.accept()
-
-    def wait(self, seconds: float) -> Connection | None:
-        """The connection once the worker made it, or None after `seconds`."""
-        self._thread.join(seconds)
-        return self.conn
-
-    def close(self) -> None:
-        """Stop listening (the connection, if made, is the caller's) and remove the socket."""
-        self.listener.close()
-        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 class WorkerExitedError(PerfguardError, RuntimeError):
