@@ -104,18 +104,28 @@ def reply(stream: IO[str], message: dict[str, Any]) -> None:
     stream.flush()
 
 
+def _enter(request: dict[str, Any], base: list[str]) -> None:
+    """This process as a new interpreter started with the request's folder, environment,
+    path and standard streams would be (a stream without a file is left as it is)."""
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    extra = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
+    sys.path[:] = [request["cwd"], *extra, *base]
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
+        if path is not None:
+            os.dup2(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), fd)
+
+
 def _child(request: dict[str, Any], base: list[str]) -> None:
     code = 1
+    zygote = None
     try:
-        os.chdir(request["cwd"])
-        os.environ.clear()
-        os.environ.update(request["env"])
-        extra = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
-        sys.path[:] = [request["cwd"], *extra, *base]
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
-            os.dup2(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), fd)
+        _enter(request, base)
+        zygote = Zygote(base)  # forked now, while this process is as clean as the server
+        zygote.install()
         sys.argv = ["-m", *request["args"]]
         code = _run_pytest()
         threading._shutdown()  # type: ignore[attr-defined]  # as the interpreter does at exit
@@ -128,6 +138,8 @@ def _child(request: dict[str, Any], base: list[str]) -> None:
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(OSError, ValueError):
                 stream.flush()
+        if zygote is not None:
+            zygote.close()
         os._exit(code)
 
 
@@ -149,6 +161,269 @@ def _run_pytest() -> int:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGINT)
     return 0
+
+
+# ---- a forked session's zygote: its A/B workers and re-measure sessions forked too ---------
+
+
+class Zygote:
+    """A fork of a forked session, made before the session runs anything, so as clean as the
+    server. The session's A/B workers (`python -c BOOT ...`) and re-measure sessions
+    (`python -m pytest ...`) are forked from it instead of each starting a new interpreter
+    (about 3 s of CPU each, importing torch and pytest again). A worker is the zygote's child,
+    in the session's process tree: the zygote dies with the session (the parent-death signal),
+    and each worker follows the zygote as it would have followed the session. The session
+    asks over one pipe and hears each fork's pid and, later, its exit status over another."""
+
+    def __init__(self, base: list[str]) -> None:
+        asked, self._ask = os.pipe()
+        self._hear, told = os.pipe()
+        session = os.getpid()
+        pid = os.fork()
+        if pid == 0:
+            os.close(self._ask)
+            os.close(self._hear)
+            _zygote(asked, told, base, session)  # never returns
+        os.close(asked)
+        os.close(told)
+        self.pid = pid
+        self._pending = b""
+        self._ended: dict[int, int] = {}
+        self._lock = threading.Lock()
+
+    def install(self) -> None:
+        """Where the session starts its workers and re-measures, fork them from here."""
+        from perfguard.pytest_plugin import confirm
+        from perfguard.pytest_plugin.ab import side
+
+        launcher = _Launcher(self)
+        setattr(side, "subprocess", launcher)  # noqa: B010  # the module's own import
+        setattr(confirm, "subprocess", launcher)  # noqa: B010
+
+    def spawn(self, request: dict[str, Any]) -> Forked:
+        with self._lock:
+            os.write(self._ask, (json.dumps(request) + "\n").encode())
+            while True:
+                said = self._read(None)
+                if "pid" in said:
+                    return Forked(self, int(said["pid"]), request["argv"])
+
+    def exit_code(self, pid: int, timeout: float | None) -> int | None:
+        """The fork's exit status once it has ended, waiting up to `timeout` (None: until it
+        has); None if it is still running then."""
+        import time
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            while pid not in self._ended:
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                if left == 0.0 and not self._readable(0.0):
+                    return None
+                with contextlib.suppress(TimeoutError):
+                    self._read(left)
+            return self._ended[pid]
+
+    def _readable(self, timeout: float | None) -> bool:
+        import select
+
+        return b"\n" in self._pending or bool(select.select([self._hear], [], [], timeout)[0])
+
+    def _read(self, timeout: float | None) -> dict[str, Any]:
+        """The zygote's next message (an exit is noted as it passes); TimeoutError."""
+        while b"\n" not in self._pending:
+            if not self._readable(timeout):
+                raise TimeoutError
+            chunk = os.read(self._hear, 65536)
+            if not chunk:
+                raise RuntimeError("the session's zygote has gone")
+            self._pending += chunk
+        line, self._pending = self._pending.split(b"\n", 1)
+        said: dict[str, Any] = json.loads(line)
+        if "exit" in said:
+            self._ended[int(said["exit"])] = int(said["code"])
+        return said
+
+    def close(self) -> None:
+        """The session is done: its zygote ends what it still runs, then itself."""
+        with contextlib.suppress(OSError):
+            os.close(self._ask)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(self.pid, 0)
+
+
+def _zygote(asked: int, told: int, base: list[str], session: int) -> None:
+    import select
+
+    _die_with(session, signal.SIGKILL)
+    children: set[int] = set()
+    pending = b""
+
+    def say(message: dict[str, Any]) -> None:
+        with contextlib.suppress(OSError):
+            os.write(told, (json.dumps(message) + "\n").encode())
+
+    def reap(block: bool) -> None:
+        while children:
+            try:
+                pid, status = os.waitpid(-1, 0 if block else os.WNOHANG)
+            except ChildProcessError:
+                children.clear()
+                return
+            if pid == 0:
+                return
+            children.discard(pid)
+            say({"exit": pid, "code": os.waitstatus_to_exitcode(status)})
+
+    try:
+        while True:
+            if select.select([asked], [], [], 0.05 if children else None)[0]:
+                chunk = os.read(asked, 65536)
+                if not chunk:
+                    break  # the session has ended
+                pending += chunk
+                while b"\n" in pending:
+                    line, pending = pending.split(b"\n", 1)
+                    request = json.loads(line)
+                    pid = os.fork()
+                    if pid == 0:
+                        os.close(asked)
+                        os.close(told)
+                        _forked(request, base, session)  # never returns
+                    children.add(pid)
+                    say({"pid": pid})
+            reap(block=False)
+        for pid in children:  # what the session left running ends with it
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        reap(block=True)
+    finally:
+        os._exit(0)
+
+
+def _die_with(parent: int, signum: int) -> None:
+    """End this process with `signum` when `parent` ends (Linux's parent-death signal)."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, int(signum))  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def _forked(request: dict[str, Any], base: list[str], session: int) -> None:
+    """A zygote's fork: a re-measure session, or a worker's `python -c` code run as its
+    interpreter would (its parent now the zygote, which it follows instead of the session)."""
+    if request["kind"] == "pytest":
+        _child(request, base)  # never returns
+    code = 1
+    try:
+        _enter(request, base)
+        sys.argv = ["-c", *request["args"]]
+        source = request["code"].replace(
+            f"follow_parent({session})", f"follow_parent({os.getppid()})"
+        )
+        exec(compile(source, "<string>", "exec"), {"__name__": "__main__"})
+        code = 0
+    except SystemExit as done:
+        code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        os._exit(code)
+
+
+class Forked:
+    """The `subprocess.Popen` surface a session uses, for a process its zygote forked."""
+
+    stdin = stdout = stderr = None
+
+    def __init__(self, zygote: Zygote, pid: int, args: list[str]) -> None:
+        self.zygote, self.pid, self.args = zygote, pid, args
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self.zygote.exit_code(self.pid, 0.0)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            self.returncode = self.zygote.exit_code(self.pid, timeout)
+            if self.returncode is None:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        if self.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signum)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+
+class _Launcher:
+    """`subprocess` for the modules that start workers and re-measures: what this
+    interpreter would start as `python -c ...follow_parent...` or `python -m pytest` is
+    forked from the zygote; anything else is started as usual."""
+
+    def __init__(self, zygote: Zygote) -> None:
+        self._zygote = zygote
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(subprocess, name)
+
+    def _request(self, argv: Any, kwargs: dict[str, Any]) -> dict[str, Any] | None:
+        if not isinstance(argv, list) or len(argv) < 3 or argv[0] != sys.executable:
+            return None
+        if set(kwargs) - {"cwd", "env", "stdout", "stderr", "timeout"}:
+            return None
+        out, err = kwargs.get("stdout"), kwargs.get("stderr")
+        if (out is not None and not hasattr(out, "name")) or err not in (None, subprocess.STDOUT):
+            return None
+        path = None if out is None else str(out.name)
+        request = {
+            "argv": argv,
+            "cwd": str(kwargs.get("cwd") or os.getcwd()),
+            "env": dict(kwargs.get("env") or os.environ),
+            "stdout": path,
+            "stderr": path if err is not None else None,
+        }
+        if argv[1] == "-c" and "follow_parent(" in argv[2]:
+            return {**request, "kind": "code", "code": argv[2], "args": argv[3:]}
+        if argv[1:3] == ["-m", "pytest"]:
+            return {**request, "kind": "pytest", "args": argv[3:]}
+        return None
+
+    def Popen(self, argv: Any, **kwargs: Any) -> Any:  # subprocess's own name
+        request = self._request(argv, kwargs)
+        if request is None:
+            return subprocess.Popen(argv, **kwargs)
+        if out := kwargs.get("stdout"):
+            out.flush()
+        return self._zygote.spawn(request)
+
+    def run(self, argv: Any, **kwargs: Any) -> subprocess.CompletedProcess[Any]:
+        request = self._request(argv, kwargs)
+        if request is None:
+            return subprocess.run(argv, **kwargs)
+        if out := kwargs.get("stdout"):
+            out.flush()
+        forked = self._zygote.spawn(request)
+        try:
+            code = forked.wait(kwargs.get("timeout"))
+        except subprocess.TimeoutExpired:
+            forked.kill()
+            forked.wait()
+            raise
+        return subprocess.CompletedProcess(argv, code)
 
 
 # ---- the client: what a test's pytester gets ----------------------------------------------

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from perfguard.environments.build import find_uv
 from tests.gitrepo import git
 from tests.wheels import make_wheel
 
@@ -174,9 +175,11 @@ def test_bisect_over_eight_versions_of_a_package_names_the_first_slower_one(
         make_wheel(wheels, "slowpkg", f"1.{minor}", {"slowpkg/__init__.py": f"LATENCY_MS = {ms}\n"})
     inherit = pytester.path.parent / "inherit.pth"
     inherit.write_text(_this_environment() + "\n")
+    uv = find_uv()  # (a development install has it: pip alone took 2 s more an environment)
+    pip = f"{uv} pip install --python python" if uv else "python -m pip install"
     install = (
         f'cp {inherit} "$(python -c \'import sysconfig; print(sysconfig.get_path("purelib"))\')" '
-        f"&& python -m pip install -q --no-deps --no-index --find-links {wheels} "
+        f"&& {pip} -q --no-deps --no-index --find-links {wheels} "
         "{package}=={version}"
     )
     # the driver collects in this environment, which has no slowpkg (it times nothing)

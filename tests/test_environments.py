@@ -213,9 +213,8 @@ def test_a_stored_verdict_across_a_new_driver_is_an_environment_step_and_names_p
     stepped = environment_steps(head, base)
     kinds = {r.kind for c in stepped.comparisons if c.verdict == "regression" for r in c.reasons}
     assert "environment_step" in kinds
-    words = next(
-        r for c in stepped.comparisons for r in c.reasons if r.kind == "environment_step"
-    )["changes"]
+    step = next(r for c in stepped.comparisons for r in c.reasons if r.kind == "environment_step")
+    words = step["changes"]
     assert "CUDA 12.8 -> 13.0" in str(words) and "the NVIDIA driver 570.1 -> 580.2" in str(words)
     named = with_packages_first(stepped, base)
     firsts = [c.reasons[0] for c in named.comparisons if c.verdict == "regression"]

@@ -66,3 +66,73 @@ def test_a_session_killed_by_a_signal_ends_as_popen_says(pytester: pytest.Pytest
         test_die="import os, signal\n\ndef test_die():\n    os.kill(os.getpid(), signal.SIGKILL)\n"
     )
     assert pytester.runpytest_subprocess("-p", "no:cacheprovider").ret == -signal.SIGKILL
+
+
+ZYGOTE_PROBE = """
+import os, signal, subprocess, sys
+from pathlib import Path
+
+import pytest
+
+from perfguard.pytest_plugin import confirm
+from perfguard.pytest_plugin.ab import side
+
+WORKER = (
+    "import os, sys, time; from perfguard.processes import follow_parent; "
+    "follow_parent({parent}); print(sys.argv[1:], os.getcwd(), os.environ['GIVEN'], "
+    "os.getppid(), flush=True); sys.exit(int(sys.argv[1]))"
+)
+
+def _parent_of(pid):
+    return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+
+def test_workers_and_sessions_fork_from_the_sessions_zygote(tmp_path):
+    log = tmp_path / "worker.log"
+    env = {**os.environ, "GIVEN": "yes"}
+    code = WORKER.format(parent=os.getpid())
+    with log.open("ab") as out:
+        proc = side.subprocess.Popen(
+            [sys.executable, "-c", code, "3"], cwd=tmp_path, env=env, stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    assert proc.wait(timeout=60) == 3 and proc.poll() == 3
+    argv, cwd, given, ppid = log.read_text().split()[-4:]
+    assert (argv, cwd, given) == ("['3']", str(tmp_path), "yes")
+    assert int(ppid) != os.getpid() and _parent_of(int(ppid)) == os.getpid()  # the zygote's
+
+    with log.open("ab") as out:  # a worker that runs until told to end
+        busy = side.subprocess.Popen(
+            [sys.executable, "-c", code.replace("sys.exit", "time.sleep(60) or sys.exit"), "0"],
+            cwd=tmp_path, env={**env, "PYTHONPATH": ""}, stdout=out, stderr=subprocess.STDOUT,
+        )
+    assert busy.poll() is None
+    with pytest.raises(subprocess.TimeoutExpired):
+        busy.wait(timeout=0.2)
+    busy.terminate()
+    assert busy.wait(timeout=60) == -signal.SIGTERM
+
+    (tmp_path / "test_inner.py").write_text("def test_inner():\\n    assert False\\n")
+    with log.open("ab") as out:
+        done = confirm.subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_inner.py"],
+            cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=120,
+        )
+    assert done.returncode == 1 and "1 failed" in log.read_text()
+    # anything else still starts a new process of this one's
+    other = side.subprocess.run(["true"], check=True)
+    assert other.returncode == 0
+"""
+
+
+@pytest.mark.slow
+def test_a_forked_sessions_workers_and_re_measures_are_forked_from_its_zygote(
+    pytester: pytest.Pytester,
+) -> None:
+    """A forked session forks its A/B workers and re-measure sessions from a zygote of its
+    own: each sees its folder, environment and arguments, ends with its own exit status or
+    signal, and is a grandchild of the session (what it would cost is a new interpreter)."""
+    if forkserver.fresh_interpreters():
+        pytest.skip("FRESH_INTERPRETERS=1: no session is forked")
+    pytester.makepyfile(test_zygote=ZYGOTE_PROBE)
+    done = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=300)
+    assert done.ret == 0, done.stdout.str() + done.stderr.str()

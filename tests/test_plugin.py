@@ -564,12 +564,35 @@ def test_the_re_measure_runs_beside_the_base_commit_when_the_checkout_has_it(
     assert any("confirming 1 flagged and 1 undecided item(s) beside" in line for line in said)
 
 
+def test_recording_allocation_sites_asks_for_one_block_and_waits_for_nothing(
+    pytestconfig: pytest.Config,
+) -> None:
+    """The sites re-measure takes nothing from its timing: one block (`--perfguard-repeats=1`,
+    and one pair in A/B), no gap waited, whatever the session's own repeats."""
+    from perfguard.confirm import ConfirmRound
+
+    now, slept, said = [100.0], list[float](), list[str]()
+    asked: list[list[str]] = []
+
+    def child(
+        root: Path, args: Sequence[str], items: Mapping[tuple[str, str], str]
+    ) -> ConfirmRound:
+        asked.append(list(args))
+        return ConfirmRound(())
+
+    again = _remeasurer(pytestconfig, child, now, slept, said, sites=True)
+    again([("t", "eager")], None)
+    assert slept == [] and "--perfguard-repeats=1" in asked[0]
+    assert any("recording the allocation sites of 1 item(s)" in line for line in said)
+
+
 def _remeasurer(
     config: pytest.Config,
     child: Any,
     now: list[float],
     slept: list[float],
     said: list[str],
+    sites: bool = False,
 ) -> Any:
     from dataclasses import replace
 
@@ -589,6 +612,7 @@ def _remeasurer(
         run_child=child,
         clock=lambda: now[0],
         sleep=sleep,
+        sites=sites,
     )
 
 

@@ -296,6 +296,16 @@ def test_the_driver_takes_pairs_until_decided(
     assert driver.a.blocks == driver.b.blocks == pairs  # type: ignore[attr-defined]
 
 
+def test_a_driver_recording_allocation_sites_takes_one_pair(tmp_path: Path) -> None:
+    """A child session that records allocation sites decides nothing from its blocks: one
+    pair, however undecided (the noisy host above takes the cap of 32)."""
+    driver = _driver(tmp_path, 1.0, 0.25)
+    driver.recording_sites = True
+    _, _, pairing = driver.measure("t::x", ["t::x"], lambda _: None, Design(0.05, 5.0))
+    assert len(pairing.orders) == 1 and pairing.sequential is None
+    assert driver.a.blocks == driver.b.blocks == 1  # type: ignore[attr-defined]
+
+
 def test_a_noisier_host_gets_more_pairs_not_an_inconclusive(tmp_path: Path) -> None:
     taken, verdicts = [], []
     for seed in range(5):

@@ -226,4 +226,4 @@ def test_an_items_limit_does_not_bound_importing_torch_and_an_import_limit_never
     assert done.ret != 0 and "Traceback" not in out and "INTERNALERROR" not in out, out
     doc = json.loads((pytester.path / "out.json").read_text())
     assert [g["kind"] for g in doc["incomplete"]] == ["collection_error"], doc["incomplete"]
-    assert "time limit" in doc["incomplete"][0]["detail"]
+    assert "import limit of 1 s" in doc["incomplete"][0]["detail"]

@@ -8,6 +8,7 @@ line it is on."""
 
 from __future__ import annotations
 
+import os
 import pickle
 import re
 import signal
@@ -50,7 +51,11 @@ def rank_main(start: RankStart, conn: Connection) -> None:
     """A rank: join the group, then answer the measuring process until it says stop."""
     from perfguard.processes import follow_parent
 
-    follow_parent(start.parent)
+    # the process that started it: the measuring process, or the fork server, which ends
+    # when the measuring process does
+    follow_parent(os.getppid())
+    if start.parent != os.getppid() and not _alive(start.parent):
+        os._exit(1)  # the measuring process ended before the signal was armed
     _stack_on_signal(Path(start.folder) / f"stack-{start.rank}")
     tracer = None
     if start.record_root is not None:
@@ -247,3 +252,13 @@ def _profiled(step: Callable[[], Any], sync: Callable[[], None], dist: Any) -> d
 def _line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's: it exists
+        pass
+    return True

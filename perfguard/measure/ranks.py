@@ -1,8 +1,9 @@
 """The ranks of a distributed step (`perfguard.measure.distributed`) and the word between
 them and the measuring process.
 
-`World` starts the ranks (spawned processes, joined in a process group through a file in a
-folder of their own), asks them in turn and gathers their answers within the item's time
+`World` starts the ranks (processes forked from multiprocessing's fork server, which imported
+torch once for the session, or spawned where there is none; joined in a process group through
+a file in a folder of their own), asks them in turn and gathers their answers within the item's time
 limit, and ends them. Each rank runs `rank.rank_main` (its own module).
 """
 
@@ -30,6 +31,24 @@ GRACE_S = 2.0
 START_S = 120.0
 """How long the ranks may take to start (import torch, join the group) before the item is
 an error naming those that did not (within the item's own limit)."""
+
+
+PRELOAD = ("torch", "torch.distributed", "perfguard.measure.rank")
+"""What the ranks' fork server imports once: a spawned rank imported torch itself, about
+3 s of CPU a rank, every item again."""
+
+
+def _rank_context() -> Any:
+    """Where ranks start: multiprocessing's fork server (a fresh interpreter that imports
+    `PRELOAD` once and forks each rank from there: no CUDA is started in it, nothing of the
+    measuring process is copied) where the platform has one, else spawned processes."""
+    import multiprocessing
+
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(list(PRELOAD))
+    return context
 
 
 class DistributedError(PerfguardError, RuntimeError):
@@ -63,9 +82,7 @@ class World:
         left: Callable[[], float | None],
         record_root: str | None = None,
     ) -> World:
-        import multiprocessing
-
-        context = multiprocessing.get_context("spawn")
+        context = _rank_context()
         world = cls(world_size, left)
         world.folder = Path(tempfile.mkdtemp(prefix="perfguard-world-"))
         payload = pickle.dumps(build)

@@ -104,15 +104,7 @@ def remeasurer(
         )
         _release_device_memory()
         began = clock()
-        if options.ab_env:  # the same tree in the two environments again (not two commits)
-            args = [
-                *options.measuring_args(root, options.repeats),
-                f"--perfguard-ab-env={options.ab_env}",
-                *extra,
-            ]
-        else:
-            args = [*options.measuring_args(root, options.repeats, ab=ab), *extra]
-        made = child(root, args, items)
+        made = child(root, [*_child_args(options, root, ab, sites), *extra], items)
         last_end = clock()
         failed = sum(r.status != "ok" for r in made.results)
         say(
@@ -122,6 +114,16 @@ def remeasurer(
         return made
 
     return remeasure
+
+
+def _child_args(options: Options, root: Path, ab: str | None, sites: bool) -> list[str]:
+    """A re-measure's own arguments: beside the base commit `ab` (or alone), or the same
+    tree in the two environments again (`--perfguard-ab-env`); recording sites decides
+    nothing from the timing, so one block is enough there."""
+    repeats = 1 if sites else options.repeats
+    if options.ab_env:
+        return [*options.measuring_args(root, repeats), f"--perfguard-ab-env={options.ab_env}"]
+    return options.measuring_args(root, repeats, ab=ab)
 
 
 def _known_commit(root: Path, commit: str | None) -> str | None:

@@ -151,8 +151,8 @@ def begin(
     seconds: float, expired: Callable[[], None], said: Callable[[float], str] = message
 ) -> None:
     """From now, raise ItemTimeout (its text `said(seconds)`) in the main thread once
-    `seconds` have passed (`expired` is called first), until `end`. Outside the main thread, or where threads cannot be
-    signalled, nothing is kept."""
+    `seconds` have passed (`expired` is called first), until `end`. Outside the main
+    thread, or where threads cannot be signalled, nothing is kept."""
     if not _usable():
         return
     if not _INSTALLED:  # once, for the process: a late signal finds a handler that lets it go

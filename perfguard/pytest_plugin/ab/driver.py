@@ -140,6 +140,8 @@ class Driver:
         self._pending: list[tuple[Side, Launch]] = []  # launched, not yet connected
         self.a.traces = self.b.traces = traces
         given = (orders or Orders()).for_workers()
+        # a child session that records allocation sites: one untimed call matters, one pair
+        self.recording_sites = given.sites
         self.a.orders = given.with_(compile_cache="load")
         self.b.orders = given.with_(compile_cache=cache or given.compile_cache)
         self._record = record
@@ -236,6 +238,8 @@ class Driver:
         leaves `active`, its outcome in `outcomes`."""
         paired = len(active) == 2
         pairs = LOOKS[-1] if paired else max((s.repeats for s in active), default=0)
+        if self.recording_sites:  # no verdict is taken from these blocks
+            pairs, paired = min(pairs, 1), False
         orders: list[str] = []
         blocks: dict[str, list[tuple[float, ...]]] = {"A": [], "B": []}
         sequential: dict[str, Any] | None = None
