@@ -122,7 +122,7 @@ PERF_AND_BENCH = """
 import time
 import pytest, torch
 
-@pytest.mark.perfguard(variants=["eager", "compile-default"])
+@pytest.mark.perfguard(variants=["eager", "amp-bf16"])  # two variants, neither compiled
 def test_both(perfguard, benchmark):
     perfguard.run(torch.nn.Linear(4, 4), (torch.randn(2, 4),))
     benchmark.pedantic(time.sleep, args=(0.001,), rounds=10, iterations=1)
@@ -149,7 +149,7 @@ def test_a_perf_test_that_also_times_itself_keeps_each_variants_benchmark_in_a_b
     doc = json.loads((pytester.path / "out.json").read_text())
     keys = sorted((r["test"], r["variant"]) for r in doc["results"])
     assert ("test_both.py::test_both[eager]", "pytest-benchmark") in keys, keys
-    assert ("test_both.py::test_both[compile-default]", "pytest-benchmark") in keys, keys
+    assert ("test_both.py::test_both[amp-bf16]", "pytest-benchmark") in keys, keys
     assert ("test_both.py::test_both", "eager") in keys and len(keys) == 4, keys
     base = sorted((r["test"], r["variant"]) for r in doc["baseline_results"])
     assert base == keys

@@ -169,6 +169,7 @@ def test_cpu_governor_other_than_performance_warns(tmp_path: Path) -> None:
     assert cpu_static_warnings(set()) == []  # no cpufreq (VMs, containers): nothing to say
 
 
+@pytest.mark.slow  # processes spinning on every core for most of a second
 def test_cpu_monitor_measures_other_processes_share() -> None:
     """Processes that spin beside the monitor for its whole window are its "others": their
     share of all CPUs is at least most of what they could take (other load on the machine

@@ -44,6 +44,7 @@ def state(model: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.clone() for k, v in model.state_dict().items()}
 
 
+@pytest.mark.slow  # two variants measured, with the reference in fp64
 def test_a_variant_that_leaves_the_weights_alone_measures_the_model_itself() -> None:
     torch.manual_seed(0)
     model = NoCopies().train()

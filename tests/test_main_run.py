@@ -91,7 +91,8 @@ def test_main_writes_the_compile_cache_and_the_base_side_loads_it(
     git(pytester.path, "commit", "-q", "-m", "only")
     head = git(pytester.path, "rev-parse", "HEAD")
     cache = "--perfguard-compile-cache=cc"
-    result = pytester.runpytest_subprocess(*FAST, "--perfguard", "--perfguard-save", cache)
+    least = ("--perfguard-budget=0.05", "--perfguard-repeats=2")  # the cache is the point
+    result = pytester.runpytest_subprocess(*FAST, *least, "--perfguard", "--perfguard-save", cache)
     assert result.ret == 0, result.stdout.str()
     assert len(list((pytester.path / "cc").glob("*.bin"))) == 1
     saved = stored(pytester.path, head)["results"][0]
@@ -99,9 +100,9 @@ def test_main_writes_the_compile_cache_and_the_base_side_loads_it(
     cold = saved["metrics"]["compile_time_s"]
 
     result = pytester.runpytest_subprocess(
-        *FAST, "--perfguard", "--perfguard-ab=HEAD", cache, "--perfguard-json=out.json",
+        *FAST, *least, "--perfguard", "--perfguard-ab=HEAD", cache, "--perfguard-json=out.json",
         "--perfguard-full",  # identical trees: a partial run would measure nothing
-        "--perfguard-confirm=0",  # what is asked of the cache, not of a verdict
+        "--perfguard-confirm=0",
         "--perfguard-fail-on=never",  # identical trees on a busy machine may read a change
     )  # fmt: skip
     assert result.ret == 0, result.stdout.str()

@@ -261,7 +261,7 @@ class Net(nn.Module):
     def __init__(self):
         super().__init__()
         torch.manual_seed(0)
-        self.a = nn.Linear(1, 1024)  # a 32 MiB activation at little compute
+        self.a = nn.Linear(1, 1024)  # an 8 MiB activation at little compute
 
     def forward(self, x):
         h = self.a(x)
@@ -273,13 +273,13 @@ from net import Net
 
 @pytest.mark.perfguard(variants=["eager"], ab_min_change_pct=50)
 def test_net(perfguard):
-    perfguard.run(Net().eval(), (torch.randn(8192, 1),))
+    perfguard.run(Net().eval(), (torch.randn(2048, 1),))
 """
 
 
 @pytest.mark.slow
 def test_a_memory_regression_in_ab_shows_where_the_memory_went(pytester: pytest.Pytester) -> None:
-    """The head keeps a 32 MiB activation more: the memory verdict carries the site (the
+    """The head keeps an 8 MiB activation more: the memory verdict carries the site (the
     function and its operator), in the JSON and in the report's fold."""
     import json
 
@@ -290,7 +290,7 @@ def test_a_memory_regression_in_ab_shows_where_the_memory_went(pytester: pytest.
     git(pytester.path, "init", "-q", "-b", "main")
     git(pytester.path, "add", "-A")
     git(pytester.path, "commit", "-q", "-m", "base")
-    extra = ", (h * 2).sum(dim=1), h * 3"  # h * 3: one more 32 MiB activation, returned
+    extra = ", (h * 2).sum(dim=1), h * 3"  # h * 3: one more 8 MiB activation, returned
     (pytester.path / "net.py").write_text(WIDE.format(extra=extra))
     git(pytester.path, "commit", "-qam", "keep one more")
     result = pytester.runpytest_subprocess(
@@ -304,8 +304,8 @@ def test_a_memory_regression_in_ab_shows_where_the_memory_went(pytester: pytest.
     assert memory["verdict"] == "regression", memory
     first = memory["sites"][0]
     assert first["where"].startswith("net.py(") and first["where"].endswith(": forward")
-    # the 32 MiB activation, and the 0-d scalar `h * 2` wraps (exact bytes on the CPU)
-    assert first["op"] == "aten::mul" and 0 <= first["change_bytes"] - (32 << 20) <= 64
+    # the 8 MiB activation, and the 0-d scalar `h * 2` wraps (exact bytes on the CPU)
+    assert first["op"] == "aten::mul" and 0 <= first["change_bytes"] - (8 << 20) <= 64
     assert "nn.Module: Net_0" in first["frames"]
     assert not any("perfguard/" in f or "torch/" in f for f in first["frames"])
     report = (pytester.path / "reports" / "perfguard.md").read_text()
