@@ -556,21 +556,49 @@ def shared() -> Server | None:
     return None if _server.busy else _server
 
 
-def run_pytest(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def run_pytest(
+    cwd: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """`python -m pytest *args` in `cwd`, as `subprocess.run` with its output captured, forked
     from this process's server where it can be."""
     server = shared()
     if server is None:
         command = [sys.executable, "-m", "pytest", *args]
-        return subprocess.run(command, cwd=cwd, capture_output=True, text=True, check=False)
+        return subprocess.run(
+            command, cwd=cwd, env=env, capture_output=True, text=True, check=False
+        )
     import tempfile
 
     with tempfile.TemporaryDirectory() as folder:
         out, err = Path(folder, "stdout"), Path(folder, "stderr")
-        code = server.start(list(args), str(cwd), dict(os.environ), str(out), str(err)).wait()
+        told = dict(env if env is not None else os.environ)
+        code = server.start(list(args), str(cwd), told, str(out), str(err)).wait()
         return subprocess.CompletedProcess(
             ["python", "-m", "pytest", *args], code, out.read_text(), err.read_text()
         )
+
+
+class Sessions:
+    """`subprocess` for a module that this process calls and that runs `python -m pytest`
+    with its output captured as text (`bisect`'s steps): each such session is forked from
+    this process's server (`run_pytest`); anything else runs as usual."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(subprocess, name)
+
+    def run(self, argv: Any, **kwargs: Any) -> subprocess.CompletedProcess[Any]:
+        plain = (
+            isinstance(argv, list)
+            and argv[:3] == [sys.executable, "-m", "pytest"]
+            and kwargs.get("capture_output")
+            and kwargs.get("text")
+            and not kwargs.get("check")
+            and not set(kwargs) - {"cwd", "env", "capture_output", "text", "check"}
+        )
+        if not plain:
+            return subprocess.run(argv, **kwargs)
+        done = run_pytest(Path(kwargs.get("cwd") or os.getcwd()), *argv[3:], env=kwargs.get("env"))
+        return subprocess.CompletedProcess(argv, done.returncode, done.stdout, done.stderr)
 
 
 if __name__ == "__main__":

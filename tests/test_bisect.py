@@ -18,6 +18,7 @@ from perfguard.history.bisect import (
     classify,
     search,
 )
+from tests import forkserver
 from tests.gitrepo import git
 from tests.test_same_job import FAST, MODELS
 from tests.timing import SCRIPTED_CLOCK
@@ -149,6 +150,7 @@ def test_bisect_finds_the_commit_that_made_a_test_slower_and_leaves_the_checkout
     (repo / "notes.txt").write_text("uncommitted work\n")
     status = git(repo, "status", "--porcelain")
     monkeypatch.chdir(repo)
+    monkeypatch.setattr("perfguard.history.bisect.subprocess", forkserver.Sessions())
     # (the scripted clock needs no confirming round, a step's verdict being the paired one,
     # and no long sampling: its 1% noise is clear of a tripling in a few hundred calls)
     args = [*FAST, "--perfguard-confirm=0", "--perfguard-budget=0.05", "--perfguard-repeats=3"]

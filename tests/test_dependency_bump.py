@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from perfguard.environments.build import find_uv
+from tests import forkserver
 from tests.gitrepo import git
 from tests.wheels import make_wheel
 
@@ -195,12 +196,13 @@ def test_bisect_over_eight_versions_of_a_package_names_the_first_slower_one(
     git(pytester.path, "commit", "-q", "-m", "the tree, fixed")
     monkeypatch.chdir(pytester.path)
     monkeypatch.delenv("PIP_CONSTRAINT", raising=False)
+    monkeypatch.setattr("perfguard.history.package_bisect.subprocess", forkserver.Sessions())
     code = main(
         [
             "bisect", "--package", "slowpkg", "--good", "1.0", "--bad", "1.7",
             "--find-links", str(wheels), "--install", install,
             "--env-cache", str(pytester.path.parent / "envs"), "--json", "bisect.json",
-            "--", *FAST,
+            "--", *FAST, "--perfguard-budget=0.05",  # a 4x change: the least sampling tells it
         ]
     )  # fmt: skip
     out = capsys.readouterr()

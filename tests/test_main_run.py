@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.gitrepo import git
-from tests.test_same_job import FAST, scratch_repo
+from tests.test_same_job import FAST, LEAST, scratch_repo
 
 
 def stored(root: Path, sha: str) -> dict:  # type: ignore[type-arg]
@@ -44,7 +44,7 @@ def test_unpaired_and_shallow_saves_measure_head_alone(pytester: pytest.Pytester
     scratch_repo(pytester, base_depth=4, head_depth=4, bar=30)
     head = git(pytester.path, "rev-parse", "HEAD")
     result = pytester.runpytest_subprocess(
-        *FAST, "--perfguard", "--perfguard-save", "--perfguard-save-unpaired"
+        *FAST, *LEAST, "--perfguard", "--perfguard-save", "--perfguard-save-unpaired"
     )
     assert result.ret == 0, result.stdout.str()
     assert stored(pytester.path, head)["baseline"]["mode"] == "stored"
@@ -52,8 +52,8 @@ def test_unpaired_and_shallow_saves_measure_head_alone(pytester: pytest.Pytester
     clone = pytester.path.parent / "shallow"
     git(pytester.path.parent, "clone", "-q", "--depth=1", f"file://{pytester.path}", str(clone))
     done = pytester.run(
-        sys.executable, "-m", "pytest", str(clone), f"--rootdir={clone}", *FAST, "--perfguard",
-        "--perfguard-save", "-p", "no:xdist",
+        sys.executable, "-m", "pytest", str(clone), f"--rootdir={clone}", *FAST, *LEAST,
+        "--perfguard", "--perfguard-save", "-p", "no:xdist",
     )  # fmt: skip
     assert done.ret == 0, done.stdout.str()
     done.stdout.fnmatch_lines(["*this checkout lacks HEAD's first parent*fetch-depth: 2*"])
@@ -91,8 +91,7 @@ def test_main_writes_the_compile_cache_and_the_base_side_loads_it(
     git(pytester.path, "commit", "-q", "-m", "only")
     head = git(pytester.path, "rev-parse", "HEAD")
     cache = "--perfguard-compile-cache=cc"
-    least = ("--perfguard-budget=0.05", "--perfguard-repeats=2")  # the cache is the point
-    result = pytester.runpytest_subprocess(*FAST, *least, "--perfguard", "--perfguard-save", cache)
+    result = pytester.runpytest_subprocess(*FAST, *LEAST, "--perfguard", "--perfguard-save", cache)
     assert result.ret == 0, result.stdout.str()
     assert len(list((pytester.path / "cc").glob("*.bin"))) == 1
     saved = stored(pytester.path, head)["results"][0]
@@ -100,9 +99,8 @@ def test_main_writes_the_compile_cache_and_the_base_side_loads_it(
     cold = saved["metrics"]["compile_time_s"]
 
     result = pytester.runpytest_subprocess(
-        *FAST, *least, "--perfguard", "--perfguard-ab=HEAD", cache, "--perfguard-json=out.json",
+        *FAST, *LEAST, "--perfguard", "--perfguard-ab=HEAD", cache, "--perfguard-json=out.json",
         "--perfguard-full",  # identical trees: a partial run would measure nothing
-        "--perfguard-confirm=0",
         "--perfguard-fail-on=never",  # identical trees on a busy machine may read a change
     )  # fmt: skip
     assert result.ret == 0, result.stdout.str()

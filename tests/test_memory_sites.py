@@ -284,7 +284,7 @@ def test_a_memory_regression_in_ab_shows_where_the_memory_went(pytester: pytest.
     import json
 
     from tests.gitrepo import git
-    from tests.test_same_job import FAST
+    from tests.test_same_job import FAST, LEAST
 
     pytester.makepyfile(net=WIDE.format(extra=""), test_net=SUITE)
     git(pytester.path, "init", "-q", "-b", "main")
@@ -294,9 +294,7 @@ def test_a_memory_regression_in_ab_shows_where_the_memory_went(pytester: pytest.
     (pytester.path / "net.py").write_text(WIDE.format(extra=extra))
     git(pytester.path, "commit", "-qam", "keep one more")
     result = pytester.runpytest_subprocess(
-        *FAST, "--perfguard", "--perfguard-ab=HEAD~1", "--perfguard-json=out.json",
-        # the latency's verdict is not what is asked here: the least sampling, no confirmation
-        "--perfguard-confirm=0", "--perfguard-budget=0.05", "--perfguard-repeats=2",
+        *FAST, *LEAST, "--perfguard", "--perfguard-ab=HEAD~1", "--perfguard-json=out.json",
     )  # fmt: skip
     assert result.ret in (0, 1), result.stdout.str()
     doc = json.loads((pytester.path / "out.json").read_text())

@@ -34,6 +34,10 @@ FAST = (
     "-p",
     "no:cacheprovider",
 )
+LEAST = ("--perfguard-budget=0.05", "--perfguard-repeats=2", "--perfguard-confirm=0")
+"""After FAST, for a session whose latency verdict is not the point: the least sampling and no
+confirmation (such a session may still read noise as a change: it asserts no exit code that a
+verdict sets)."""
 
 MODELS = """
 import torch
