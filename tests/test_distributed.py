@@ -8,7 +8,6 @@ import dataclasses
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from perfguard.measure.distributed import DistributedJob, unhostable
 from perfguard.measure.job import MeasureSettings
 from perfguard.measure.stacks import innermost_line
 from perfguard.stats.why import why_of
+from tests import forkserver
 from tests.factories import result
 from tests.timing import ONE_THREAD
 
@@ -112,28 +112,19 @@ def _alive(pid: int) -> bool:
 
 def _session(repo: Path, pids: Path, *args: str) -> dict[str, dict[str, Any]]:
     out = repo / "out.json"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "--perfguard",
-            "--perfguard-device=cpu",
-            ONE_THREAD,
-            "--perfguard-budget=0.3",
-            "--perfguard-repeats=3",
-            f"--perfguard-json={out}",
-            *args,
-        ],
-        cwd=repo,
+    done = forkserver.run_pytest(
+        repo,
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--perfguard",
+        "--perfguard-device=cpu",
+        ONE_THREAD,
+        "--perfguard-budget=0.3",
+        "--perfguard-repeats=3",
+        f"--perfguard-json={out}",
+        *args,
         env={**os.environ, "RANK_PIDS": str(pids)},
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
     )
     assert out.exists(), done.stdout[-3000:] + done.stderr[-3000:]
     run = json.loads(out.read_text())
