@@ -28,10 +28,26 @@ def installed_packages() -> dict[str, str]:
     name (PEP 503), with its version: what two sides' environments are compared by."""
     found: dict[str, str] = {}
     for dist in importlib.metadata.distributions():
-        name = dist.metadata["Name"] if dist.metadata else None
-        if name:
-            found.setdefault(re.sub(r"[-_.]+", "-", str(name)).lower(), str(dist.version))
+        name, version = _name_and_version(dist)
+        if name and version:
+            found.setdefault(re.sub(r"[-_.]+", "-", name).lower(), version)
     return dict(sorted(found.items()))
+
+
+def _name_and_version(dist: importlib.metadata.Distribution) -> tuple[str | None, str | None]:
+    """A distribution's name and version from its metadata's header lines: parsing the whole
+    file as `dist.metadata` does cost every session 0.2 s on an environment of 150."""
+    text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or ""
+    name = version = None
+    for line in text.splitlines():
+        if not line.strip():
+            break  # the header ends at the first blank line; the description follows
+        key, _, value = line.partition(":")
+        if key.strip().lower() == "name" and name is None:
+            name = value.strip()
+        elif key.strip().lower() == "version" and version is None:
+            version = value.strip()
+    return name, version
 
 
 def cpu_model() -> str:

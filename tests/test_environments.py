@@ -220,3 +220,25 @@ def test_a_stored_verdict_across_a_new_driver_is_an_environment_step_and_names_p
     firsts = [c.reasons[0] for c in named.comparisons if c.verdict == "regression"]
     assert all(r.kind == "packages_ran" for r in firsts)
     assert "torch 2.13.0 -> 2.14.0" in str(firsts[0]["changes"])
+
+
+def test_the_packages_are_read_from_each_distributions_header(tmp_path: Path) -> None:
+    """Name and version from the metadata's header lines, as the full parse reads them; a
+    description that says `Name:` after the blank line is not the header."""
+    import importlib.metadata
+    import re
+
+    from perfguard.environment import _name_and_version, installed_packages
+
+    info = tmp_path / "Some_Pkg-1.2.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: Some_Pkg\nVersion: 1.2\n\nName: not-this\nVersion: 9\n"
+    )
+    (dist,) = importlib.metadata.distributions(path=[str(tmp_path)])
+    assert _name_and_version(dist) == ("Some_Pkg", "1.2") == (dist.metadata["Name"], dist.version)
+    parsed: dict[str, str] = {}  # what the whole parse finds, in the same order
+    for each in importlib.metadata.distributions():
+        name = re.sub(r"[-_.]+", "-", each.metadata["Name"]).lower()
+        parsed.setdefault(name, each.version)
+    assert installed_packages() == dict(sorted(parsed.items()))
