@@ -17,6 +17,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from benchmarks.fault_gate import MODEL
 from benchmarks.fault_harness import (
     IGNORED,
     Case,
@@ -27,14 +28,6 @@ from benchmarks.fault_harness import (
     pytest_session,
 )
 from tests.gitrepo import git
-
-MODEL = """
-import pytest, torch
-
-@pytest.mark.perfguard(variants=["eager"])
-def test_mlp(perfguard):
-    perfguard.run(torch.nn.Linear(16, 16).eval(), (torch.randn(4, 16),))
-"""
 
 Act = Callable[[Path], tuple[Ran, list[str]]]
 
