@@ -242,3 +242,34 @@ def test_the_packages_are_read_from_each_distributions_header(tmp_path: Path) ->
         name = re.sub(r"[-_.]+", "-", each.metadata["Name"]).lower()
         parsed.setdefault(name, each.version)
     assert installed_packages() == dict(sorted(parsed.items()))
+
+
+@pytest.mark.parametrize(
+    ("runs_in", "said"),
+    [
+        ({"how": 12345, "changed": []}, "runs_in.how must be one of built, given, same, failed"),
+        ({"how": "built", "changed": "a list"}, "runs_in.changed must be a list of file names"),
+        ({"how": "built", "changed": [], "seconds": "3"}, "runs_in.seconds must be a number"),
+        ({"how": "built", "changed": [], "cached": "yes"}, "runs_in.cached must be true or"),
+        ({"how": "given", "changed": [], "python": 3}, "runs_in.python must be text"),
+    ],
+)
+def test_a_record_whose_base_environment_is_not_as_written_is_refused(
+    runs_in: dict[str, object], said: str
+) -> None:
+    from perfguard.records import RecordError
+    from perfguard.records.runs import BaselineRef
+
+    with pytest.raises(RecordError, match=said):
+        BaselineRef(commit=None, reason="r", mode="ab", runs_in=runs_in)
+    assert BaselineRef(commit=None, reason="r", runs_in={"how": "same", "changed": []}).runs_in
+
+
+def test_an_environment_path_that_holds_no_python_is_a_usage_error(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(test_x="def test_x():\n    pass\n")
+    for option in ("--perfguard-base-env=bogus", "--perfguard-ab-env=/nowhere"):
+        result = pytester.runpytest_subprocess("--perfguard", option, "-p", "no:cacheprovider")
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
+        result.stderr.fnmatch_lines([f"*{option}: no Python interpreter there*"])

@@ -276,6 +276,17 @@ def _refuse_conflicts(options: Options, sources: Mapping[str, str]) -> None:
             "two commits: use one (the base commit in another environment is "
             "--perfguard-base-env)"
         )
+    for path, source in (
+        (options.base_env, sources["base_env"]),
+        (options.ab_env, sources["ab_env"]),
+    ):
+        if path and path not in ("auto", "same"):  # an environment's python, or its folder
+            from perfguard.environments import EnvironmentChoiceError, interpreter
+
+            try:
+                interpreter(path, source)
+            except EnvironmentChoiceError as exc:
+                raise pytest.UsageError(str(exc)) from None
     if options.ab is not None and sources["compare"] == "--perfguard-compare":
         raise pytest.UsageError(
             f"{sources['ab']} and --perfguard-compare choose two different baselines; use one"

@@ -35,8 +35,8 @@ class BaselineRef:
             raise RecordError(f"baseline.environment must be an object, got {self.environment!r}")
         if self.mode not in ("stored", "ab"):
             raise RecordError(f"baseline.mode must be 'stored' or 'ab', got {self.mode!r}")
-        if self.runs_in is not None and not isinstance(self.runs_in, Mapping):
-            raise RecordError(f"baseline.runs_in must be an object, got {self.runs_in!r}")
+        if self.runs_in is not None:
+            _check_runs_in(self.runs_in)
 
     def to_json(self) -> dict[str, Any]:
         out = {
@@ -48,6 +48,35 @@ class BaselineRef:
         if self.runs_in is not None:
             out["runs_in"] = dict(self.runs_in)
         return out
+
+
+RUNS_IN_HOW = ("built", "given", "same", "failed")
+_RUNS_IN_TEXT = ("python", "installer", "key", "error")
+
+
+def _check_runs_in(runs_in: object) -> None:
+    """`baseline.runs_in` as a run writes it: `how` one of RUNS_IN_HOW, `changed` a list of
+    file names, `seconds` a number, `cached` true or false, the rest text."""
+    if not isinstance(runs_in, Mapping):
+        raise RecordError(f"baseline.runs_in must be an object, got {runs_in!r}")
+    if runs_in.get("how") not in RUNS_IN_HOW:
+        raise RecordError(
+            f"baseline.runs_in.how must be one of {', '.join(RUNS_IN_HOW)}, "
+            f"got {runs_in.get('how')!r}"
+        )
+    changed = runs_in.get("changed", [])
+    if not isinstance(changed, list) or not all(isinstance(c, str) for c in changed):
+        raise RecordError(f"baseline.runs_in.changed must be a list of file names, got {changed!r}")
+    seconds = runs_in.get("seconds", 0)
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds >= 0:
+        raise RecordError(f"baseline.runs_in.seconds must be a number of seconds, got {seconds!r}")
+    if not isinstance(runs_in.get("cached", False), bool):
+        raise RecordError(
+            f"baseline.runs_in.cached must be true or false, got {runs_in['cached']!r}"
+        )
+    for name in _RUNS_IN_TEXT:
+        if not isinstance(runs_in.get(name, ""), str):
+            raise RecordError(f"baseline.runs_in.{name} must be text, got {runs_in[name]!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
