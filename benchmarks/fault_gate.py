@@ -233,9 +233,14 @@ def native_hang(where: Path) -> tuple[Ran, list[str]]:
 
 
 def import_hang(where: Path) -> tuple[Ran, list[str]]:
+    """Importing a module has a limit of its own (an item's limit never bounds an import)."""
     repo = _repo(where, {"test_a.py": MODEL, "test_i.py": "import time\ntime.sleep(600)\n"})
     ran = _session(
-        repo, "--perfguard-compare=none", "--perfguard-timeout=3", "--continue-on-collection-errors"
+        repo,
+        "--perfguard-compare=none",
+        "--perfguard-timeout=3",
+        "--perfguard-import-timeout=3",
+        "--continue-on-collection-errors",
     )
     return _gate(repo, ran, "collection_error")
 
