@@ -14,13 +14,13 @@ import pytest
 from tests import forkserver
 from tests.gitrepo import commit, git
 
-# Under pytest-xdist (`make test`: a worker per core), one torch thread per process unless a
-# test says otherwise: every core's worker with a pool of one thread per core (OpenMP's threads
-# spin while they wait) spent a tenth of the suite's time contending. Set before torch is
-# imported (no plugin imports it), so the worker, its fork server and every session they start
-# inherit it. A run in one process (`make test-fast`) keeps torch's default.
-if os.environ.get("PYTEST_XDIST_WORKER"):
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
+# One torch thread per process unless a test says otherwise. Under pytest-xdist (`make test`:
+# a worker per core), every core's worker with a pool of one thread per core (OpenMP's threads
+# spin while they wait) spent a tenth of the suite's time contending; in one process (`make
+# test-fast`) beside other work, a pool's spinning is CPU the slow-test check counts (a 0.05 s
+# training step read 5.5 s of CPU beside two busy processes). Set before torch is imported (no
+# plugin imports it), so the process, its fork server and every session they start inherit it.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 # The sessions the tests start leave out anyio's plugin (huggingface_hub brings anyio into this
 # environment): no test's session uses it, and importing it cost every session 0.2 s of CPU.
 os.environ["PYTEST_ADDOPTS"] = " ".join(
