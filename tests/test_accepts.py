@@ -183,6 +183,16 @@ def _pr(root: Path, store_dir: Path, accept: str | None, *, save: bool = False) 
     )
 
 
+def _merge_the_wide_accept(root: Path, store_dir: Path) -> None:
+    """An earlier pull request merged with WIDE in its accept file, and main's baseline."""
+    (root / accepts.ACCEPT_FILE).write_text(WIDE)
+    git(root, "add", accepts.ACCEPT_FILE)
+    merged = commit(root, "an earlier pull request, merged with its accept")
+    BaselineStore(store_dir).save(
+        run([result(T, "eager", 1.0, seed=3)], commit=merged, machine=MACHINE)
+    )
+
+
 def _p50(outcome: PipelineOutcome) -> Comparison:
     return next(c for c in outcome.run.comparisons if c.metric == "latency_p50_ms")
 
@@ -234,12 +244,7 @@ def test_an_entry_the_base_already_holds_accepts_nothing(repo: tuple[Path, Path]
     """An accept never outlives its pull request: once merged, the next one finds it in its
     base, and it applies to nothing there."""
     root, store_dir = repo
-    (root / accepts.ACCEPT_FILE).write_text(WIDE)
-    git(root, "add", accepts.ACCEPT_FILE)
-    merged = commit(root, "an earlier pull request, merged with its accept")
-    BaselineStore(store_dir).save(
-        run([result(T, "eager", 1.0, seed=3)], commit=merged, machine=MACHINE)
-    )
+    _merge_the_wide_accept(root, store_dir)
     p50 = _p50(_pr(root, store_dir, None))
     assert p50.verdict == "regression"
 
@@ -248,12 +253,7 @@ def test_rewording_an_old_entry_does_not_give_it_its_bound_again(
     repo: tuple[Path, Path],
 ) -> None:
     root, store_dir = repo
-    (root / accepts.ACCEPT_FILE).write_text(WIDE)
-    git(root, "add", accepts.ACCEPT_FILE)
-    merged = commit(root, "an earlier pull request, merged with its accept")
-    BaselineStore(store_dir).save(
-        run([result(T, "eager", 1.0, seed=3)], commit=merged, machine=MACHINE)
-    )
+    _merge_the_wide_accept(root, store_dir)
     reworded = WIDE.replace("twice as wide", "two times as wide")
     assert _p50(_pr(root, store_dir, reworded)).verdict == "regression"
 
@@ -271,12 +271,7 @@ def test_an_old_entry_narrowed_or_written_otherwise_is_not_new_again(
     repo: tuple[Path, Path], rewritten: str
 ) -> None:
     root, store_dir = repo
-    (root / accepts.ACCEPT_FILE).write_text(WIDE)
-    git(root, "add", accepts.ACCEPT_FILE)
-    merged = commit(root, "an earlier pull request, merged with its accept")
-    BaselineStore(store_dir).save(
-        run([result(T, "eager", 1.0, seed=3)], commit=merged, machine=MACHINE)
-    )
+    _merge_the_wide_accept(root, store_dir)
     assert _p50(_pr(root, store_dir, rewritten)).verdict == "regression"
 
 
