@@ -43,9 +43,10 @@ def _name_and_version(dist: importlib.metadata.Distribution) -> tuple[str | None
         if not line.strip():
             break  # the header ends at the first blank line; the description follows
         key, _, value = line.partition(":")
-        if key.strip().lower() == "name" and name is None:
+        key = key.strip().lower()
+        if key == "name" and name is None:
             name = value.strip()
-        elif key.strip().lower() == "version" and version is None:
+        elif key == "version" and version is None:
             version = value.strip()
     return name, version
 

@@ -276,11 +276,9 @@ def _refuse_conflicts(options: Options, sources: Mapping[str, str]) -> None:
             "two commits: use one (the base commit in another environment is "
             "--perfguard-base-env)"
         )
-    for path, source in (
-        (options.base_env, sources["base_env"]),
-        (options.ab_env, sources["ab_env"]),
-    ):
-        if path and path not in ("auto", "same"):  # an environment's python, or its folder
+    base_env = None if options.base_env in ("auto", "same") else options.base_env
+    for path, source in ((base_env, sources["base_env"]), (options.ab_env, sources["ab_env"])):
+        if path:  # an environment's python, or its folder
             from perfguard.environments import EnvironmentChoiceError, interpreter
 
             try:
