@@ -90,6 +90,8 @@ def bounded(
 def finite_or_none(name: str, value: object) -> float | None:
     if value is None:
         return None
+    if type(value) is float and value - value == 0.0:  # the common case, quickly: finite
+        return value
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise RecordError(f"{name} must be a number or null, got {value!r}")
     if not math.isfinite(value):

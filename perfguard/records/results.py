@@ -6,6 +6,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
+from functools import cache
 from typing import Any
 
 from perfguard.records.base import STATUSES, RecordError, Status, finite_or_none, flag, text
@@ -64,14 +65,13 @@ class Metrics:
     sparsity: float | None = None
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            checked = finite_or_none(f.name, value)
-            if f.type == "int | None" and checked is not None:
-                object.__setattr__(self, f.name, int(checked))
-            else:
-                object.__setattr__(self, f.name, checked)
-        for name in _SIGNED.symmetric_difference(f.name for f in fields(self)):
+        names, whole, unsigned = _metric_fields()
+        for name in names:
+            checked = finite_or_none(name, getattr(self, name))
+            if checked is not None and name in whole:
+                checked = int(checked)
+            object.__setattr__(self, name, checked)
+        for name in unsigned:
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise RecordError(f"{name} must be 0 or more, got {value!r}")
@@ -86,6 +86,16 @@ class Metrics:
     def from_json(cls, data: Mapping[str, Any]) -> Metrics:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@cache
+def _metric_fields() -> tuple[tuple[str, ...], frozenset[str], tuple[str, ...]]:
+    """Metrics' field names, those that hold whole numbers, and those that are never below 0
+    (read once: a suite's record checks them for every result)."""
+    found = fields(Metrics)
+    names = tuple(f.name for f in found)
+    whole = frozenset(f.name for f in found if f.type == "int | None")
+    return names, whole, tuple(n for n in names if n not in _SIGNED)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable
+from functools import lru_cache
 
 from perfguard.records import Comparison, VariantResult
 
@@ -150,7 +151,13 @@ _HIDDEN = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]
 
 def cell(text: object) -> str:
     """Text from a test (node ids, exception text) made safe inside a Markdown table cell."""
-    raw = " ".join(str(text).split())  # newlines and runs of spaces become one space
+    return _cell(str(text))
+
+
+@lru_cache(maxsize=1 << 16)
+def _cell(text: str) -> str:
+    """`cell` of a string, kept: a suite's report writes each test id a dozen times."""
+    raw = " ".join(text.split())  # newlines and runs of spaces become one space
     raw = _HIDDEN.sub(lambda m: f"U+{ord(m.group(0)):04X}", raw)
     if len(raw) > CELL_CHARS:
         raw = raw[: CELL_CHARS - 1] + "…"

@@ -18,9 +18,16 @@ import jinja2
 
 from perfguard.comment import COMMENT_LIMIT, MARKER
 from perfguard.environment_diff import environment_differences, package_changes, runtime_changes
-from perfguard.records import Comparison, Run, VariantResult
+from perfguard.records import Comparison, Run
 from perfguard.report import format as fmt
 from perfguard.report.charts import trend_chart
+from perfguard.report.facts import (
+    compile_cache_line,
+    runs_in_line,
+    shape_sweeps,
+    speedups,
+    trace_files,
+)
 from perfguard.report.sweeps import find_sweeps, sweep_chart
 from perfguard.stats.bars import loosened_of
 from perfguard.stats.exact import EXACT_METRICS
@@ -157,20 +164,6 @@ def default_full_report_hint() -> str:
     return f"the artifacts of {link}" if link else "the full report file next to this one"
 
 
-def _speedups(results: Sequence[VariantResult]) -> dict[tuple[str, str], float]:
-    eager = {
-        r.test: r.metrics.latency_p50_ms
-        for r in results
-        if r.variant == "eager" and r.status == "ok"
-    }
-    out: dict[tuple[str, str], float] = {}
-    for r in results:
-        base, mine = eager.get(r.test), r.metrics.latency_p50_ms
-        if r.status == "ok" and base and mine:
-            out[r.key] = base / mine
-    return out
-
-
 def _left_out(detail: Detail, context: dict[str, Any]) -> list[str]:
     out = []
     regressions = context["all_regressions"]
@@ -199,33 +192,6 @@ def _left_out(detail: Detail, context: dict[str, Any]) -> list[str]:
     return out
 
 
-def _shape_sweeps(run: Run) -> list[tuple[VariantResult, dict[str, float] | None]]:
-    """The results timed at each declared shape (compile-dynamic), each with the base's
-    figures at those shapes where it has them (A/B)."""
-    base = {r.key: r for r in run.baseline_results}
-
-    def shapes(r: VariantResult | None) -> dict[str, float] | None:
-        found = None if r is None else r.details.build.get("shapes_p50_ms")
-        if not isinstance(found, dict):
-            return None
-        return {str(k): float(v) for k, v in found.items() if isinstance(v, int | float)}
-
-    return [(r, shapes(base.get(r.key))) for r in run.results if shapes(r)]
-
-
-def _trace_files(run: Run) -> dict[tuple[str, str], list[str]]:
-    """(test, variant) -> the Chrome traces written for it, head side first, relative to the
-    report (they sit in `traces/` beside it)."""
-    found: dict[tuple[str, str], list[str]] = {}
-    for results in (run.results, run.baseline_results):
-        for r in results:
-            profile = r.details.profile
-            name = profile.get("trace") if isinstance(profile, dict) else None
-            if isinstance(name, str) and name:
-                found.setdefault(r.key, []).append(f"traces/{name}")
-    return found
-
-
 def render_markdown(
     run: Run,
     thresholds: Thresholds | None = None,
@@ -234,44 +200,82 @@ def render_markdown(
     full_report: str | None = None,
 ) -> str:
     """The report; within `limit` characters when one is given (None: everything)."""
-    th = thresholds or Thresholds.from_json(run.settings.get("thresholds"))
-    context = _context(run, th, full_report)
-    regressions, improvements = context["all_regressions"], context["all_improvements"]
-    template = _environment().get_template("report.md.j2")
+    return Rendering(run, thresholds).text(limit, full_report)
 
-    def render(detail: Detail) -> str:
+
+class Rendering:
+    """One run's report, rendered as often as trimming needs: what the template reads is
+    gathered once, and the two tables that grow with the suite (every result, every
+    unchanged comparison: tens of thousands of rows) are rendered once each, whichever
+    rendering asks first. A trimmed report tries up to a dozen renderings."""
+
+    def __init__(self, run: Run, thresholds: Thresholds | None = None) -> None:
+        th = thresholds or Thresholds.from_json(run.settings.get("thresholds"))
+        self.run = run
+        self.context = _context(run, th)
+        self._tables: dict[str, str] = {}
+
+    def _table(self, name: str) -> str:
+        if name not in self._tables:
+            template = _environment().get_template(f"{name}.md.j2")
+            self._tables[name] = template.render(**self.context, detail=Detail())
+        return self._tables[name]
+
+    def render(self, detail: Detail, full_report: str | None = None) -> str:
+        context = self.context
+        regressions, improvements = context["all_regressions"], context["all_improvements"]
         shown = regressions[: detail.regressions]
-        return template.render(
-            **context,
-            detail=detail,
-            regressions=shown,
-            # the ten-second table holds the regressions shown, never more: with thousands of
-            # them it alone outgrew a comment, and every regression was left out
-            grouped=_by_test(shown),
-            exact=context["all_exact"][: detail.exact],
-            improvements=improvements[: detail.improvements],
-            failures=context["all_failures"][: detail.failures],
-            charts=[trend_chart(c, run.commit) for c in context["charted"][: detail.charts]],
-            left_out=_left_out(detail, context),
+        return (
+            _environment()
+            .get_template("report.md.j2")
+            .render(
+                **context | {"full_report": full_report or default_full_report_hint()},
+                detail=detail,
+                regressions=shown,
+                # the ten-second table holds the regressions shown, never more: with
+                # thousands of them it alone outgrew a comment, and every regression was
+                # left out
+                grouped=_by_test(shown),
+                exact=context["all_exact"][: detail.exact],
+                improvements=improvements[: detail.improvements],
+                failures=context["all_failures"][: detail.failures],
+                charts=[
+                    trend_chart(c, self.run.commit) for c in context["charted"][: detail.charts]
+                ],
+                left_out=_left_out(detail, context),
+                results_table=self._table("results") if detail.results else _no_table(context),
+                unchanged_table=self._table("unchanged") if detail.unchanged else "",
+            )
         )
 
-    detail = Detail()
-    for detail in _degrade():
-        text = render(detail)
-        if limit is None or len(text) <= limit:
-            return text
-    # As many regressions as fit, worst first: the largest count whose rendering fits.
-    assert limit is not None
-    low, high = 0, len(regressions)
-    best = render(replace(detail, regressions=0))
-    while low < high:
-        mid = (low + high + 1) // 2
-        text = render(replace(detail, regressions=mid))
-        if len(text) <= limit:
-            low, best = mid, text
-        else:
-            high = mid - 1
-    return best if len(best) <= limit else best[:limit]  # the cut only for absurd limits
+    def text(self, limit: int | None = COMMENT_LIMIT, full_report: str | None = None) -> str:
+        """The report within `limit` characters (None: everything)."""
+        detail = Detail()
+        for detail in _degrade():
+            text = self.render(detail, full_report)
+            if limit is None or len(text) <= limit:
+                return text
+        # As many regressions as fit, worst first: the largest count whose rendering fits.
+        assert limit is not None
+        low, high = 0, len(self.context["all_regressions"])
+        best = self.render(replace(detail, regressions=0), full_report)
+        while low < high:
+            mid = (low + high + 1) // 2
+            text = self.render(replace(detail, regressions=mid), full_report)
+            if len(text) <= limit:
+                low, best = mid, text
+            else:
+                high = mid - 1
+        return best if len(best) <= limit else best[:limit]  # the cut only for absurd limits
+
+
+def _no_table(context: Mapping[str, Any]) -> str:
+    """What stands for the table of all results when a trimmed report leaves it out."""
+    results, measured = len(context["run"].results), len(context["ok_results"])
+    return (
+        f"{fmt.count(results)} results ({fmt.count(measured)} measured); the table is in the "
+        "full report.\n"
+    )
 
 
 @dataclass(frozen=True)
@@ -295,25 +299,7 @@ def _by_test(regressions: Sequence[Comparison]) -> list[MetricLine]:
     return [MetricLine(test, metric, tuple(rows)) for (test, metric), rows in groups.items()]
 
 
-def _compile_cache_line(run: Run) -> str:
-    """What the compile cache did for this run's compiled items, or "" without one."""
-    said: dict[str, list[str]] = {}
-    for side, results in (("this tree", run.results), ("the base", run.baseline_results)):
-        for r in results:
-            state = r.details.build.get("compile_cache")
-            if isinstance(state, str):
-                said.setdefault(f"{side}: {state}", []).append(r.variant)
-    if not said:
-        return ""
-    parts = [f"{where} {len(items)}" for where, items in sorted(said.items())]
-    return (
-        "; ".join(parts) + " (hit: compiled from main's artifacts, its cold compile the "
-        "stored baseline's; miss: compiled cold; written: main's artifacts stored). This "
-        "tree's cold compile is always measured in a fresh cache."
-    )
-
-
-def _context(run: Run, th: Thresholds, full_report: str | None) -> dict[str, Any]:
+def _context(run: Run, th: Thresholds) -> dict[str, Any]:
     """What the template reads, everything in it (the degrading picks the shares)."""
     comparisons = run.comparisons
     sweeps = find_sweeps(run.results, comparisons)
@@ -335,7 +321,7 @@ def _context(run: Run, th: Thresholds, full_report: str | None) -> dict[str, Any
         "headline": headline(run),
         "counts_line": f"Comparisons: {counts_line}." if counts_line else "No comparisons.",
         "all_exact": exact,
-        "traces": _trace_files(run),
+        "traces": trace_files(run),
         "all_regressions": regressions,
         "all_improvements": improvements,
         "accepted": accepted,
@@ -344,13 +330,13 @@ def _context(run: Run, th: Thresholds, full_report: str | None) -> dict[str, Any
         "unchanged": [c for c in comparisons if id(c) not in shown and c.verdict != "error"],
         # a trend needs two baselines at least, besides this run
         "charted": [c for c in regressions if len(c.trend) >= 2],
-        "speedups": _speedups(run.results),
-        "cache_line": _compile_cache_line(run),
+        "speedups": speedups(run.results),
+        "cache_line": compile_cache_line(run),
         "memory_explained": [c for c in comparisons if c.sites],
         # after the variant's name, where a result is not a forward call
         "kinds": {r.key: KINDS[r.workload] for r in run.results if r.workload in KINDS},
         "sweeps": sweeps,
-        "shape_sweeps": _shape_sweeps(run),
+        "shape_sweeps": shape_sweeps(run),
         "sweep_charts": [sweep_chart(s) for s in sweeps],
         "thresholds": th,
         "verdicts": fmt.row_verdicts(run.results, comparisons),
@@ -361,36 +347,9 @@ def _context(run: Run, th: Thresholds, full_report: str | None) -> dict[str, Any
         "env_differences": environment_differences(run.baseline.environment or {}, run.environment)
         if run.baseline.environment
         else [],
-        "full_report": full_report or default_full_report_hint(),
         "loosened": loosened_of(run.settings),
         "marker": MARKER,
     }
-
-
-def runs_in_line(runs_in: Mapping[str, Any] | None) -> str:
-    """How the base side's environment came to be, in words ("": nothing to say)."""
-    if not runs_in:
-        return ""
-    changed = ", ".join(str(p) for p in runs_in.get("changed") or ())
-    altered = f"this change alters {changed}; " if changed else ""
-    how = runs_in.get("how")
-    if how == "built":
-        seconds = float(runs_in.get("seconds") or 0)
-        cost = (
-            "from the cache"
-            if runs_in.get("cached")
-            else f"built in {seconds:.0f} s with {runs_in.get('installer')}"
-        )
-        return (
-            f"{altered}the base side ran in an environment built from the base's own files ({cost})"
-        )
-    if how == "given":
-        return f"the base side ran in {runs_in.get('python')}"
-    if how == "failed":
-        return (
-            f"{altered}the base's environment could not be built, so the base side was not measured"
-        )
-    return ""
 
 
 __all__ = ["headline", "render_markdown"]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from perfguard.comment import COMMENT_LIMIT
 from perfguard.records import Run, trace_file_name
-from perfguard.report.markdown import render_markdown, workflow_run_link
+from perfguard.report.markdown import Rendering, workflow_run_link
 from perfguard.stats.thresholds import TIMED_METRICS
 from perfguard.stats.verdicts import Thresholds
 
@@ -39,12 +39,13 @@ def write_reports(
     With `step_summary` and `$GITHUB_STEP_SUMMARY` set, the report is appended there too.
     """
     report.parent.mkdir(parents=True, exist_ok=True)
-    full_text = render_markdown(run, thresholds, limit=None)
+    rendering = Rendering(run, thresholds)  # the full report and the trimmed one share it
+    full_text = rendering.text(limit=None)
     full: Path | None = None
     if limit is not None and len(full_text) > limit:
         full = full_path(report)
         full.write_text(full_text, encoding="utf-8")
-        text = render_markdown(run, thresholds, limit=limit, full_report=_artifact_hint(full.name))
+        text = rendering.text(limit, full_report=_artifact_hint(full.name))
     else:
         text = full_text
         stale = full_path(report)

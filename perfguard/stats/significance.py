@@ -9,19 +9,23 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy import special
 
 Values = Sequence[float] | NDArray[Any]
 
 
 def _t_sf(t: float, df: float) -> float:
-    """Student's t survival function (scipy.special: `scipy.stats` takes half a second to
-    import, which every A/B worker, judging nothing, would pay while the other starts)."""
+    """Student's t survival function (scipy.special, imported when first judged: even it
+    takes a fifth of a second, which a report or an A/B worker, judging nothing, would pay;
+    `scipy.stats` takes half a second)."""
+    from scipy import special
+
     return float(special.stdtr(df, -t))
 
 
 def _t_ppf(q: float, df: float) -> float:
     """Student's t quantile function."""
+    from scipy import special
+
     return float(special.stdtrit(df, q))
 
 
