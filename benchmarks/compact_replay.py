@@ -64,8 +64,9 @@ def measure(steps: list[tuple[str, int, str | None]], directory: Path) -> None:
 def replay(steps: list[tuple[str, int, str | None]], directory: Path) -> dict[str, Any]:
     from perfguard.records import Run
     from perfguard.stats.verdicts import Thresholds, compare_runs
-    from perfguard.store.baselines import baseline_bytes, parse_run
+    from perfguard.store.baselines import baseline_bytes
     from perfguard.store.history import history_frame, noise_floor
+    from perfguard.store.run_file import parse_run
 
     raw = {
         name: Run.from_json(json.loads((directory / f"{name}.json").read_text()))

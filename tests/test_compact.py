@@ -80,7 +80,7 @@ def test_a_stored_result_costs_a_few_kilobytes_whatever_its_samples() -> None:
 
 
 def read_run_file_bytes(content: bytes) -> Run:
-    from perfguard.store.baselines import parse_run
+    from perfguard.store.run_file import parse_run
 
     return parse_run(content, "test")
 

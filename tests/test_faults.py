@@ -23,7 +23,7 @@ import pytest
 from perfguard.cli import main
 from perfguard.records import RecordError, Run
 from perfguard.store import BaselineStore
-from perfguard.store.baselines import BaselineError, read_run_file
+from perfguard.store.run_file import BaselineError, read_run_file
 from perfguard.store.sync import SyncError, pull, push
 from tests import forkserver
 from tests.factories import result, run

@@ -44,6 +44,22 @@ def test_steps_are_found_where_they_are_with_their_size() -> None:
     assert all(s.p_value < 1e-5 for s in steps)
 
 
+def test_a_long_series_is_searched_in_stretches_and_misses_no_step_at_their_edges() -> None:
+    from perfguard.history import changepoints
+
+    # steps on a stretch's edge, inside its margin, in the middle of one, and near the end
+    at = [changepoints.STRETCH, 2 * changepoints.STRETCH + 40, 1750, 2500]
+    level, values = 1.0, []
+    for i in range(2600):
+        level *= 1.1 if i in at else 1.0
+        values.append(level)
+    steps = find_steps(noisy(values, seed=2, spread=0.01))
+    assert [s.index for s in steps] == at
+    assert find_steps(noisy([1.0] * 2600, seed=3)) == []
+    sight = changepoints.reach([1.0] * 2600)  # the first and last index a step can be at
+    assert (sight.first, sight.last) == (5, 2595)
+
+
 def test_noise_alone_has_no_change_points() -> None:
     flagged = [s for seed in range(30) for s in find_steps(noisy([1.0] * 120, seed=seed))]
     assert flagged == []

@@ -183,6 +183,37 @@ def test_prune_keeps_the_newest_records_and_the_summary(where: Path | str) -> No
 
 
 @pytest.mark.slow
+def test_prune_folds_older_parts_into_month_files_and_a_window_reads_its_own(
+    where: Path | str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from perfguard.cli import main
+    from perfguard.store import months
+    from perfguard.store.months import Window
+
+    monkeypatch.setattr(months, "COMPACT_AT", 2)
+    store = open_store(where)
+    shas = [f"{i:040x}" for i in range(1, 5)]
+    for i, sha in enumerate(shas):  # two in October, two in November
+        r = run([result("t.py::a", "eager", 1.0 + i)], commit=sha)
+        store.save(r.__class__(**{**r.__dict__, "created": f"2026-{10 + i // 2}-2{i}T00:00"}))
+    before = open_store(where).summary().table
+    october = f".summary/{MACHINE}/2026-10.parquet"
+    assert main(["baselines", "prune", "--keep", "2", "--dir", str(where)]) == 0
+    said = capsys.readouterr().out
+    assert f"folded 2 summary part(s) of commits without a record into {october}" in said
+    left = open_store(where)
+    found = left.summary()
+    assert found.parts_read == 3  # the two newest commits' parts and October's file
+
+    def rows(table: Any) -> list[tuple[str, str, float]]:
+        return sorted(zip(table["commit"], table["metric"], table["value"], strict=True))
+
+    assert rows(found.table) == rows(before)  # the same rows, from fewer files
+    window = left.summary(window=Window.of([(shas[3], "2026-11-23T00:00:00")]))
+    assert window.parts_read == 1 and set(window.table["commit"]) == {shas[3]}
+
+
+@pytest.mark.slow
 def test_compact_rewrites_an_older_plain_record(where: Path | str) -> None:
     r = run([result("t.py::a", "eager", 1.0)], commit=SHA)
     plain = (json.dumps(r.to_json()) + "\n").encode()

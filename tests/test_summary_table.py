@@ -245,6 +245,71 @@ def test_retain_keeps_the_newest_records_every_part_and_no_history(
     assert again.pushed and f"{MACHINE}/{newest}.json.gz" in again.kept
 
 
+def test_retain_folds_the_parts_of_commits_without_a_record_into_month_files(
+    remote: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from dataclasses import replace
+
+    from perfguard.cli import EXIT_INPUT, main
+    from perfguard.store import months, retention
+    from perfguard.store.months import Window
+    from tests.gitrepo import commit
+
+    monkeypatch.setattr(months, "COMPACT_AT", 4)
+    repo = clone(remote, tmp_path / "repo")
+    store = BaselineStore(repo / "baselines")
+    shas = [commit(repo, f"c{i}") for i in range(6)]
+    for i, sha in enumerate(shas):  # two in January, two in February, two in March
+        measured = run([result("t.py::a", "eager", 1.0 + i, seed=i)], commit=sha)
+        store.save(replace(measured, created=f"2026-0{1 + i // 2}-1{i}T00:00:00+00:00"))
+    push(repo, repo / "baselines")
+    git(repo, "push", "-q", "origin", "HEAD:main")
+    branch = "origin/perfguard-baselines"
+
+    def fetched() -> str:
+        git(repo, "fetch", "-q", "origin", f"+perfguard-baselines:refs/remotes/{branch}")
+        return branch
+
+    before = _series(load_branch(repo, fetched()))
+
+    assert retention.retain(repo, keep=3, line=shas).folded == 0  # 3 without a record: too few
+    done = retention.retain(repo, keep=2, line=shas)
+    assert done.folded == 4
+    assert done.months == (
+        ".summary/cuda-test-gpu/2026-01.parquet",
+        ".summary/cuda-test-gpu/2026-02.parquet",
+    )
+    files = git(repo, "ls-tree", "-r", "--name-only", fetched()).splitlines()
+    assert sorted(f for f in files if f.startswith(SUMMARY_DIR)) == sorted(
+        [*done.months, *(f"{SUMMARY_DIR}/{MACHINE}/{sha}.parquet" for sha in shas[4:])]
+    )
+    found = load_branch(repo, branch)
+    assert _series(found) == before  # the same history, from two month files and two parts
+    assert found.parts_read == 4 and found.rebuilt == 0
+
+    # a push's window reads its commits' files and the months that may hold them alone
+    newest = load_branch(repo, branch, window=Window.of([(shas[5], "2026-03-15T00:00:00")]))
+    assert newest.parts_read == 1 and set(newest.table["commit"]) == {shas[5]}
+    january = load_branch(repo, branch, window=Window.of([(shas[1], "2026-01-20T00:00:00")]))
+    assert january.parts_read == 2 and set(january.table["commit"]) == {shas[1]}  # and February
+    monkeypatch.chdir(repo)
+    assert main(["history", "--branch", branch, "--window", "2"]) == 0
+    assert "over 2 commit(s)" in capsys.readouterr().out
+    assert main(["history", "--branch", branch, "--window", "0"]) == EXIT_INPUT
+    assert "--window must be 1 or more commits, got 0" in capsys.readouterr().err
+
+    # a folded commit measured again: its own record and part, not its month's rows
+    store = BaselineStore(tmp_path / "again")
+    store.save(run([result("t.py::a", "eager", 9.0, seed=9)], commit=shas[0]))
+    push(repo, tmp_path / "again")
+    found = load_branch(repo, fetched(), ["latency_p50_ms"])
+    first = found.table[found.table["commit"] == shas[0]]
+    assert len(first) == 1 and 8.5 < float(first["value"].iloc[0]) < 9.5
+
+
 def test_a_push_that_lands_while_retain_rewrites_the_branch_is_kept(
     remote: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -363,3 +428,26 @@ def test_a_runs_cost_is_a_series_of_its_own_and_the_site_links_it(tmp_path: Path
     assert "runner time per commit" in index and f">{RUN_TEST}<" not in index  # not a test
     page = tmp_path / "site" / page_name(RUN_TEST)
     assert "runner time of the run (min)" in page.read_text()
+
+
+def test_a_month_file_merges_commits_once_keeps_a_row_group_per_metric_and_names_damage() -> None:
+    import io
+
+    from perfguard.store.months import month_bytes, read_month
+    from perfguard.store.summary import SummaryError, _fastparquet, frame, rows_of
+
+    runs = _runs(3)
+    parts = [frame(rows_of(r.compact(), f"{i:040x}")) for i, r in enumerate(runs)]
+    again = frame(rows_of(_runs(1)[0].compact(), "f" * 40))  # the first commit, saved again
+    earlier = read_month(month_bytes(parts[:2]), "earlier")  # the month's file so far
+    content = month_bytes([earlier, parts[2], again])
+    table = read_month(content, "m")
+    assert sorted(set(table["commit"])) == sorted(r.commit for r in runs)
+    assert set(table[table["commit"] == runs[0].commit]["record"]) == {"f" * 40}  # the later
+    metrics = sorted(set(table["metric"]))
+    groups = _fastparquet().ParquetFile(io.BytesIO(content)).row_groups
+    assert len(groups) == len(metrics)  # so a reader of a few metrics reads theirs alone
+    p50 = read_month(content, "m", ["latency_p50_ms"])
+    assert set(p50["metric"]) == {"latency_p50_ms"} and len(p50) == 6
+    with pytest.raises(SummaryError, match="m: not a summary month file"):
+        read_month(content[:100], "m")

@@ -30,11 +30,19 @@ def cmd_baselines_list(args: argparse.Namespace) -> int:
 
 
 def cmd_baselines_prune(args: argparse.Namespace) -> int:
-    removed = open_store(args.dir).prune(args.keep, args.machine, dry_run=args.dry_run)
+    store = open_store(args.dir)
+    removed = store.prune(args.keep, args.machine, dry_run=args.dry_run)
     verb = "would remove" if args.dry_run else "removed"
     for info in removed:
         print(f"{verb} {info.path}")
     print(f"{verb} {len(removed)} baseline(s), kept the {args.keep} newest of each machine")
+    if not args.dry_run:
+        folded, months = store.fold_months(args.machine)
+        if folded:
+            print(
+                f"folded {folded} summary part(s) of commits without a record into "
+                + ", ".join(months)
+            )
     return EXIT_OK
 
 
@@ -134,6 +142,10 @@ def cmd_baselines_retain(args: argparse.Namespace) -> int:
         f"{len(done.kept)} and every summary part ({done.parts})"
         + ("; the branch is now one commit" if done.pushed else "")
     )
+    if done.folded:
+        verb = "would fold" if args.dry_run else "folded"
+        into = f" into {', '.join(done.months)}" if done.months else " into month files"
+        print(f"{verb} {done.folded} summary part(s) of commits without a record{into}")
     return EXIT_OK
 
 

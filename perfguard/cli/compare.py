@@ -12,7 +12,7 @@ from perfguard.cli.common import EXIT_OK, EXIT_REGRESSION, output_options, perce
 from perfguard.errors import InputError
 from perfguard.files import write_json_atomic
 from perfguard.records import BaselineRef, Run
-from perfguard.store.baselines import read_run_file
+from perfguard.store.run_file import read_run_file
 
 if TYPE_CHECKING:
     from perfguard.cli.common import Commands

@@ -13,8 +13,8 @@ from perfguard.errors import InputError
 from perfguard.files import write_json_atomic
 from perfguard.records import Run
 from perfguard.records.merge import merge_runs
-from perfguard.store.baselines import read_run_file
 from perfguard.store.location import location
+from perfguard.store.run_file import read_run_file
 
 if TYPE_CHECKING:
     from perfguard.cli.common import Commands

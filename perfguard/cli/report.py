@@ -13,7 +13,7 @@ from perfguard.cli.common import (
     output_options,
     render,
 )
-from perfguard.store.baselines import read_run_file
+from perfguard.store.run_file import read_run_file
 
 if TYPE_CHECKING:
     from perfguard.cli.common import Commands

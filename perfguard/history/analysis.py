@@ -119,7 +119,7 @@ def analyze(
         alone = _unpaired(s)
         if not alone:
             continue  # every commit of the series has its pair: nothing to search for
-        unpaired.update(s.commits[i] for i in alone)
+        unpaired.update(s.commits[1:] if not s.pairs else (s.commits[i] for i in alone))
         searched.append((s, reach(s.values, settings)))
         found.extend(c for c in _searched_steps(s, settings) if c.index in alone)
     notes = _search_notes(searched, unpaired, len(_dedupe([r.commit or "" for r in ordered.runs])))
@@ -246,7 +246,7 @@ def _accepted_rows(table: pd.DataFrame | None) -> dict[tuple[str, str, str, str,
     """(machine, commit, test, variant, metric) -> what accepted its regression there."""
     if table is None or table.empty:
         return {}
-    rows = table[table["accepted"].astype(str) != ""]
+    rows = table[table["accepted"] != ""]
     keys = ("machine", "commit", "test", "variant", "metric", "accepted")
     return {
         tuple(str(v) for v in row[:5]): str(row[5])  # type: ignore[misc]

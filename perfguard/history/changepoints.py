@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # numpy is imported where it is used: `perfguard --help` needs none of it
     import numpy as np
@@ -78,12 +78,35 @@ def candidates(log_values: np.ndarray, settings: Detection) -> list[int]:
     if n < 2 * settings.min_size:
         return []
     scaled = (log_values - np.median(log_values)) / noise_scale(log_values)
-    # PELT with the l2 cost, as ruptures' C implementation (`KernelCPD` with the linear
-    # kernel is that cost): the same change points as `Pelt(model="l2")`, or a placement of
-    # lower cost where that one's pruning is not exact, and linear in practice where the
-    # Python one grew with the square of the series (1,000 commits: 4 ms against 8.5 s)
-    algo = ruptures.KernelCPD(kernel="linear", min_size=settings.min_size)
-    ends = algo.fit(scaled.reshape(-1, 1)).predict(pen=settings.penalty * math.log(n))
+    penalty = settings.penalty * math.log(n)
+    if n <= LONG:
+        return _segmented(ruptures, scaled, settings.min_size, penalty)
+    # a long series in stretches, each searched with a margin either side and keeping the
+    # change points of its own stretch: the same scaling and penalty as the whole series
+    found = []
+    for start in range(0, n, STRETCH):
+        low, high = max(0, start - MARGIN), min(n, start + STRETCH + MARGIN)
+        if high - low < 2 * settings.min_size:
+            continue
+        for end in _segmented(ruptures, scaled[low:high], settings.min_size, penalty):
+            if start <= low + end < start + STRETCH:
+                found.append(low + end)
+    return found
+
+
+LONG = 1200
+"""Longer series are searched in stretches: ruptures' search grows with the square of the
+series' length (10,000 commits: 0.42 s a series, in stretches 0.03 s)."""
+STRETCH, MARGIN = 500, 100
+
+
+def _segmented(ruptures: Any, scaled: np.ndarray, min_size: int, penalty: float) -> list[int]:
+    """PELT with the l2 cost, as ruptures' C implementation (`KernelCPD` with the linear
+    kernel is that cost): the same change points as `Pelt(model="l2")`, or a placement of
+    lower cost where that one's pruning is not exact, and far faster than the Python one
+    (1,000 commits: 4 ms against 8.5 s)."""
+    algo = ruptures.KernelCPD(kernel="linear", min_size=min_size)
+    ends = algo.fit(scaled.reshape(-1, 1)).predict(pen=penalty)
     return [int(e) for e in ends[:-1]]
 
 
@@ -128,9 +151,19 @@ def find_steps(values: Sequence[float], settings: Detection | None = None) -> li
         return []
     logs = np.log(data)
     cps = candidates(logs, settings)
+    # a step's test depends on its neighbours alone: dropping a candidate tests its two
+    # neighbours again, not every step (a long noisy series has hundreds of candidates)
+    tested: dict[tuple[int, int, int], Step] = {}
+
+    def step(bounds: Sequence[int], i: int) -> Step:
+        key = (bounds[i - 1], bounds[i], bounds[i + 1])
+        if key not in tested:
+            tested[key] = _step(data, logs, bounds, i, settings.window)
+        return tested[key]
+
     while cps:
         bounds = [0, *cps, data.size]
-        steps = [_step(data, logs, bounds, i, settings.window) for i in range(1, len(bounds) - 1)]
+        steps = [step(bounds, i) for i in range(1, len(bounds) - 1)]
         failing = [
             s
             for s in steps
@@ -167,11 +200,15 @@ def reach(values: Sequence[float], settings: Detection | None = None) -> Sight:
 
     settings = settings or Detection()
     n, w = len(values), settings.window
-    seen = [
-        i
-        for i in range(settings.min_size, n - settings.min_size + 1)
-        if _best_p(min(i, w), min(n - i, w)) <= settings.max_p
-    ]
+
+    def seen(i: int) -> bool:
+        return _best_p(min(i, w), min(n - i, w)) <= settings.max_p
+
+    # the first and the last index it can see: near each end (within `window` of it, past
+    # that every index is seen alike), not every index of a long series
+    indices = range(settings.min_size, n - settings.min_size + 1)
+    first = next((i for i in indices if seen(i)), None)
+    last = next((i for i in reversed(indices) if seen(i)), None)
     data = np.asarray(values, dtype=float)
     noise = NOISE_FLOOR
     if data.size >= 2 and np.all(np.isfinite(data)) and np.all(data > 0):
@@ -179,4 +216,4 @@ def reach(values: Sequence[float], settings: Detection | None = None) -> Sight:
     half = max(n // 2, 1)
     least = math.sqrt(settings.penalty * math.log(max(n, 2)) * n / (half * max(n - half, 1)))
     smallest = max(100.0 * math.expm1(least * noise), settings.min_change_pct)
-    return Sight(n, seen[0] if seen else None, seen[-1] if seen else None, smallest)
+    return Sight(n, first, last, smallest)

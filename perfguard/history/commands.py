@@ -8,102 +8,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from perfguard.errors import InputError
-from perfguard.history.changepoints import Detection
+from perfguard.history.source import add_source_options, commit_url, load_history, repo_root
 from perfguard.records import SHA
-from perfguard.store.location import location
 
 if TYPE_CHECKING:
     from perfguard.cli.common import Commands
     from perfguard.history.alert import Bisected
-    from perfguard.history.analysis import History
     from perfguard.history.bisect import Bisection
-
-
-def _repo_root(start: Path | str) -> Path | None:
-    """The repository of `start` (the baseline folder), else of the working directory."""
-    from perfguard.git import git_state
-
-    places = [Path.cwd()] if isinstance(start, str) else [start, Path.cwd()]
-    for place in places:
-        state = git_state(place) if place.exists() else None
-        if state is not None:
-            return state.root
-    return None
-
-
-def load_history(args: argparse.Namespace) -> History:
-    """The history the options ask for: folder or branch, in main's order, analyzed."""
-    from perfguard.history.analysis import analyze
-    from perfguard.history.series import (
-        SERIES_METRICS,
-        build_series,
-        load_branch,
-        load_folder,
-        main_line,
-        order_runs,
-    )
-
-    root = _repo_root(args.dir)
-    if args.branch:
-        if root is None:
-            raise InputError("--branch reads the baselines from git: run inside the repository")
-        found = load_branch(root, args.branch, SERIES_METRICS)
-    else:
-        found = load_folder(args.dir, SERIES_METRICS)
-    for line in found.skipped:
-        print(f"note: left out {line}", file=sys.stderr)
-    if args.machine:
-        found = found.of_machine(args.machine)
-    baselines = found.measured()
-    if not baselines:
-        where = args.branch or args.dir
-        raise InputError(
-            f"no baselines in {where}" + (f" for {args.machine}" if args.machine else "")
-        )
-    ordered = order_runs(found, main_line(root, args.main_branch), args.main_branch)
-    if not ordered.runs:
-        raise InputError(
-            f"none of the {len(baselines)} baseline(s) is of a commit on {args.main_branch}'s "
-            "first-parent history (--main-branch names the branch; fetch it with full depth)"
-        )
-    if not (0 <= args.min_change < float("inf")):
-        raise InputError(f"--min-change must be a percentage of 0 or more, got {args.min_change}")
-    if not (0 < args.max_p <= 1):
-        raise InputError(f"--max-p must be above 0 and at most 1, got {args.max_p}")
-    settings = Detection(min_change_pct=args.min_change, max_p=args.max_p)
-    return analyze(ordered, build_series(ordered), settings)
-
-
-def commit_url(explicit: str | None, root: Path | None) -> str | None:
-    """A link pattern for a commit (`{sha}`): given, from Actions' env, or from `origin`."""
-    if explicit:
-        if "{sha}" not in explicit:
-            raise InputError(f"--commit-url must hold {{sha}}, got {explicit!r}")
-        return explicit
-    server, repo = os.environ.get("GITHUB_SERVER_URL"), os.environ.get("GITHUB_REPOSITORY")
-    if server and repo:
-        return f"{server.rstrip('/')}/{repo}/commit/{{sha}}"
-    if root is None:
-        return None
-    from perfguard.git import GitError
-    from perfguard.git_run import run_git
-
-    try:
-        done = run_git(root, "remote", "get-url", "origin")
-    except GitError:
-        return None
-    found = re.fullmatch(
-        r"(?:https://|git@)(github\.com)[/:]([\w.-]+/[\w.-]+?)(?:\.git)?/?", done.stdout.strip()
-    )
-    return f"https://{found.group(1)}/{found.group(2)}/commit/{{sha}}" if found else None
 
 
 def cmd_history(args: argparse.Namespace) -> int:
@@ -117,7 +34,7 @@ def cmd_history(args: argparse.Namespace) -> int:
         args.json.write_text(dumps(to_json(history)), encoding="utf-8")
     if args.output:
         args.output.parent.mkdir(parents=True, exist_ok=True)
-        url = commit_url(args.commit_url, _repo_root(args.dir))
+        url = commit_url(args.commit_url, repo_root(args.dir))
         args.output.write_text(render_markdown(history, commit_url=url), encoding="utf-8")
     return 0
 
@@ -126,7 +43,7 @@ def cmd_site(args: argparse.Namespace) -> int:
     from perfguard.history.site import write_site
 
     history = load_history(args)
-    url = commit_url(args.commit_url, _repo_root(args.dir))
+    url = commit_url(args.commit_url, repo_root(args.dir))
     pages = write_site(history, args.output, commit_url=url)
     print(f"wrote {len(pages)} page(s) to {args.output} (open {args.output / 'index.html'})")
     return 0
@@ -142,7 +59,7 @@ def cmd_alert(args: argparse.Namespace) -> int:
     history = load_history(args)
     regressions = history.regressions(newest=args.newest)
     client = client_from_env(args, "the alert")
-    root = _repo_root(args.dir)
+    root = repo_root(args.dir)
     try:
         raised = raise_alerts(
             client,
@@ -175,7 +92,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     if args.rounds < 1:
         raise InputError(f"--rounds must be 1 or more, got {args.rounds}")
     root = Path.cwd()
-    if _repo_root(root) is None:
+    if repo_root(root) is None:
         raise InputError("perfguard bisect runs inside the git repository of the perf tests")
 
     def log(line: str) -> None:
@@ -271,39 +188,6 @@ def _bisected(path: Path) -> Bisected:
     if not all(SHA.match(sha) for sha in (found.good, found.bad, found.culprit)):
         raise InputError(f"{path}: good, bad and culprit must be full commit shas")
     return found
-
-
-def add_source_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--dir",
-        type=location,
-        default=Path("baselines"),
-        help="baseline directory, or an object store's URL (s3://bucket/prefix)",
-    )
-    p.add_argument(
-        "--branch",
-        metavar="REF",
-        help="read the baselines from this git revision instead of --dir "
-        "(e.g. origin/perfguard-baselines after a fetch)",
-    )
-    p.add_argument("--main-branch", default="main", help="the branch whose history it is (main)")
-    p.add_argument("--machine", help="only this machine key")
-    p.add_argument(
-        "--min-change",
-        type=float,
-        default=Detection.min_change_pct,
-        help=f"smallest step reported, in percent ({Detection.min_change_pct:g})",
-    )
-    p.add_argument(
-        "--max-p",
-        type=float,
-        default=Detection.max_p,
-        help=f"largest p-value of a step's rank test ({Detection.max_p:g})",
-    )
-    p.add_argument(
-        "--commit-url",
-        help="link pattern of a commit, with {sha} (default: from GITHUB_REPOSITORY or origin)",
-    )
 
 
 def _add_bisect(sub: Commands) -> None:

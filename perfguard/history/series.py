@@ -18,12 +18,13 @@ from typing import TYPE_CHECKING
 from perfguard.git import GitError
 from perfguard.git_run import run_git
 from perfguard.records import Run
-from perfguard.store.baselines import BaselineError
+from perfguard.store.run_file import BaselineError
 
 if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
 
+    from perfguard.store.months import Window
     from perfguard.store.summary import Summary
 
 # the metrics of a series (those with per-repeat figures have a band: store.summary)
@@ -137,17 +138,22 @@ class Ordered:
     parents: Mapping[str, str] | None = None
 
 
-def load_folder(directory: Path | str, metrics: Sequence[str] | None = None) -> Summary:
+def load_folder(
+    directory: Path | str, metrics: Sequence[str] | None = None, window: Window | None = None
+) -> Summary:
     """The summary table of every baseline under `directory` (or an object store's URL), the
-    rows of `metrics` alone when given; a broken record is an error that names it."""
+    rows of `metrics` alone when given, of the `window`'s commits alone when given; a broken
+    record is an error that names it."""
     from perfguard.store.objects import open_store
 
     if isinstance(directory, Path) and not directory.is_dir():
         raise BaselineError(f"{directory}: no such baseline folder (perfguard baselines pull?)")
-    return open_store(directory).summary(metrics=metrics)
+    return open_store(directory).summary(metrics=metrics, window=window)
 
 
-def load_branch(root: Path, ref: str, metrics: Sequence[str] | None = None) -> Summary:
+def load_branch(
+    root: Path, ref: str, metrics: Sequence[str] | None = None, window: Window | None = None
+) -> Summary:
     """The summary table of every baseline on git revision `ref` (e.g.
     `origin/perfguard-baselines`), read as git objects: the parts, and the records whose part
     is missing or stale, validated as `baselines pull` does; a record that is not a baseline
@@ -156,7 +162,7 @@ def load_branch(root: Path, ref: str, metrics: Sequence[str] | None = None) -> S
     from perfguard.store.sync import SyncError
 
     try:
-        return load(root, ref, metrics)
+        return load(root, ref, metrics, window)
     except SyncError as exc:
         raise BaselineError(f"{ref}: {exc}") from None
 
@@ -177,6 +183,23 @@ def main_line(
         if done.returncode == 0 and done.stdout.strip():
             return list(reversed(done.stdout.split()))
     return None
+
+
+def window_of(root: Path, line: Sequence[str]) -> Window:
+    """The window of `line`'s commits: each with its commit date (UTC), which tells the
+    month files that may hold its rows."""
+    from datetime import UTC, datetime
+
+    from perfguard.store.months import ANY_MONTH, Window
+
+    dated = []
+    if line:
+        done = run_git(root, "log", "--no-walk=unsorted", "--format=%H %ct", *line)
+        for row in done.stdout.split("\n"):
+            sha, _, stamp = row.partition(" ")
+            if stamp.strip().isdigit():
+                dated.append((sha, datetime.fromtimestamp(int(stamp), UTC).isoformat()))
+    return Window.of(dated) if dated else Window(frozenset(line), frozenset({ANY_MONTH}))
 
 
 def order_runs(

@@ -23,8 +23,9 @@ from perfguard.git import (
 )
 from perfguard.pipeline.inputs import FinishSettings, PipelineError
 from perfguard.records import Run
-from perfguard.store.baselines import BaselineError, BaselineStore
+from perfguard.store.baselines import BaselineStore
 from perfguard.store.objects import ObjectStore
+from perfguard.store.run_file import BaselineError
 
 
 @dataclass(frozen=True)

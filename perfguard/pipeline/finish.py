@@ -33,8 +33,9 @@ from perfguard.pipeline.write import save, write_outputs
 from perfguard.records import BaselineRef, Run, RunCost, reason
 from perfguard.report.outputs import keep_regressed_traces
 from perfguard.stats.verdicts import withhold_speed_verdicts
-from perfguard.store.baselines import BaselineError, BaselineStore
+from perfguard.store.baselines import BaselineStore
 from perfguard.store.objects import ObjectStore, open_store
+from perfguard.store.run_file import BaselineError
 
 
 def finish_run(

@@ -13,8 +13,9 @@ from perfguard.pipeline.inputs import FinishSettings
 from perfguard.records import Run
 from perfguard.report.outputs import write_reports
 from perfguard.stats.verdicts import Thresholds
-from perfguard.store.baselines import BaselineError, BaselineStore, Saved
+from perfguard.store.baselines import BaselineStore, Saved
 from perfguard.store.objects import ObjectStore
+from perfguard.store.run_file import BaselineError
 
 
 def write_outputs(

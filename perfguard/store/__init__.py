@@ -5,12 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from perfguard.store.baselines import (
-        BaselineError,
-        BaselineInfo,
-        BaselineStore,
-        read_run_file,
-    )
+    from perfguard.store.baselines import BaselineInfo, BaselineStore
+    from perfguard.store.run_file import BaselineError, read_run_file
 
 _FROM_BASELINES = ("BaselineError", "BaselineInfo", "BaselineStore", "read_run_file")
 

@@ -10,17 +10,16 @@ from __future__ import annotations
 import contextlib
 import gzip
 import json
-import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from perfguard.errors import PerfguardError
 from perfguard.files import remove_stale_temp_files, write_bytes_atomic
-from perfguard.records import SHA, RecordError, Run, VariantResult
+from perfguard.records import SHA, Run, VariantResult
 from perfguard.records.merge import joined_reach
-from perfguard.store.schema import SchemaError, upgrade
+from perfguard.store.months import Window, fold, month_key, read_month, to_fold, without
+from perfguard.store.run_file import BaselineError, parse_run, read_run_file
 from perfguard.store.summary import (
     SUMMARY_DIR,
     Summary,
@@ -34,7 +33,6 @@ from perfguard.store.summary import (
     rows_of,
     write_part,
 )
-from perfguard.store.unpack import gunzip
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -44,7 +42,6 @@ if TYPE_CHECKING:
 LOCK_NAME = ".perfguard.lock"
 SUFFIXES = (".json.gz", ".json")
 """A baseline file's name is `<full sha>` and one of these; a save writes the first."""
-_GZIP_MAGIC = b"\x1f\x8b"
 
 
 def split_name(name: str) -> tuple[str, str] | None:
@@ -53,64 +50,6 @@ def split_name(name: str) -> tuple[str, str] | None:
         if name.endswith(suffix) and SHA.match(name[: -len(suffix)]):
             return name[: -len(suffix)], suffix
     return None
-
-
-class BaselineError(PerfguardError):
-    """A baseline or results file that cannot be used; the message names the file."""
-
-
-def read_run_file(path: Path) -> Run:
-    """Read a results or baseline file, plain or gzip-compressed; raise `BaselineError`
-    naming it. Never modifies it."""
-    try:
-        content = path.read_bytes()
-    except FileNotFoundError:
-        raise BaselineError(f"{path}: no such file") from None
-    except OSError as exc:
-        raise BaselineError(f"{path}: cannot be read ({exc})") from None
-    return parse_run(content, str(path))
-
-
-def parse_run(content: bytes, where: str) -> Run:
-    """The run in a file's bytes (JSON, or JSON compressed with gzip); `BaselineError`
-    naming `where` when they are not one."""
-    if content.startswith(_GZIP_MAGIC):
-        try:
-            content = gunzip(content, where, BaselineError)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise BaselineError(
-                f"{where}: a damaged or truncated gzip file ({exc}); move it aside and "
-                "measure that commit again with --perfguard-save"
-            ) from None
-    try:
-        text = content.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise BaselineError(f"{where}: cannot be read ({exc})") from None
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        complete = text.rstrip().endswith(("}", "]"))
-        hint = (
-            "it is not valid JSON"
-            if complete or not text.lstrip().startswith("{")
-            else "it looks truncated"
-        )
-        raise BaselineError(
-            f"{where}: {hint} ({exc.msg} at line {exc.lineno}); move it aside and measure "
-            "that commit again with --perfguard-save"
-        ) from None
-    from perfguard.stats.thresholds import Thresholds
-
-    try:
-        run = Run.from_json(upgrade(doc))
-        Thresholds.from_json(run.settings.get("thresholds"))  # what a gate would use: checked
-        return run
-    except SchemaError as exc:
-        raise BaselineError(f"{where}: {exc}") from None
-    except RecordError as exc:
-        raise BaselineError(
-            f"{where}: not a perfguard results file ({exc}); move it aside or delete it"
-        ) from None
 
 
 def baseline_bytes(run: Run) -> bytes:
@@ -321,6 +260,30 @@ class BaselineStore:
                     removed.append(info)
         return removed
 
+    def fold_months(self, machine: str | None = None) -> tuple[int, list[str]]:
+        """Fold the summary parts of commits without a record into month files, once a
+        machine has `months.COMPACT_AT` of them (`perfguard.store.months`): how many were
+        folded, and the month files written (paths relative to the folder)."""
+        with self.locked():
+            recorded = {(m, f.name.split(".", 1)[0]) for m, f in self.files()}
+            here = {
+                path.relative_to(self.root).as_posix(): path
+                for path in (self.root / SUMMARY_DIR).glob(f"{machine or '*'}/*.parquet")
+            }
+            folding = to_fold(here, recorded)
+            if not folding:
+                return 0, []
+
+            def existing(paths: list[str]) -> dict[str, bytes]:
+                return {p: here[p].read_bytes() for p in paths if p in here}
+
+            folded, written = fold({p: here[p].read_bytes() for p in folding}, existing)
+            for path, content in written.items():
+                write_bytes_atomic(self.root / path, content)
+            for path in folded:
+                here[path].unlink()
+        return len(folded), sorted(written)
+
     def history_parts(self, machine: str, shas: list[str], last: int) -> list[pd.DataFrame]:
         """The summary rows of the first `last` of `shas` (newest first) that have a record
         or a part: a record's part where it is current, else made again from the record (and
@@ -338,9 +301,14 @@ class BaselineStore:
                 break
         return found
 
-    def summary(self, machine: str | None = None, metrics: Sequence[str] | None = None) -> Summary:
+    def summary(
+        self,
+        machine: str | None = None,
+        metrics: Sequence[str] | None = None,
+        window: Window | None = None,
+    ) -> Summary:
         """The summary table of every baseline here (`load_summary`)."""
-        return load_summary(self.root, machine, metrics)
+        return load_summary(self.root, machine, metrics, window)
 
     def list(self, machine: str | None = None) -> list[BaselineInfo]:
         """Every stored baseline; an unreadable one raises, naming the file."""
@@ -370,13 +338,20 @@ def folder_part(root: Path, machine: str, record: Path) -> tuple[pd.DataFrame, b
 
 
 def load_summary(
-    root: Path, machine: str | None = None, metrics: Sequence[str] | None = None
+    root: Path,
+    machine: str | None = None,
+    metrics: Sequence[str] | None = None,
+    window: Window | None = None,
 ) -> Summary:
     """The table of every baseline under `root` (the rows of `metrics` alone, when given):
-    each record's part, made again (and written) where it is missing or stale. A broken
-    record is left out and named in `skipped`, as `baselines pull` leaves it."""
+    each record's part, made again (and written) where it is missing or stale, the parts of
+    records that retention removed, and the month files' rows of the rest. A broken record
+    is left out and named in `skipped`, as `baselines pull` leaves it. With a `window`, only
+    its commits' files and the month files that may hold them are read."""
     tables, used, rebuilt, skipped = [], 0, 0, []
     files = list(BaselineStore(root).files(machine))
+    if window is not None:
+        files = [(m, f) for m, f in files if window.holds(f.name.split(".", 1)[0])]
     for m, f in files:
         try:
             table, was_current = folder_part(root, m, f)
@@ -387,10 +362,24 @@ def load_summary(
         used += was_current
         rebuilt += not was_current
     # the parts of records that retention removed: the summary keeps every commit
-    recorded = {(m, f.name.split(".", 1)[0]) for m, f in files}
+    own = {(m, f.name.split(".", 1)[0]) for m, f in files}
+    months = []
     for path in sorted((root / SUMMARY_DIR).glob(f"{machine or '*'}/*.parquet")):
-        if (path.parent.name, path.stem) not in recorded:
+        key = (path.parent.name, path.stem)
+        if (month := month_key(f"{SUMMARY_DIR}/{key[0]}/{path.name}")) is not None:
+            if window is None or window.may_hold(month[1]):
+                months.append(path)
+        elif key not in own and (window is None or window.holds(key[1])):
             with contextlib.suppress(SummaryError):  # nothing to make it again from
                 tables.append(read_part(path.read_bytes(), str(path)))
+                own.add(key)
                 used += 1
+    for path in months:
+        try:
+            rows = without(read_month(path.read_bytes(), str(path), metrics), own)
+        except SummaryError as exc:
+            skipped.append(str(exc))
+            continue
+        tables.append(rows if window is None else window.rows(rows))
+        used += 1
     return Summary(concat_parts(tables, metrics), used, rebuilt, tuple(skipped))

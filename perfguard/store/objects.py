@@ -35,7 +35,6 @@ from typing import TYPE_CHECKING, Any
 from perfguard.records import Run
 from perfguard.store.baselines import (
     SUFFIXES,
-    BaselineError,
     BaselineInfo,
     BaselineStore,
     Compacted,
@@ -43,8 +42,9 @@ from perfguard.store.baselines import (
     baseline_bytes,
     key_problem,
     merge_into,
-    parse_run,
 )
+from perfguard.store.months import Window, fold, month_key, read_month, to_fold, without
+from perfguard.store.run_file import BaselineError, parse_run
 from perfguard.store.summary import (
     OLD_LAYOUT,
     SUMMARY_DIR,
@@ -376,6 +376,29 @@ class ObjectStore:
             self._remove([str(info.path).removeprefix(self.url + "/") for info in removed])
         return removed
 
+    def fold_months(self, machine: str | None = None) -> tuple[int, list[str]]:
+        """Fold the summary parts of commits without a record into month files, once a
+        machine has `months.COMPACT_AT` of them (`perfguard.store.months`): how many were
+        folded, and the month files written. Each month file is written before its parts
+        are removed, so a reader between the two finds both and reads each commit once."""
+        entries = self.entries(refresh=True)
+        folding = [
+            path
+            for path in to_fold(entries, set(self._records()))
+            if machine in (None, path.split("/")[1])
+        ]
+        if not folding:
+            return 0, []
+
+        def existing(paths: list[str]) -> dict[str, bytes]:
+            return self.read([p for p in paths if p in entries])
+
+        folded, written = fold(self.read(folding), existing)
+        for path, content in written.items():
+            self._put(path, content)
+        self._remove(folded)
+        return len(folded), sorted(written)
+
     def compact(self, machine: str | None = None) -> list[Compacted]:
         """Rewrite every plain `<sha>.json` record as `<sha>.json.gz` (through `save`, so a
         concurrent save of the commit is kept)."""
@@ -464,21 +487,48 @@ class ObjectStore:
                 self._put(_part(*key), part_bytes(run, blob_id(records[record])))
         return tables, len(missing) - len(skipped or ())
 
-    def summary(self, machine: str | None = None, metrics: Sequence[str] | None = None) -> Summary:
+    def summary(
+        self,
+        machine: str | None = None,
+        metrics: Sequence[str] | None = None,
+        window: Window | None = None,
+    ) -> Summary:
         """The table of every baseline under the URL (history, site, alert): every part,
-        and the record of each commit whose part is missing or broken."""
+        the record of each commit whose part is missing or broken, and the month files'
+        rows of the rest. With a `window`, only its commits' objects and the month files
+        that may hold them are fetched (one listing, then those alone)."""
         records = self._records(machine)
+        entries = self.entries()
         parts = {
             key
-            for path in self.entries()
+            for path in entries
             if (key := summary_key(path)) is not None and machine in (None, key[0])
         }
+        months = [
+            path
+            for path in entries
+            if (key := month_key(path)) is not None
+            and machine in (None, key[0])
+            and (window is None or window.may_hold(key[1]))
+        ]
+        if window is not None:
+            parts = {key for key in parts if window.holds(key[1])}
+            records = {key: path for key, path in records.items() if window.holds(key[1])}
         wanted: dict[tuple[str, str], str | None] = {key: None for key in parts}
         wanted.update(records)
         skipped: list[str] = []
         tables, rebuilt = self._parts(wanted, skipped)
-        table = concat_parts(list(tables.values()), metrics)
-        return Summary(table, len(tables) - rebuilt, rebuilt, tuple(skipped))
+        found = list(tables.values())
+        content = self.read(months)
+        for path in months:
+            try:
+                rows = without(read_month(content[path], self.where(path), metrics), set(wanted))
+            except SummaryError as exc:
+                skipped.append(str(exc))
+                continue
+            found.append(rows if window is None else window.rows(rows))
+        table = concat_parts(found, metrics)
+        return Summary(table, len(tables) - rebuilt + len(months), rebuilt, tuple(skipped))
 
     def list(self, machine: str | None = None) -> list[BaselineInfo]:
         """Every stored baseline (each record read); an unreadable one raises, naming it."""

@@ -1,19 +1,24 @@
 """Retention: the baselines branch keeps the newest records and the whole summary table.
 
 `perfguard baselines retain --keep N` rewrites the branch to one commit holding the records of
-the N newest commits of each machine along main's first-parent history, and every summary
-part, so that its size stays bounded by what it holds (docs/ci.md, "Retention").
+the N newest commits of each machine along main's first-parent history, and the whole summary
+table, so that its size stays bounded by what it holds (docs/ci.md, "Retention"). Once a
+machine has `months.COMPACT_AT` parts of commits without a record, they are folded into its
+month files (`perfguard.store.months`): a push's history then reads a file a month, not a
+part a commit.
 """
 
 from __future__ import annotations
 
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from perfguard.store import gitcache
 from perfguard.store.gitcache import SyncError
+from perfguard.store.months import fold, to_fold
 from perfguard.store.sync import DEFAULT_BRANCH, DEFAULT_REMOTE, by_key, summary_key
 
 
@@ -23,9 +28,11 @@ class Retained:
 
     kept: tuple[str, ...]  # records
     removed: tuple[str, ...]  # records of older commits (their summary parts stay)
-    parts: int  # summary parts on the branch, all kept
+    parts: int  # summary parts on the branch, all kept (folded ones in their month files)
     pushed: bool  # False on a dry run, or a branch that does not exist yet
     attempts: int = 1
+    folded: int = 0  # parts folded into month files
+    months: tuple[str, ...] = ()  # the month files written
 
 
 def retain(
@@ -59,27 +66,21 @@ def retain(
         if tip is None:
             return Retained((), (), 0, pushed=False, attempts=attempt)
         files = gitcache.tree_files(cache.git_dir, tip)
-        records = by_key(list(files))
-        removed: list[str] = []
-        for machine in sorted({m for m, _ in records}):
-            placed = sorted(
-                (sha for m, sha in records if m == machine and sha in position),
-                key=position.__getitem__,
-                reverse=True,  # newest first
-            )
-            for sha in placed[keep:]:
-                removed.extend(records[(machine, sha)])
-        kept = sorted(p for paths in records.values() for p in paths if p not in removed)
+        kept, removed, folding = _plan(files, keep, position)
         parts = sum(summary_key(p) is not None for p in files)
-        found = Retained(tuple(kept), tuple(sorted(removed)), parts, pushed=False, attempts=attempt)
+        found = Retained(kept, removed, parts, pushed=False, attempts=attempt, folded=len(folding))
         if dry_run:
             return found
+        folded, months = _fold(cache, files, folding)
         text = (
             f"perfguard: the records of the {keep} newest commits of each machine "
             f"({len(kept)} kept, {len(removed)} removed) and the whole summary"
+            + (f" ({len(folded)} parts folded into {len(months)} month files)" if folded else "")
         )
+        identity = gitcache.identity(root)
+        gone = [*removed, *folded]
         commit = gitcache.commit_tree(
-            cache, tip, {}, text, gitcache.identity(root), remove=removed, root_commit=True
+            cache, tip, months, text, identity, remove=gone, root_commit=True
         )
         done = gitcache.run_git(
             cache.git_dir,
@@ -92,7 +93,15 @@ def retain(
             env=gitcache.auth_env(),
         )
         if done.returncode == 0:
-            return Retained(found.kept, found.removed, parts, pushed=True, attempts=attempt)
+            return Retained(
+                found.kept,
+                found.removed,
+                parts,
+                pushed=True,
+                attempts=attempt,
+                folded=len(folded),
+                months=tuple(sorted(months)),
+            )
         stderr = (done.stderr or "").lower()
         if "stale info" not in stderr and not gitcache.lost_a_race(stderr):
             raise SyncError(
@@ -103,3 +112,47 @@ def retain(
         f"perfguard baselines retain: {remote}/{branch} moved under it {attempts} times; "
         "run it again"
     )
+
+
+def _plan(
+    files: Mapping[str, str], keep: int, position: Mapping[str, int]
+) -> tuple[tuple[str, ...], tuple[str, ...], list[str]]:
+    """The records kept and removed (the `keep` newest of each machine along main's line;
+    one not on it is kept), and the parts then to fold into month files."""
+    records = by_key(list(files))
+    removed: list[str] = []
+    for machine in sorted({m for m, _ in records}):
+        placed = sorted(
+            (sha for m, sha in records if m == machine and sha in position),
+            key=position.__getitem__,
+            reverse=True,  # newest first
+        )
+        for sha in placed[keep:]:
+            removed.extend(records[(machine, sha)])
+    kept = sorted(p for paths in records.values() for p in paths if p not in removed)
+    recorded = {key for key, paths in records.items() if set(paths) - set(removed)}
+    return tuple(kept), tuple(sorted(removed)), to_fold(files, recorded)
+
+
+def _fold(
+    cache: gitcache.Cache, files: Mapping[str, str], folding: Sequence[str]
+) -> tuple[list[str], dict[str, str]]:
+    """Fold the parts `folding` into their month files: the paths folded and the month
+    files' new blobs."""
+    content = gitcache.blobs(cache, [files[p] for p in folding])
+
+    def existing(paths: list[str]) -> dict[str, bytes]:
+        there = [p for p in paths if p in files]
+        found = gitcache.blobs(cache, [files[p] for p in there]) if there else {}
+        return {p: found[files[p]] for p in there}
+
+    folded, written = fold({p: content[files[p]] for p in folding}, existing)
+    return folded, {path: _store(cache, data) for path, data in written.items()}
+
+
+def _store(cache: gitcache.Cache, content: bytes) -> str:
+    """A blob of `content` in the cache; its id."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "blob"
+        path.write_bytes(content)
+        return gitcache.store_blob(cache, path)

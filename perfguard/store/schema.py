@@ -44,6 +44,13 @@ History:
   given, or failed, with the dependency files the change altered and what building cost).
   A 12 file has none of these: its environments compare by the keys it has.
 
+- 14: a record's keys are 13's; what is new is beside it. The summary of a baselines branch
+  may keep the rows of older commits (those whose records retention removed) in one file per
+  machine and month, `.summary/<machine>/<YYYY-MM>.parquet` (`perfguard/store/months.py`),
+  besides a part per commit. A perfguard that reads 13 would pass those files over and show
+  a history with its older months missing; the version makes it refuse the branch's records
+  instead (upgrade perfguard). A 13 file reads unchanged.
+
 Before the release (kept for the record; not read): 1 the results format; 2 counters; 3
 instruction counts; 4 confirmation records; 5 blocks and sketches instead of raw samples in
 baselines, gzip; 6 workloads, throughput, the device clock; 7 generations; 8 accepted
@@ -79,9 +86,16 @@ def _12_to_13(doc: dict[str, Any]) -> dict[str, Any]:
     return {**doc, "schema_version": 13}
 
 
+def _13_to_14(doc: dict[str, Any]) -> dict[str, Any]:
+    """14 changes the summary's layout beside the records, not a record: a 13 file reads
+    unchanged."""
+    return {**doc, "schema_version": 14}
+
+
 MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
     11: _11_to_12,
     12: _12_to_13,
+    13: _13_to_14,
 }
 """version N -> a function turning a version-N document into a version-(N+1) one."""
 

@@ -244,10 +244,15 @@ def part_bytes(run: Run, record: str) -> bytes:
     """A summary part's content: the rows of `run`, as one Parquet file. The text columns
     are written dictionary-encoded (pandas categoricals), so that a reader makes each name
     once, not once a row: reading a year of parts was mostly making strings."""
+    return part_bytes_of(frame(rows_of(run.compact(), record)))  # the record's rows, as stored
+
+
+def part_bytes_of(table: pd.DataFrame) -> bytes:
+    """A summary part's content: the rows of `table` (`COLUMNS`), as one Parquet file."""
     import pandas as pd
 
     fastparquet = _fastparquet()
-    table = frame(rows_of(run.compact(), record))  # the rows of the record, as stored
+    table = table.copy()
     for column in TEXT_COLUMNS:
         table[column] = pd.Categorical(table[column].astype(object))
     buffer = _Buffer()
@@ -336,7 +341,8 @@ def concat_parts(tables: list[pd.DataFrame], metrics: Sequence[str] | None = Non
     from pandas.api.types import union_categoricals
 
     if metrics is not None:
-        tables = [t[t["metric"].isin(list(metrics))] for t in tables]
+        wanted = list(metrics)
+        tables = [t if (keep := t["metric"].isin(wanted)).all() else t[keep] for t in tables]
     tables = [t for t in tables if not t.empty]
     if not tables:
         return frame([])

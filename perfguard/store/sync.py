@@ -21,14 +21,9 @@ from pathlib import Path
 from perfguard.files import write_bytes_atomic
 from perfguard.records import Run
 from perfguard.store import gitcache
-from perfguard.store.baselines import (
-    BaselineError,
-    BaselineStore,
-    key_problem,
-    parse_run,
-    split_name,
-)
+from perfguard.store.baselines import BaselineStore, key_problem, split_name
 from perfguard.store.gitcache import SyncError as SyncError
+from perfguard.store.run_file import BaselineError, parse_run
 from perfguard.store.summary import (
     SUMMARY_DIR,
     SummaryError,

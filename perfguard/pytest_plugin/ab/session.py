@@ -109,8 +109,8 @@ def start(
     from perfguard.git import GitError, ab_reference, resolve_commit
     from perfguard.pytest_plugin.ab.driver import Driver
     from perfguard.pytest_plugin.options import PARENT, trace_dir
-    from perfguard.store.baselines import BaselineError
     from perfguard.store.objects import open_store
+    from perfguard.store.run_file import BaselineError
     from perfguard.worktree import Worktree
 
     ref = options.ab or "auto"
