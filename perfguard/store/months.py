@@ -110,33 +110,38 @@ def month_of(created: str) -> str:
 def month_bytes(tables: Sequence[pd.DataFrame]) -> bytes:
     """One month file of the rows of `tables` (parts, and the month's earlier file), each
     commit's rows once: where a commit's rows are in two of them, the later table's."""
+    import numpy as np
     import pandas as pd
 
     seen: set[tuple[str, str]] = set()
     kept = []
     for table in reversed(tables):  # the last given wins
-        keys = list(zip(table["machine"].astype(str), table["commit"].astype(str), strict=True))
-        fresh = [key not in seen for key in keys]
-        seen.update(keys)
-        kept.append(table[fresh])
+        kept.append(without(table, seen))
+        seen |= _commits(table)
     rows = concat_parts(list(reversed(kept)))
     order = rows.sort_values(list(SORT), kind="stable").index
     rows = rows.loc[order].reset_index(drop=True)
     for column in TEXT_COLUMNS:
         rows[column] = pd.Categorical(rows[column].astype(object))
-    metric = rows["metric"].astype(str).to_numpy()
-    starts = [0] + [i for i in range(1, len(metric)) if metric[i] != metric[i - 1]]
+    metric = rows["metric"].cat.codes.to_numpy()
+    starts = [0, *(np.flatnonzero(metric[1:] != metric[:-1]) + 1).tolist()]
     buffer = _Buffer()
     _fastparquet().write(
         "month",
         rows,
         compression="ZSTD",
         write_index=False,
-        row_group_offsets=starts if len(rows) else [0],
+        row_group_offsets=starts,
         stats=True,
         open_with=lambda *_: buffer,
     )
     return buffer.written
+
+
+def _commits(table: pd.DataFrame) -> set[tuple[str, str]]:
+    """The (machine, commit) pairs `table` has rows of."""
+    pairs = table[["machine", "commit"]].drop_duplicates()
+    return {(str(m), str(c)) for m, c in pairs.itertuples(index=False, name=None)}
 
 
 def read_month(content: bytes, where: str, metrics: Iterable[str] | None = None) -> pd.DataFrame:
@@ -161,14 +166,14 @@ def without(table: pd.DataFrame, commits: set[tuple[str, str]]) -> pd.DataFrame:
     """`table`'s rows but those of (machine, commit) in `commits` (read from elsewhere)."""
     if not commits or table.empty:
         return table
-    machines = {m for m, _ in commits}
-    shas = {c for _, c in commits}
-    maybe = table["machine"].isin(list(machines)) & table["commit"].isin(list(shas))
-    if not maybe.any():
-        return table
-    keys = zip(table["machine"].astype(str), table["commit"].astype(str), strict=True)
-    drop = [key in commits for key in keys]
-    return table[[not d for d in drop]]
+    shas: dict[str, list[str]] = {}
+    for machine, commit in commits:
+        shas.setdefault(machine, []).append(commit)
+    drop = None
+    for machine, listed in shas.items():
+        these = (table["machine"] == machine) & table["commit"].isin(listed)
+        drop = these if drop is None else drop | these
+    return table if drop is None or not drop.any() else table[~drop]
 
 
 @dataclass(frozen=True)
