@@ -1,7 +1,8 @@
 """Main's history at scale, quickly: a long main synthesized from a few real saves.
 
 Run:  .venv/bin/python benchmarks/history_scale.py [--commits 10000] [--results 200]
-          [--sample 10] [--keep 50] [--layout months|parts] [--dir DIR] [--out FILE]
+          [--sample 10] [--keep 50] [--layout months|parts] [--window 300] [--dir DIR]
+          [--source CHECKOUT] [--skip-full] [--skip-site] [--out FILE]
 
 `store_scale.py` saves and pushes every commit (hours for 10,000). Here `--sample` commits'
 baselines of `--results` results go through the real save path (`BaselineStore.save`: the
@@ -13,9 +14,12 @@ push: the records and parts of the `--keep` newest commits (the records rewritte
 commit's id), and the rest of the summary folded into one file per month (`--layout months`),
 or left in parts of their own as before folding existed (`--layout parts`: the old path).
 
-It times, each in a new interpreter: `perfguard history` and `perfguard site` on the branch,
-and a pull request's `perfguard baselines pull --for auto --history 20` on a fresh clone;
-and reports the branch's packed size per commit.
+It times, each in a new interpreter: `perfguard history` and `perfguard site` on the branch; a
+push's path (`history --window` and `alert --window`, against a local stand-in for GitHub);
+and a pull request's `perfguard baselines pull --for auto --history 20` on a fresh clone; and
+reports the branch's packed size per commit and per result. A second call with the same
+`--dir` times again without building; `--source` times another checkout's perfguard (the old
+path: a worktree of the commit before the month files, on `--layout parts`).
 """
 
 from __future__ import annotations
@@ -257,6 +261,12 @@ def main() -> int:
     parser.add_argument("--skip-site", action="store_true", help="time no trend site")
     parser.add_argument("--skip-full", action="store_true", help="time no whole history")
     parser.add_argument("--window", type=int, default=300, help="a push's --window (300)")
+    parser.add_argument(
+        "--source",
+        type=Path,
+        help="time the perfguard of this checkout (a worktree of an older commit: the old "
+        "path, on --layout parts), with this environment's packages; no push path",
+    )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     directory = args.dir or Path(tempfile.mkdtemp(prefix="perfguard-history-"))
@@ -273,6 +283,9 @@ def main() -> int:
     if not (directory / "build.json").exists():
         build(doc, args, directory)
     doc = {**json.loads((directory / "build.json").read_text()), "date": doc["date"]}
+    if args.source is not None:
+        ENV["PYTHONPATH"] = str(args.source.resolve())  # what every timed command runs
+        doc["source"] = str(args.source)
     print(json.dumps(doc), flush=True)
     fetch = "+perfguard-baselines:refs/remotes/origin/perfguard-baselines"
     git(repo, "fetch", "-q", "origin", fetch)
@@ -285,10 +298,13 @@ def main() -> int:
         site = [*CLI, "site", *branch, "-o", str(directory / "site")]
         doc["site_s"] = round(timed(site, repo), 2)
         print(f"site {doc['site_s']} s", flush=True)
-    doc["push"] = push_path(repo, branch, directory, args.window)
-    print(f"a push's history and alert: {doc['push']}", flush=True)
-    doc["pr_fetch"] = pr_fetch(directory, f"pr{time.monotonic_ns()}", 20)
-    name = f"history-scale-{doc['commits']}x{doc['results']}-{doc['layout']}.json"
+    if args.source is None:
+        doc["push"] = push_path(repo, branch, directory, args.window)
+        print(f"a push's history and alert: {doc['push']}", flush=True)
+    if args.source is None:  # (an older perfguard refuses this one's records: schema 14)
+        doc["pr_fetch"] = pr_fetch(directory, f"pr{time.monotonic_ns()}", 20)
+    old = "-before" if args.source is not None else ""
+    name = f"history-scale-{doc['commits']}x{doc['results']}-{doc['layout']}{old}.json"
     out = args.out or HERE / "data" / name
     out.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     print(json.dumps(doc, indent=1))
