@@ -39,7 +39,9 @@ SERIES_METRICS = (
     "drift_max_abs",
     "run_seconds",  # a run's cost on its runner (the summary's row of the run)
 )
-MAX_COMMITS = 10_000  # how far back main's history is walked
+MAX_COMMITS = 200_000
+"""How far back main's first-parent history is walked: twenty years of a busy main (it was
+10,000, a year, which left a longer record's older commits out of the whole history)."""
 
 
 @dataclass(frozen=True)
