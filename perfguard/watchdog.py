@@ -29,12 +29,17 @@ from pathlib import Path
 from typing import IO, Any
 
 GRACE_MIN_S, GRACE_MAX_S = 5.0, 60.0
+IMPORT_GRACE_S = 30.0
+"""The least grace of a test module's import: the session's timer waits until torch's own
+import is whole (`signals.HeldImport`), and beside other work that import alone outlasted a
+5-second grace (two CPU hogs on two cores: the module was ended as hung in native code)."""
 
 
-def grace(limit: float) -> float:
+def grace(limit: float, gap: str = "") -> float:
     """How long past a limit the watchdog waits for the session's own timer: a quarter of the
-    limit, within 5 to 60 s."""
-    return min(max(limit / 4, GRACE_MIN_S), GRACE_MAX_S)
+    limit, within 5 to 60 s; for a module's import (`gap` collection_error), 30 s at least."""
+    least = IMPORT_GRACE_S if gap == "collection_error" else GRACE_MIN_S
+    return min(max(limit / 4, least), max(GRACE_MAX_S, least))
 
 
 class Watchdog:
@@ -88,8 +93,8 @@ class Watchdog:
     def arm(self, seconds: float, what: str, gap: str, remaining: list[str]) -> None:
         """From now, `what` (an item's node id, or a module being imported: `gap` is the
         gap's kind) has `seconds` and a grace; `remaining`: the items after it."""
-        self.send("arm", seconds=seconds + grace(seconds), limit=seconds, what=what, gap=gap,
-                  remaining=remaining)  # fmt: skip
+        self.send("arm", seconds=seconds + grace(seconds, gap), limit=seconds, what=what,
+                  gap=gap, remaining=remaining)  # fmt: skip
 
     def disarm(self) -> None:
         self.send("disarm")
