@@ -52,7 +52,7 @@ def cmd_site(args: argparse.Namespace) -> int:
 def cmd_alert(args: argparse.Namespace) -> int:
     from perfguard.github import GitHubError, client_from_env
     from perfguard.history.alert import raise_alerts
-    from perfguard.history.series import main_line
+    from perfguard.history.series import MAX_COMMITS, main_line
 
     if args.newest < 1:
         raise InputError(f"--newest must be 1 or more, got {args.newest}")
@@ -66,7 +66,7 @@ def cmd_alert(args: argparse.Namespace) -> int:
             args.repo,
             history,
             regressions,
-            line=main_line(root, args.main_branch) or (),
+            line=main_line(root, args.main_branch, args.window or MAX_COMMITS) or (),
             bisected=[_bisected(path) for path in args.bisected or ()],
             commit_url=commit_url(args.commit_url, root),
             author=args.author,

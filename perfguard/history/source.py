@@ -35,6 +35,7 @@ def load_history(args: argparse.Namespace) -> History:
     """The history the options ask for: folder or branch, in main's order, analyzed."""
     from perfguard.history.analysis import analyze
     from perfguard.history.series import (
+        MAX_COMMITS,
         SERIES_METRICS,
         build_series,
         load_branch,
@@ -45,11 +46,11 @@ def load_history(args: argparse.Namespace) -> History:
     )
 
     root = repo_root(args.dir)
-    line = main_line(root, args.main_branch)
+    if args.window is not None and args.window < 1:
+        raise InputError(f"--window must be 1 or more commits, got {args.window}")
+    line = main_line(root, args.main_branch, args.window or MAX_COMMITS)  # a push: its window
     window = None
     if args.window is not None:
-        if args.window < 1:
-            raise InputError(f"--window must be 1 or more commits, got {args.window}")
         if root is None or not line:
             raise InputError(
                 f"--window reads the newest commits of {args.main_branch}: run inside the "
