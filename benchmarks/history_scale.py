@@ -44,6 +44,7 @@ from benchmarks.store_scale import (
     measured_template,
     packed_mb,
     pr_fetch,
+    scratch_main,
     synthetic_run,
     timed,
 )
@@ -228,15 +229,8 @@ def push_path(repo: Path, branch: list[str], directory: Path, window: int) -> di
 
 def build(doc: dict[str, Any], args: argparse.Namespace, directory: Path) -> None:
     """Main's commits in `directory/main`, its remote with the baselines branch."""
-    remote, repo = directory / "remote.git", directory / "main"
     started = time.monotonic()
-    git(directory, "init", "-q", "--bare", "-b", "main", str(remote))
-    git(remote, "config", "uploadpack.allowFilter", "true")
-    git(remote, "config", "uploadpack.allowAnySHA1InWant", "true")
-    git(directory, "clone", "-q", str(remote), str(repo))
-    (repo / ".gitignore").write_text("baselines/\n")
-    git(repo, "add", ".gitignore")
-    git(repo, "commit", "-q", "-m", "init")
+    remote, repo = scratch_main(directory)
     shas = main_commits(repo, args.commits)
     git(repo, "push", "-q", "origin", "main")
     sampled = samples(directory, args.sample, args.results)

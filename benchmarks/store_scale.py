@@ -113,10 +113,9 @@ def synthetic_run(template: Any, rng: random.Random, sha: str, index: int, resul
     )
 
 
-def build(directory: Path, commits: int, results: int, seed: int) -> dict[str, Any]:
-    from perfguard.store import BaselineStore
-    from perfguard.store.sync import push
-
+def scratch_main(directory: Path) -> tuple[Path, Path]:
+    """(remote, clone): a bare remote that serves as GitHub does (a fetch may leave file
+    contents out), and a clone of it with main's first commit."""
     remote, repo = directory / "remote.git", directory / "main"
     git(directory, "init", "-q", "--bare", "-b", "main", str(remote))
     git(remote, "config", "uploadpack.allowFilter", "true")
@@ -125,6 +124,14 @@ def build(directory: Path, commits: int, results: int, seed: int) -> dict[str, A
     (repo / ".gitignore").write_text("baselines/\n")
     git(repo, "add", ".gitignore")
     git(repo, "commit", "-q", "-m", "init")
+    return remote, repo
+
+
+def build(directory: Path, commits: int, results: int, seed: int) -> dict[str, Any]:
+    from perfguard.store import BaselineStore
+    from perfguard.store.sync import push
+
+    _, repo = scratch_main(directory)
     template = measured_template()
     rng = random.Random(seed)
     store = BaselineStore(repo / "baselines")
