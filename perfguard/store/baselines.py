@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from perfguard.files import remove_stale_temp_files, write_bytes_atomic
 from perfguard.records import SHA, Run, VariantResult
 from perfguard.records.merge import joined_reach
-from perfguard.store.months import Window, fold, month_key, read_month, to_fold, without
+from perfguard.store.months import Window, fold, month_key, month_rows, to_fold
 from perfguard.store.run_file import BaselineError, parse_run, read_run_file
 from perfguard.store.summary import (
     SUMMARY_DIR,
@@ -374,12 +374,8 @@ def load_summary(
                 tables.append(read_part(path.read_bytes(), str(path)))
                 own.add(key)
                 used += 1
-    for path in months:
-        try:
-            rows = without(read_month(path.read_bytes(), str(path), metrics), own)
-        except SummaryError as exc:
-            skipped.append(str(exc))
-            continue
-        tables.append(rows if window is None else window.rows(rows))
-        used += 1
+    found, unread = month_rows(((str(p), p.read_bytes()) for p in months), metrics, own, window)
+    tables += found
+    used += len(found)
+    skipped += unread
     return Summary(concat_parts(tables, metrics), used, rebuilt, tuple(skipped))

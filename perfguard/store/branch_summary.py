@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from perfguard.store.gitcache import read_blobs, tree_files
-from perfguard.store.months import Window, month_key, read_month, without
+from perfguard.store.months import Window, month_key, month_rows
 from perfguard.store.summary import (
     Summary,
     SummaryError,
@@ -58,15 +58,12 @@ def load_branch(
         with contextlib.suppress(SummaryError):
             tables.append(read_part(blobs[files[parts[key]]], f"{ref}:{parts[key]}"))
             used += 1
-    skipped = []
     own = set(records) | set(parts)
-    for path in sorted(months):
-        try:
-            rows = without(read_month(blobs[files[path]], f"{ref}:{path}", metrics), own)
-            tables.append(rows if window is None else window.rows(rows))
-            used += 1
-        except SummaryError as exc:
-            skipped.append(str(exc))
+    found, skipped = month_rows(
+        ((f"{ref}:{path}", blobs[files[path]]) for path in sorted(months)), metrics, own, window
+    )
+    tables += found
+    used += len(found)
     content = read_blobs(root, [files[path] for _, path in missing])
     for _key, path in missing:
         run, problem = baseline_content_problem(path, content[files[path]])

@@ -162,6 +162,27 @@ def read_month(content: bytes, where: str, metrics: Iterable[str] | None = None)
     return table
 
 
+def month_rows(
+    files: Iterable[tuple[str, bytes]],
+    metrics: Sequence[str] | None,
+    own: set[tuple[str, str]],
+    window: Window | None = None,
+) -> tuple[list[pd.DataFrame], list[str]]:
+    """The rows of month files ((where, content) each) of `metrics`, but those of the
+    commits in `own` (read from their own part or record) and, with a `window`, of commits
+    outside it; and a line naming each file that is not one (left out: every reader goes
+    on without it)."""
+    tables, skipped = [], []
+    for where, content in files:
+        try:
+            rows = without(read_month(content, where, metrics), own)
+        except SummaryError as exc:
+            skipped.append(str(exc))
+            continue
+        tables.append(rows if window is None else window.rows(rows))
+    return tables, skipped
+
+
 def without(table: pd.DataFrame, commits: set[tuple[str, str]]) -> pd.DataFrame:
     """`table`'s rows but those of (machine, commit) in `commits` (read from elsewhere)."""
     if not commits or table.empty:

@@ -43,7 +43,7 @@ from perfguard.store.baselines import (
     key_problem,
     merge_into,
 )
-from perfguard.store.months import Window, fold, month_key, read_month, to_fold, without
+from perfguard.store.months import Window, fold, month_key, month_rows, to_fold
 from perfguard.store.run_file import BaselineError, parse_run
 from perfguard.store.summary import (
     OLD_LAYOUT,
@@ -520,15 +520,12 @@ class ObjectStore:
         tables, rebuilt = self._parts(wanted, skipped)
         found = list(tables.values())
         content = self.read(months)
-        for path in months:
-            try:
-                rows = without(read_month(content[path], self.where(path), metrics), set(wanted))
-            except SummaryError as exc:
-                skipped.append(str(exc))
-                continue
-            found.append(rows if window is None else window.rows(rows))
-        table = concat_parts(found, metrics)
-        return Summary(table, len(tables) - rebuilt + len(months), rebuilt, tuple(skipped))
+        folded, unread = month_rows(
+            ((self.where(p), content[p]) for p in months), metrics, set(wanted), window
+        )
+        table = concat_parts([*found, *folded], metrics)
+        used = len(tables) - rebuilt + len(folded)
+        return Summary(table, used, rebuilt, (*skipped, *unread))
 
     def list(self, machine: str | None = None) -> list[BaselineInfo]:
         """Every stored baseline (each record read); an unreadable one raises, naming it."""
