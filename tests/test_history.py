@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 import shutil
 from dataclasses import replace
@@ -13,7 +14,8 @@ import pytest
 from perfguard.cli import main
 from perfguard.history.analysis import analyze
 from perfguard.history.changepoints import Detection, find_steps
-from perfguard.history.series import build_series, main_line, order_runs
+from perfguard.history.columns import build_series
+from perfguard.history.series import main_line, order_runs
 from perfguard.history.site import write_site
 from perfguard.records import VariantResult
 from perfguard.records.sketch import BlockStats, percentile
@@ -90,6 +92,30 @@ def test_a_step_smaller_than_the_minimum_change_is_not_reported() -> None:
     memory = [1000.0] * 20 + [1005.0] * 10  # +0.5%
     assert find_steps(memory) == []
     assert [s.index for s in find_steps(memory, Detection(min_change_pct=0.1))] == [20]
+
+
+def test_the_rank_test_gives_scipys_p_values_exact_and_with_ties() -> None:
+    import numpy as np
+    from scipy import stats
+
+    from perfguard.history.changepoints import rank_p
+
+    rng = np.random.default_rng(7)
+    for trial in range(600):
+        m, n = (int(k) for k in rng.integers(2, 31, 2))
+        if trial % 3 == 0:  # no ties: the exact distribution
+            left, right = rng.normal(size=m), rng.normal(rng.uniform(0, 2), size=n)
+        elif trial % 3 == 1:  # many ties
+            left, right = rng.integers(0, 5, m).astype(float), rng.integers(0, 6, n).astype(float)
+        else:
+            left, right = np.round(rng.normal(size=m), 1), np.round(rng.normal(0.5, size=n), 1)
+        if np.ptp(left) == 0 and np.ptp(right) == 0:
+            continue
+        tied = np.unique(np.concatenate([left, right])).size < m + n
+        method = "asymptotic" if tied else "exact"
+        expected = stats.mannwhitneyu(left, right, alternative="two-sided", method=method).pvalue
+        assert rank_p(left, right) == pytest.approx(float(expected), rel=1e-9, abs=1e-300)
+    assert rank_p(np.arange(10.0), np.arange(10.0) + 100) == pytest.approx(2 / math.comb(20, 10))
 
 
 def test_too_short_or_unusable_series_have_no_change_points() -> None:

@@ -11,7 +11,8 @@ import pytest
 
 from perfguard.history.analysis import analyze, render_markdown, render_terminal, to_json
 from perfguard.history.changepoints import Detection, reach
-from perfguard.history.series import build_series, order_runs
+from perfguard.history.columns import build_series
+from perfguard.history.series import order_runs
 from perfguard.records import BaselineRef, Comparison, Run
 from perfguard.store.summary import paired_changes, part_bytes, read_part, summary_of_runs
 from tests.factories import result, run

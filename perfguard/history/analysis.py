@@ -119,7 +119,7 @@ def analyze(
         alone = _unpaired(s)
         if not alone:
             continue  # every commit of the series has its pair: nothing to search for
-        unpaired.update(s.commits[1:] if not s.pairs else (s.commits[i] for i in alone))
+        unpaired.update(s.commits[1:].tolist() if not s.pairs else (s.commits[i] for i in alone))
         searched.append((s, reach(s.values, settings)))
         found.extend(c for c in _searched_steps(s, settings) if c.index in alone)
     notes = _search_notes(searched, unpaired, len(_dedupe([r.commit or "" for r in ordered.runs])))
@@ -173,7 +173,7 @@ def _paired_steps(s: Series, settings: Detection) -> list[ChangePoint]:
     for i, pair in enumerate(s.pairs):
         if pair is None or not pair.stands or abs(pair.change_pct) < settings.min_change_pct:
             continue
-        after = s.values[i]
+        after = float(s.values[i])
         out.append(
             ChangePoint(
                 *s.key,

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from perfguard.errors import InputError
+from perfguard.history.changepoints import DETECTED_METRICS
 from perfguard.history.source import add_source_options, commit_url, load_history, repo_root
 from perfguard.records import SHA
 
@@ -27,7 +28,8 @@ def cmd_history(args: argparse.Namespace) -> int:
     from perfguard.history.analysis import render_markdown, render_terminal, to_json
     from perfguard.history.series import dumps
 
-    history = load_history(args)
+    # the change points need the searched metrics alone; the JSON holds every series
+    history = load_history(args, None if args.json else DETECTED_METRICS)
     sys.stdout.write(render_terminal(history))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
@@ -56,7 +58,7 @@ def cmd_alert(args: argparse.Namespace) -> int:
 
     if args.newest < 1:
         raise InputError(f"--newest must be 1 or more, got {args.newest}")
-    history = load_history(args)
+    history = load_history(args, DETECTED_METRICS)
     regressions = history.regressions(newest=args.newest)
     client = client_from_env(args, "the alert")
     root = repo_root(args.dir)

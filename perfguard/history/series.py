@@ -47,57 +47,57 @@ MAX_COMMITS = 200_000
 @dataclass(frozen=True)
 class Point:
     commit: str
-    created: str | None
     value: float
     low: float | None = None  # the spread of the value over the run's repeats
     high: float | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Series:
-    """One series, oldest first, kept as columns (a year of a large suite is millions of
-    points: `points` makes them one by one where they are wanted)."""
+    """One series, oldest first, kept as numpy columns (a year of a large suite is millions
+    of points, and a tuple of Python objects per point took a whole history's read twice
+    over: `points` makes them one by one where they are wanted). `low` and `high` are empty
+    or one per point; a point without a spread has NaN in them. A point's date is its
+    commit's (`Ordered.runs`)."""
 
     machine: str
     test: str
     variant: str
     metric: str
-    commits: tuple[str, ...]
-    values: tuple[float, ...]
-    created: tuple[str | None, ...] = ()  # () or one per point, as low and high
-    low: tuple[float | None, ...] = ()  # the spread of the values over the run's repeats
-    high: tuple[float | None, ...] = ()
+    commits: np.ndarray  # of str
+    values: np.ndarray  # float
+    low: np.ndarray  # the spread of the values over the run's repeats (NaN: none)
+    high: np.ndarray
     # each point's paired change (main's paired run, beside the commit it names), or None
     pairs: tuple[Pair | None, ...] = ()
-
-    @classmethod
-    def of(
-        cls, machine: str, test: str, variant: str, metric: str, points: Sequence[Point]
-    ) -> Series:
-        return cls(
-            machine,
-            test,
-            variant,
-            metric,
-            tuple(p.commit for p in points),
-            tuple(p.value for p in points),
-            tuple(p.created for p in points),
-            tuple(p.low for p in points),
-            tuple(p.high for p in points),
-        )
 
     @property
     def key(self) -> tuple[str, str, str, str]:
         return (self.machine, self.test, self.variant, self.metric)
 
+    def __len__(self) -> int:
+        return len(self.values)
+
     @property
     def points(self) -> tuple[Point, ...]:
         n = len(self.values)
-        created = self.created or (None,) * n
-        low, high = self.low or (None,) * n, self.high or (None,) * n
+
+        def spread(column: np.ndarray) -> list[float | None]:
+            return (
+                [None if math.isnan(v) else v for v in column.tolist()]
+                if len(column)
+                else [None] * n
+            )
+
         return tuple(
-            Point(c, t, v, lo, hi)
-            for c, t, v, lo, hi in zip(self.commits, created, self.values, low, high, strict=True)
+            Point(str(c), v, lo, hi)
+            for c, v, lo, hi in zip(
+                self.commits.tolist(),
+                self.values.tolist(),
+                spread(self.low),
+                spread(self.high),
+                strict=True,
+            )
         )
 
 
@@ -230,131 +230,10 @@ def order_runs(
     )
 
 
-def build_series(ordered: Ordered, metrics: Sequence[str] = SERIES_METRICS) -> list[Series]:
-    """One series per machine, test, variant and metric that has at least one value, sorted
-    by those; its points in main's order. Done on the table's columns at once: a year of a
-    suite of 1,000 results is some five million rows."""
-    import numpy as np
-
-    table = ordered.table
-    if table is None or table.empty or not ordered.runs:
-        return []
-    rows = table[table["metric"].isin(list(metrics))]
-    codes = {c: _codes(rows[c]) for c in ("machine", "commit", "test", "variant", "metric")}
-    at = _positions(ordered, codes["machine"], codes["commit"])
-    keep = at >= 0  # not on main's line: left out
-    keys = [codes[c][0][keep] for c in ("machine", "test", "variant", "metric")]
-    at = at[keep]
-    order = np.lexsort((at, *reversed(keys)))
-    keys = [k[order] for k in keys]
-    starts = np.flatnonzero(np.any([np.diff(k, prepend=-1) != 0 for k in keys], axis=0))
-    ends = np.append(starts[1:], len(order))
-    picked = np.flatnonzero(keep)[order]
-    commits = codes["commit"][1][codes["commit"][0][picked]]
-    created = rows["created"].to_numpy(dtype=object)[picked]
-    created[created == ""] = None  # a baseline of unknown date
-    value, low, high = (rows[c].to_numpy(dtype=float)[picked] for c in ("value", "low", "high"))
-    pairs = _pairs(rows, picked, ordered.parents, commits)
-    names = [codes[c][1] for c in ("machine", "test", "variant", "metric")]
-    out = []
-    for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
-        machine, test, variant, metric = (str(n[k[a]]) for n, k in zip(names, keys, strict=True))
-        out.append(
-            Series(
-                machine,
-                test,
-                variant,
-                metric,
-                commits=tuple(commits[a:b].tolist()),
-                values=tuple(value[a:b].tolist()),
-                created=tuple(created[a:b].tolist()),
-                low=_or_none(low[a:b]),
-                high=_or_none(high[a:b]),
-                pairs=tuple(pairs[a:b]) if any(pairs[a:b]) else (),
-            )
-        )
-    return out
-
-
-def _pairs(
-    rows: pd.DataFrame,
-    picked: np.ndarray,
-    parents: Mapping[str, str] | None,
-    commits: np.ndarray,
-) -> list[Pair | None]:
-    """Each picked row's paired change, where its base is that commit's first parent on
-    main's line (a pair beside another commit is not that commit's step)."""
-    import numpy as np
-
-    if "pair" not in rows.columns:
-        return [None] * len(picked)
-    base = rows["pair"].to_numpy(dtype=object)[picked]
-    has = np.flatnonzero(base != "")
-    out: list[Pair | None] = [None] * len(picked)
-    if not has.size:
-        return out
-    verdict = rows["pair_verdict"].to_numpy(dtype=object)[picked]
-    change, low, high, p = (
-        rows[c].to_numpy(dtype=float)[picked]
-        for c in ("pair_change", "pair_low", "pair_high", "pair_p")
-    )
-    for i in has.tolist():
-        if parents is not None and parents.get(str(commits[i])) != base[i]:
-            continue
-        out[i] = Pair(
-            str(base[i]),
-            str(verdict[i]),
-            float(change[i]),
-            None if math.isnan(low[i]) else float(low[i]),
-            None if math.isnan(high[i]) else float(high[i]),
-            None if math.isnan(p[i]) else float(p[i]),
-        )
-    return out
-
-
-def _codes(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    """(codes, names) of a column: names sorted, so codes sort as the names do."""
-    import numpy as np
-    import pandas as pd
-
-    codes, names = pd.factorize(column, sort=True)
-    return codes, np.asarray(names, dtype=object)
-
-
-def _positions(
-    ordered: Ordered,
-    machines: tuple[np.ndarray, np.ndarray],
-    commits: tuple[np.ndarray, np.ndarray],
-) -> np.ndarray:
-    """Each row's place in main's order (-1: a baseline not on main's line)."""
-    import numpy as np
-
-    machine_at = {str(m): i for i, m in enumerate(machines[1])}
-    commit_at = {str(c): i for i, c in enumerate(commits[1])}
-    table = np.full((len(machine_at), len(commit_at)), -1, dtype=np.int64)
-    for i, r in enumerate(ordered.runs):
-        if r.machine in machine_at and r.commit in commit_at:
-            table[machine_at[r.machine], commit_at[r.commit]] = i
-    found: np.ndarray = table[machines[0], commits[0]]
-    return found
-
-
-def _or_none(values: np.ndarray) -> tuple[float | None, ...]:
-    """NaN (no spread) as None; () when the whole series has none."""
-    import numpy as np
-
-    missing = np.isnan(values)
-    if missing.all():
-        return ()
-    if not missing.any():
-        return tuple(values.tolist())
-    return tuple(None if math.isnan(v) else v for v in values.tolist())
-
-
 def speedups(series: Sequence[Series]) -> list[Series]:
     """Per machine, test and variant: eager's p50 over the variant's, commit by commit."""
     eager = {
-        (s.machine, s.test): dict(zip(s.commits, s.values, strict=True))
+        (s.machine, s.test): dict(zip(s.commits.tolist(), s.values.tolist(), strict=True))
         for s in series
         if s.variant == "eager" and s.metric == "latency_p50_ms"
     }
@@ -363,14 +242,23 @@ def speedups(series: Sequence[Series]) -> list[Series]:
         reference = eager.get((s.machine, s.test))
         if s.metric != "latency_p50_ms" or s.variant == "eager" or not reference:
             continue
-        created = s.created or (None,) * len(s.commits)
-        pts = [
-            Point(c, t, reference[c] / v)
-            for c, t, v in zip(s.commits, created, s.values, strict=True)
-            if c in reference and v > 0
-        ]
-        if pts:
-            out.append(Series.of(s.machine, s.test, s.variant, "speedup_over_eager", pts))
+        import numpy as np
+
+        base = np.array([reference.get(c, math.nan) for c in s.commits.tolist()])
+        ok = np.isfinite(base) & (s.values > 0)
+        if ok.any():
+            out.append(
+                Series(
+                    s.machine,
+                    s.test,
+                    s.variant,
+                    "speedup_over_eager",
+                    s.commits[ok],
+                    base[ok] / s.values[ok],
+                    np.empty(0),
+                    np.empty(0),
+                )
+            )
     return out
 
 
@@ -380,8 +268,8 @@ def dump_json(series: Series) -> dict[str, object]:
         "test": series.test,
         "variant": series.variant,
         "metric": series.metric,
-        "commits": list(series.commits),
-        "values": list(series.values),
+        "commits": series.commits.tolist(),
+        "values": series.values.tolist(),
     }
 
 

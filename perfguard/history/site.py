@@ -86,7 +86,7 @@ def _traces(s: Series, at: list[int], scale: float, colour: str, row: int) -> li
         "legendgroup": s.machine,
     }
 
-    def placed(values: Sequence[float | None]) -> list[float]:
+    def placed(values: Sequence[float | None] | np.ndarray) -> list[float]:
         import numpy as np
 
         out = np.full(at[-1] - first + 1, np.nan)
@@ -94,15 +94,14 @@ def _traces(s: Series, at: list[int], scale: float, colour: str, row: int) -> li
         return _plotted(out, scale)
 
     traces: list[Figure] = []
-    if s.low:  # the band: the highs (no line), then the lows filled up to them
+    if len(s.low):  # the band: the highs (no line), then the lows filled up to them
         edge = {"mode": "lines", "line": {"width": 0}, "hoverinfo": "skip", "showlegend": False}
-        highs = [v if hi is None and lo is not None else hi for v, lo, hi in _band(s)]
-        traces.append({**base, **edge, "y": placed(highs), "name": f"{s.machine} high"})
+        traces.append({**base, **edge, "y": placed(_highs(s)), "name": f"{s.machine} high"})
         traces.append(
             {
                 **base,
                 **edge,
-                "y": placed(list(s.low)),
+                "y": placed(s.low),
                 "fill": "tonexty",
                 "fillcolor": _faint(colour),
                 "name": f"{s.machine} {s.metric} spread of repeats",
@@ -128,9 +127,12 @@ def _faint(colour: str, alpha: float = 0.15) -> str:
     return f"rgba({r},{g},{b},{alpha})"
 
 
-def _band(s: Series) -> list[tuple[float, float | None, float | None]]:
-    """(value, low, high) of each point."""
-    return list(zip(s.values, s.low, s.high or (None,) * len(s.values), strict=True))
+def _highs(s: Series) -> np.ndarray:
+    """The top of a series' band: its highs, or its value where it has a low and no high."""
+    import numpy as np
+
+    highs = s.high if len(s.high) else np.full(len(s.values), np.nan)
+    return np.where(np.isnan(highs) & ~np.isnan(s.low), s.values, highs)
 
 
 def _plotted(values: Sequence[float] | np.ndarray, scale: float) -> list[float]:

@@ -8,6 +8,7 @@ import argparse
 import os
 import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,13 +32,15 @@ def repo_root(start: Path | str) -> Path | None:
     return None
 
 
-def load_history(args: argparse.Namespace) -> History:
-    """The history the options ask for: folder or branch, in main's order, analyzed."""
+def load_history(args: argparse.Namespace, metrics: Sequence[str] | None = None) -> History:
+    """The history the options ask for: folder or branch, in main's order, analyzed; its
+    series of `metrics` alone when given (what the search looks at is enough for the change
+    points: a third of the rows of a suite's whole history), else of every series metric."""
     from perfguard.history.analysis import analyze
+    from perfguard.history.columns import build_series
     from perfguard.history.series import (
         MAX_COMMITS,
         SERIES_METRICS,
-        build_series,
         load_branch,
         load_folder,
         main_line,
@@ -61,9 +64,9 @@ def load_history(args: argparse.Namespace) -> History:
     if args.branch:
         if root is None:
             raise InputError("--branch reads the baselines from git: run inside the repository")
-        found = load_branch(root, args.branch, SERIES_METRICS, window)
+        found = load_branch(root, args.branch, metrics or SERIES_METRICS, window)
     else:
-        found = load_folder(args.dir, SERIES_METRICS, window)
+        found = load_folder(args.dir, metrics or SERIES_METRICS, window)
     for skipped in found.skipped:
         print(f"note: left out {skipped}", file=sys.stderr)
     if args.machine:
@@ -85,7 +88,7 @@ def load_history(args: argparse.Namespace) -> History:
     if not (0 < args.max_p <= 1):
         raise InputError(f"--max-p must be above 0 and at most 1, got {args.max_p}")
     settings = Detection(min_change_pct=args.min_change, max_p=args.max_p)
-    return analyze(ordered, build_series(ordered), settings)
+    return analyze(ordered, build_series(ordered, metrics or SERIES_METRICS), settings)
 
 
 def commit_url(explicit: str | None, root: Path | None) -> str | None:
