@@ -407,6 +407,36 @@ def test_series_follow_mains_order_per_machine_and_leave_out_commits_off_it() ->
     assert list(series) == sorted(series)  # sorted by machine, test, variant, metric
 
 
+def test_series_too_many_for_one_sort_key_are_sorted_on_their_codes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where machines x tests x variants x metrics x commits pass what one int64 holds, the
+    rows are sorted on the codes themselves, into the same series."""
+    from perfguard.history import columns
+
+    shas = [f"{i + 1:040x}" for i in range(5)]
+    runs = [
+        run(
+            [result(f"t.py::{name}", "eager", 1.0 + i, seed=i) for name in ("b", "a", "c")],
+            commit=sha,
+            machine=machine,
+        )
+        for i, sha in enumerate(shas)
+        for machine in ("m-two", "m-one")
+    ]
+    line = [shas[4], shas[0], shas[2], shas[1]]  # shas[3] is off main's line
+    table = summary_of_runs(runs)
+
+    def built() -> list:  # type: ignore[type-arg]
+        found = build_series(order_runs(table, line, "main"))
+        return [(s.key, s.commits.tolist(), s.values.tolist(), s.pairs) for s in found]
+
+    one_key = built()
+    monkeypatch.setattr(columns, "ONE_KEY_BELOW", 1)
+    assert built() == one_key and len(one_key) > 12
+    assert all(commits == line for _, commits, _, _ in one_key)
+
+
 @pytest.mark.slow
 def test_a_runs_cost_is_a_series_of_its_own_and_the_site_links_it(tmp_path: Path) -> None:
     """Main's cost per commit: each saved run's runner seconds are a row of the table (a

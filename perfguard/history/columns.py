@@ -14,6 +14,10 @@ if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
 
+ONE_KEY_BELOW = 2**62
+"""Series times places on main below this fit one int64 sort key per row; above it (some
+hundred thousand series over a decade of commits) the rows are sorted on their codes."""
+
 
 def build_series(ordered: Ordered, metrics: Sequence[str] = SERIES_METRICS) -> list[Series]:
     """One series per machine, test, variant and metric that has at least one value, sorted
@@ -35,7 +39,7 @@ def build_series(ordered: Ordered, metrics: Sequence[str] = SERIES_METRICS) -> l
     steps = len(ordered.runs) + 1
     keep = at >= 0  # not on main's line: left out
     picked = None if keep.all() else np.flatnonzero(keep)
-    if math.prod(len(names) for _, names in parts) * steps < 2**62:
+    if math.prod(len(names) for _, names in parts) * steps < ONE_KEY_BELOW:
         key = np.zeros(len(at), dtype=np.int64)
         for found, names in parts:
             key = key * len(names) + found

@@ -75,9 +75,6 @@ class Series:
     def key(self) -> tuple[str, str, str, str]:
         return (self.machine, self.test, self.variant, self.metric)
 
-    def __len__(self) -> int:
-        return len(self.values)
-
     @property
     def points(self) -> tuple[Point, ...]:
         n = len(self.values)
@@ -237,13 +234,13 @@ def speedups(series: Sequence[Series]) -> list[Series]:
         for s in series
         if s.variant == "eager" and s.metric == "latency_p50_ms"
     }
+    import numpy as np
+
     out = []
     for s in series:
         reference = eager.get((s.machine, s.test))
         if s.metric != "latency_p50_ms" or s.variant == "eager" or not reference:
             continue
-        import numpy as np
-
         base = np.array([reference.get(c, math.nan) for c in s.commits.tolist()])
         ok = np.isfinite(base) & (s.values > 0)
         if ok.any():

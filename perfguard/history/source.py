@@ -35,7 +35,7 @@ def repo_root(start: Path | str) -> Path | None:
 def load_history(args: argparse.Namespace, metrics: Sequence[str] | None = None) -> History:
     """The history the options ask for: folder or branch, in main's order, analyzed; its
     series of `metrics` alone when given (what the search looks at is enough for the change
-    points: a third of the rows of a suite's whole history), else of every series metric."""
+    points: 4 of 10 million rows of the benchmark's year of main), else of every series metric."""
     from perfguard.history.analysis import analyze
     from perfguard.history.columns import build_series
     from perfguard.history.series import (
