@@ -142,6 +142,7 @@ TOLERANCES: dict[str, tuple[float, float]] = {
     "compiled-fp32": (2.0, 1e-4),
     "reduced-precision": (2.0, 3e-2),
     "int8": (2.0, 1e-1),
+    "low-precision": (2.0, 2e-1),  # int4 weights, float8
     "pruned": (2.0, 1.0),
 }
 

@@ -76,7 +76,7 @@ none may be added (the summary table's loaders moved beside the stores they read
 FLOORS: tuple[tuple[str, ...], ...] = (
     # the ground: leaves that every floor stands on (errors, the version, the one check of a
     # value, files written all or nothing, temporary folders, processes, a comment's marker,
-    # GitHub's answers read, the variant names)
+    # GitHub's answers read, the variant names and their registry)
     (
         "perfguard.errors",
         "perfguard.version",
@@ -87,6 +87,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
         "perfguard.processes",
         "perfguard.comment",
         "perfguard.github_answers",
+        "perfguard.variants.declared",
         "perfguard.variants.spec",
     ),
     # facts: the settings table, the records, git, the machine, GitHub's client

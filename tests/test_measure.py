@@ -58,9 +58,17 @@ measured here at all: on the CPU the two compile alike, with no CUDA graphs to l
 Autocasting does not depend on the model either (the CNN's bf16 convolutions took 6 s of
 CPU), and fp16 autocasts as bf16 does. Every variant of the MLP and the CNN runs on a GPU
 (test_cuda.py), and the compiled training steps there compile all three training models."""
-NOT_ON_THE_CPU = {"compile-max-autotune-no-cudagraphs", "aot-inductor", "compile-dynamic"}
+NOT_ON_THE_CPU = {
+    "compile-max-autotune-no-cudagraphs",
+    "aot-inductor",
+    "compile-dynamic",
+    "tensorrt",
+    "fp8",
+    "int4-weight-only",
+}
 """(aot-inductor and compile-dynamic: measured on the CPU in test_serving.py, the MLP and its
-export failure, shapes and recompiles; a package's C++ build costs 10-20 s a model here)"""
+export failure, shapes and recompiles; a package's C++ build costs 10-20 s a model here.
+tensorrt, fp8 and int4-weight-only run on CUDA only: test_own_variants.py holds their skips.)"""
 
 
 @pytest.mark.slow

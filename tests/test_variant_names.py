@@ -31,6 +31,10 @@ def test_interface_names_are_exactly_section_3() -> None:
         "onnxruntime",
         "aot-inductor",
         "compile-dynamic",
+        "channels-last",
+        "tensorrt",
+        "fp8",
+        "int4-weight-only",
     }
 
 
@@ -51,7 +55,11 @@ def test_composition_and_amounts() -> None:
     ("name", "message"),
     [
         ("compile-fast", "unknown variant 'compile-fast'"),
-        ("compile-default+int8-dynamic", "order prune, quantize, amp, compile"),
+        ("compile-default+int8-dynamic", "order prune, quantize, layout, amp, compile"),
+        ("compile-default+channels-last", "order prune, quantize, layout, amp, compile"),
+        ("int8-dynamic+int4-weight-only", "same kind"),
+        ("channels-last+onnxruntime", "onnxruntime combines only with prune"),
+        ("int8-dynamic+tensorrt", "tensorrt combines only with prune or amp"),
         ("eager+compile-default", "'eager' cannot be combined"),
         ("int8-dynamic+int8-weight-only", "same kind"),
         ("prune-l1-unstructured:1.5", "between 0 and 1"),
@@ -71,3 +79,19 @@ def test_lists_split_on_commas_and_validate() -> None:
     assert parse_variant_list("eager, compile-default,,") == ("eager", "compile-default")
     with pytest.raises(UnknownVariantError, match="nope"):
         parse_variant_list("eager,nope")
+
+
+def test_the_layout_and_serving_parts_compose_in_their_stages() -> None:
+    spec = parse_variant(
+        "prune-l1-unstructured+int8-dynamic+channels-last+amp-bf16+compile-default"
+    )
+    assert [p.family for p in spec.parts] == [
+        "prune",
+        "quantize",
+        "channels-last",
+        "amp",
+        "compile",
+    ]
+    assert parse_variant("channels-last").changes_weights  # it relayouts the weights: a copy
+    assert parse_variant("fp8+compile-max-autotune").parts[0].family == "quantize"
+    assert [p.name for p in parse_variant("amp-fp16+tensorrt").parts] == ["amp-fp16", "tensorrt"]

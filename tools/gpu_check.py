@@ -53,6 +53,10 @@ VARIANTS = (
 )
 """The variants a GPU has measured before, quickest first, so a stage cut short has measured
 the most."""
+SERVING = ("channels-last", "fp8", "int4-weight-only", "tensorrt")
+"""The variants serving teams ship, new and never run on a GPU: after the others in the
+`variants` stage (fp8 needs an H100/H200-class GPU, tensorrt Torch-TensorRT or ONNX Runtime's
+TensorRT provider; each skips with the reason where it cannot run)."""
 NEWEST = ("compile-dynamic", "aot-inductor")
 """The variants no GPU has measured yet: in the `figures` stage, with the other new items."""
 STUDY_PLAN = ("0:8", "5:8", "20:4")
@@ -145,7 +149,7 @@ def steps(stage: str) -> list[Step]:
         first = [_cuda_tests("test_cuda", pytest, "max-autotune")]
         return [
             *(first if stage == "autotune" else []),
-            *(_demo(v, pytest) for v in (AUTOTUNE if stage == "autotune" else VARIANTS)),
+            *(_demo(v, pytest) for v in (AUTOTUNE if stage == "autotune" else VARIANTS + SERVING)),
             _variant_table(),
         ]
     if stage == "calibrate":

@@ -54,10 +54,8 @@ def metrics_of(built: Built, taken: Taken, figures: drift.DriftFigures, batch: i
         peak_memory_increase_bytes=None
         if memory.start_bytes is None or not seen
         else max(memory.peak_bytes - memory.start_bytes, 0),
-        # an AOTInductor package's build is its compile (cold, in a fresh cache)
-        compile_time_s=compiled.cold_s
-        if compiled.cold_s is not None
-        else built.details.get("package_build_time_s"),
+        # an ahead-of-time build (an AOTInductor package, an engine) is its compile
+        compile_time_s=compiled.cold_s if compiled.cold_s is not None else built.build_s,
         compile_time_warm_s=compiled.warm_s,
         graph_breaks=compiled.graph_breaks,
         recompiles=taken.recompiles,

@@ -14,7 +14,7 @@ from perfguard.records.sketch import BlockStats
 from perfguard.stats.summary import summarize
 from perfguard.variants.generation import PHASES, PhasedClock, token_agreement
 
-TOKENS_MAY_DIFFER = ("reduced-precision", "int8", "pruned")
+TOKENS_MAY_DIFFER = ("reduced-precision", "int8", "low-precision", "pruned")
 """Tolerance classes whose tokens may differ from eager's without failing the drift check
 (their agreement is reported); the others must make eager's tokens exactly."""
 

@@ -37,7 +37,7 @@ from perfguard.measure.sampling import (
 )
 from perfguard.measure.shapes import Sweep, recompile_reasons, sweep
 from perfguard.records import Counters, DriftCheck, VariantResult, trace_file_name
-from perfguard.variants.base import Built, VariantUnavailableError, first_line
+from perfguard.variants.base import Built, VariantBuildError, VariantUnavailableError, first_line
 from perfguard.variants.compile import DYNAMIC
 from perfguard.variants.exporting import ExportError
 from perfguard.variants.generation import GenerationError, PhasedClock
@@ -131,7 +131,12 @@ def measure_model(
         return VariantResult(**item, status="skipped", error=str(exc))
     except torch.cuda.OutOfMemoryError as exc:
         return VariantResult(**item, status="error", error=f"out of memory: {_first_line(exc)}")
-    except (TrainStepError, GenerationError, ExportError) as exc:  # says what to change
+    except (
+        TrainStepError,
+        GenerationError,
+        ExportError,
+        VariantBuildError,
+    ) as exc:  # says what to change
         return VariantResult(**item, status="error", error=str(exc))
     except Exception as exc:  # a model's own failure becomes this variant's error result
         error = job.work.error(_first_line(exc))

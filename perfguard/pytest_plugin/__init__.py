@@ -37,6 +37,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
 
 
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from perfguard.pytest_plugin import hookspecs
+
+    pluginmanager.add_hookspecs(hookspecs)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     """A session that records starts before the initial conftests load: what they run is
@@ -56,6 +62,15 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER_HELP)
     config.stash[tests_key] = {}
     from perfguard.pytest_plugin.options import read_options
+    from perfguard.variants.spec import VARIANTS, Registering
+
+    # a team's variants, from every conftest and plugin (a later conftest's too: the hook is
+    # historic), gone again when the session ends
+    config.stash[undo_key] = [VARIANTS.saved()]
+    hook = config.hook.pytest_perfguard_variants
+    hook.call_historic(
+        kwargs={"registry": Registering(VARIANTS, "a pytest_perfguard_variants hook")}
+    )
 
     # read and checked in every session: a wrong value is a usage error, asked for or not
     options = config.stash[options_key] = read_options(config)

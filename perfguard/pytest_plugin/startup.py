@@ -114,7 +114,7 @@ def configure(config: pytest.Config, options: Options) -> None:
         if watchdog is not None:
             undo.append(watchdog.close)
         undo.append(interrupt_on_sigterm())
-    config.stash[undo_key] = undo
+    config.stash.setdefault(undo_key, []).extend(undo)
     recording = config.stash.get(recording_key, None)
     if recording is not None:
         if (options.ab is not None or options.ab_env) and not options.worker:

@@ -15,7 +15,6 @@ DTYPES = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}
 
 class Amp:
     requirements = Requirements()
-    tolerance_class = "reduced-precision"
 
     def unavailable_reason(self, part: VariantPart, device: torch.device) -> str | None:
         if not torch.amp.is_autocast_available(device.type):

@@ -28,7 +28,6 @@ from perfguard.variants.spec import VariantPart
 
 class AotInductor:
     requirements = Requirements()
-    tolerance_class = "compiled-fp32"
 
     def unavailable_reason(self, part: VariantPart, device: torch.device) -> str | None:
         inductor = getattr(torch, "_inductor", None)

@@ -26,6 +26,11 @@ class VariantUnavailableError(PerfguardError):
     """This variant cannot run here (no CUDA, a missing package, an unsupported model)."""
 
 
+class VariantBuildError(PerfguardError):
+    """A registered variant's own build failed or returned what it may not: the item's error,
+    naming the variant and who registered it."""
+
+
 @dataclass(frozen=True)
 class Requirements:
     """What a variant needs; `unmet` says in one sentence what is missing, and how to get it."""
@@ -59,6 +64,8 @@ class Built:
     timing: Timing
     tolerance_class: str
     compiled: bool = False
+    build_s: float | None = None
+    """An ahead-of-time build's seconds (a package, an engine): its compile time."""
     model_size_bytes: int | None = None
     sparsity: float | None = None
     notes: list[str] = field(default_factory=list)
@@ -91,8 +98,7 @@ def compiled_or_eager(
 class ModuleTransform(Protocol):
     """A family that rewrites the module (pruning, quantization) before it runs."""
 
-    requirements: Requirements
-    tolerance_class: str
+    def unavailable_reason(self, part: VariantPart, device: torch.device) -> str | None: ...
 
     def apply(self, model: nn.Module, part: VariantPart, built_notes: list[str]) -> nn.Module: ...
 

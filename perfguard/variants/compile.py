@@ -25,8 +25,6 @@ POOL_NOTE = (
 
 
 class Compile:
-    tolerance_class = "compiled-fp32"
-
     def requirements_for(self, part: VariantPart) -> Requirements:
         if part.name in CUDA_GRAPH_MODES:
             return Requirements(

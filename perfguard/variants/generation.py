@@ -29,7 +29,7 @@ from torch import nn
 
 from perfguard.errors import PerfguardError
 from perfguard.variants.base import Built
-from perfguard.variants.spec import VariantSpec
+from perfguard.variants.spec import VariantSpec, variant_of
 from perfguard.variants.workload import Autocast, Building, Workload
 
 
@@ -49,10 +49,12 @@ class Generation(Workload):
         return f"generate{self.max_new_tokens}"  # eager's tokens depend on how many it makes
 
     def refuses(self, spec: VariantSpec) -> str | None:
-        if spec.part("onnxruntime") is not None or spec.part("aoti") is not None:
+        backend = [p for p in spec.parts if p.family not in ("compile", "eager")]
+        if any(variant_of(p).stage == "compile" for p in backend):
             return (
-                f"{spec.name} runs an exported forward graph, not model.generate: a "
-                "generation is measured under eager, compile-*, amp-*, int8-* and pruning"
+                f"{spec.name} runs a forward graph built ahead of time, not model.generate: "
+                "a generation is measured under eager, compile-*, amp-*, quantization, "
+                "pruning and the parts that change the model"
             )
         return None
 

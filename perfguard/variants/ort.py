@@ -37,7 +37,6 @@ class OnnxRuntime:
     requirements = Requirements(
         packages=("onnxruntime", "onnx", "onnxscript"), extra="onnx", extra_on_cuda="onnx-gpu"
     )
-    tolerance_class = "compiled-fp32"
 
     def unavailable_reason(self, part: VariantPart, device: torch.device) -> str | None:
         missing = self.requirements.unmet(part.name, device)
@@ -61,8 +60,11 @@ class OnnxRuntime:
         device: torch.device,
         details: dict[str, Any],
         kwargs: Mapping[str, Any] | None = None,
+        *,
+        tensorrt_fp16: bool | None = None,
     ) -> tuple[Callable[[], Callable[[], Any]], Callable[[Callable[[], Any]], Any] | None]:
-        """Export and open a session; return `make_call` and, on CUDA, how to read outputs."""
+        """Export and open a session; return `make_call` and, on CUDA, how to read outputs.
+        `tensorrt_fp16` not None: on ONNX Runtime's TensorRT provider (fp16 where True)."""
         import onnxruntime as ort
 
         named = dict(kwargs or {})
@@ -83,7 +85,7 @@ class OnnxRuntime:
 
         use_cuda = device.type == "cuda"  # (its provider is there: unavailable_reason)
         index = _cuda_index(device) if use_cuda else 0
-        providers = provider_list(use_cuda, index)
+        providers = provider_list(use_cuda, index, tensorrt_fp16)
         options = ort.SessionOptions()
         options.log_severity_level = 3
         if use_cuda:  # a node the CUDA provider cannot run fails the session, never runs on the CPU
@@ -98,7 +100,7 @@ class OnnxRuntime:
                 f"onnxruntime: the CUDA provider cannot run this model whole: {first_line(exc)}"
             ) from exc
         details["session_create_time_s"] = time.perf_counter() - started
-        details["ort_provider"] = check_provider(session, use_cuda)
+        details["ort_provider"] = check_provider(session, use_cuda, tensorrt_fp16 is not None)
         names = [i.name for i in session.get_inputs()]
         tensors = _feeds_in_order(names, inputs, named)
         if use_cuda:
@@ -115,21 +117,30 @@ def _cuda_index(device: torch.device) -> int:
     return device.index if device.index is not None else torch.cuda.current_device()
 
 
-def provider_list(use_cuda: bool, index: int) -> list[Any]:
-    """The session's providers: on CUDA, the run's GPU with fp32 kept fp32 (no TF32)."""
+TENSORRT_PROVIDER = "TensorrtExecutionProvider"
+
+
+def provider_list(use_cuda: bool, index: int, tensorrt_fp16: bool | None = None) -> list[Any]:
+    """The session's providers: on CUDA, the run's GPU with fp32 kept fp32 (no TF32); with
+    `tensorrt_fp16` not None, TensorRT's provider first (fp16 where True)."""
     if not use_cuda:
         return ["CPUExecutionProvider"]
-    return [("CUDAExecutionProvider", {"device_id": index, "use_tf32": 0}), "CPUExecutionProvider"]
+    cuda = [("CUDAExecutionProvider", {"device_id": index, "use_tf32": 0}), "CPUExecutionProvider"]
+    if tensorrt_fp16 is None:
+        return cuda
+    trt = {"device_id": index, "trt_fp16_enable": bool(tensorrt_fp16)}
+    return [(TENSORRT_PROVIDER, trt), *cuda]
 
 
-def check_provider(session: Any, use_cuda: bool) -> str:
+def check_provider(session: Any, use_cuda: bool, tensorrt: bool = False) -> str:
     """The provider the session really runs on; a CUDA session that fell back is refused."""
     used = list(session.get_providers())
     first = used[0] if used else "none"
-    if use_cuda and first != "CUDAExecutionProvider":
+    wanted = TENSORRT_PROVIDER if tensorrt else "CUDAExecutionProvider"
+    if use_cuda and first != wanted:
         raise VariantUnavailableError(
-            f"onnxruntime: the session runs on {first}, not CUDAExecutionProvider (a CUDA or "
-            "cuDNN library onnxruntime-gpu needs is missing?): not timed as a CUDA variant"
+            f"onnxruntime: the session runs on {first}, not {wanted} (a CUDA, cuDNN or "
+            "TensorRT library onnxruntime-gpu needs is missing?): not timed as a CUDA variant"
         )
     return first
 

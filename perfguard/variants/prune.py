@@ -6,10 +6,11 @@ the result says so rather than pretend.
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 from torch.nn.utils import prune
 
-from perfguard.variants.base import Requirements, VariantUnavailableError, prunable_layers
+from perfguard.variants.base import VariantUnavailableError, prunable_layers
 from perfguard.variants.spec import VariantPart
 
 NOTE = (
@@ -19,8 +20,8 @@ NOTE = (
 
 
 class Prune:
-    requirements = Requirements()
-    tolerance_class = "pruned"
+    def unavailable_reason(self, part: VariantPart, device: torch.device) -> str | None:
+        return None  # torch's own pruning runs wherever torch does
 
     def apply(self, model: nn.Module, part: VariantPart, built_notes: list[str]) -> nn.Module:
         layers = prunable_layers(model)

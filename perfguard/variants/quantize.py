@@ -1,4 +1,7 @@
-"""`int8-dynamic` and `int8-weight-only` with torchao (not the deprecated torch.ao.quantization)."""
+"""Quantization with torchao (not the deprecated torch.ao.quantization): `int8-dynamic` and
+`int8-weight-only` anywhere torchao runs, and for serving on CUDA `int4-weight-only` (torchao's
+int4 weight-only kernels) and `fp8` (float8 weights and dynamic float8 activations, for GPUs
+with float8 tensor cores: compute capability 8.9 and up, Ada, Hopper and later)."""
 
 from __future__ import annotations
 
@@ -17,7 +20,19 @@ def _config(name: str) -> Any:
 
     if name == "int8-dynamic":
         return quantization.Int8DynamicActivationInt8WeightConfig()
+    if name == "int4-weight-only":
+        return quantization.Int4WeightOnlyConfig(group_size=128)
+    if name == "fp8":
+        return quantization.Float8DynamicActivationFloat8WeightConfig()
     return quantization.Int8WeightOnlyConfig()
+
+
+BF16_ACTIVATIONS = ("int4-weight-only",)
+"""Quantized in bfloat16 and run under bfloat16 autocast: torchao's int4 weight-only kernels
+(tinygemm, fbgemm) take bfloat16 weights and activations, as LLM serving runs them."""
+
+FP8_CAPABILITY = (8, 9)
+"""The first compute capability with float8 tensor cores (Ada; Hopper is 9.0)."""
 
 
 def _quantized(model: nn.Module) -> dict[str, nn.Linear]:
@@ -82,7 +97,21 @@ def int8_fallbacks(model: nn.Module, call: Callable[[], Any]) -> list[str]:
 
 class Quantize:
     requirements = Requirements(packages=("torchao",), extra="torchao")
-    tolerance_class = "int8"
+
+    def unavailable_reason(self, part: VariantPart, device: torch.device) -> str | None:
+        if part.name in ("int4-weight-only", "fp8") and device.type != "cuda":
+            return f"{part.name} runs torchao's CUDA kernels; this run is on {device.type}"
+        missing = self.requirements.unmet(part.name, device)
+        if missing or part.name != "fp8":
+            return missing
+        capability = torch.cuda.get_device_capability(device)
+        if capability < FP8_CAPABILITY:
+            name = torch.cuda.get_device_name(device)
+            return (
+                f"fp8 needs float8 tensor cores (compute capability 8.9 or newer: Ada, H100, "
+                f"H200); {name} is {capability[0]}.{capability[1]}"
+            )
+        return None
 
     def apply(self, model: nn.Module, part: VariantPart, built_notes: list[str]) -> nn.Module:
         from torchao.quantization import quantize_
@@ -92,6 +121,9 @@ class Quantize:
             raise VariantUnavailableError(
                 f"{part.name}: torchao quantizes nn.Linear layers and the model has none"
             )
+        if part.name in BF16_ACTIVATIONS:
+            for linear in linears:
+                linear.to(torch.bfloat16)
         try:
             quantize_(model, _config(part.name))
         except (RuntimeError, NotImplementedError, ValueError, AssertionError) as exc:

@@ -23,9 +23,11 @@ from perfguard.variants.base import (
 )
 from perfguard.variants.compile import GRAPHED_ON_CUDA, POOL_NOTE, Compile
 from perfguard.variants.ort import OnnxRuntime
+from perfguard.variants.own import Engine, own_backend, own_transform
 from perfguard.variants.prune import Prune
-from perfguard.variants.quantize import Quantize, int8_fallbacks
-from perfguard.variants.spec import VariantSpec
+from perfguard.variants.quantize import BF16_ACTIVATIONS, Quantize, int8_fallbacks
+from perfguard.variants.spec import TOLERANCE_CLASSES, Variant, VariantSpec, variant_of
+from perfguard.variants.tensorrt import TensorRT
 from perfguard.variants.workload import FORWARD, Building, Workload
 
 TRANSFORMS: dict[str, ModuleTransform] = {"prune": Prune(), "quantize": Quantize()}
@@ -33,31 +35,21 @@ AMP = Amp()
 COMPILE = Compile()
 ORT = OnnxRuntime()
 AOTI = AotInductor()
-
-TOLERANCE_ORDER = ("exact", "compiled-fp32", "reduced-precision", "int8", "pruned")
-"""Tolerance classes from strictest to loosest; a combined variant takes its loosest part's."""
-
-_CLASS_OF_FAMILY = {
-    "eager": "exact",
-    "compile": COMPILE.tolerance_class,
-    "amp": AMP.tolerance_class,
-    "quantize": Quantize.tolerance_class,
-    "prune": Prune.tolerance_class,
-    "onnxruntime": ORT.tolerance_class,
-    "aoti": AOTI.tolerance_class,
-}
+TENSORRT = TensorRT()
 
 
 def tolerance_class(spec: VariantSpec) -> str:
-    classes = [_CLASS_OF_FAMILY[p.family] for p in spec.parts]
-    return max(classes, key=TOLERANCE_ORDER.index)
+    """A variant's drift class: its loosest part's."""
+    classes = [variant_of(p).tolerance for p in spec.parts]
+    return max(classes, key=TOLERANCE_CLASSES.index)
 
 
 def unavailable_reason(spec: VariantSpec, device: torch.device) -> str | None:
     """Why `spec` cannot run on `device`, or None when it can (as far as can be told unbuilt)."""
     for part in spec.parts:
+        declared = variant_of(part)
         if part.family in TRANSFORMS:
-            reason = TRANSFORMS[part.family].requirements.unmet(part.name, device)
+            reason = TRANSFORMS[part.family].unavailable_reason(part, device)
         elif part.family == "amp":
             reason = AMP.unavailable_reason(part, device)
         elif part.family == "compile":
@@ -66,8 +58,12 @@ def unavailable_reason(spec: VariantSpec, device: torch.device) -> str | None:
             reason = ORT.unavailable_reason(part, device)
         elif part.family == "aoti":
             reason = AOTI.unavailable_reason(part, device)
-        else:
-            reason = None
+        elif part.family == "tensorrt":
+            reason = TENSORRT.unavailable_reason(part, device)
+        else:  # a part with a build of its own: what it declared
+            reason = declared.unmet(device.type)
+            if reason is None and declared.available is not None:
+                reason = declared.available(device)
         if reason:
             return reason
     return None
@@ -130,9 +126,15 @@ def _forward(
     in_place = lent and not spec.changes_weights
     work = model if in_place else copy.deepcopy(model).to(device).eval()
     notes: list[str] = []
+    backend: Variant | None = None
     for part in spec.parts:
+        declared = variant_of(part)
         if part.family in TRANSFORMS:
             work = TRANSFORMS[part.family].apply(work, part, notes)
+        elif declared.own and declared.stage == "compile":
+            backend = declared
+        elif declared.own:
+            work, inputs = own_transform(declared, work, inputs, device, notes)
     pruned = spec.part("prune") is not None
     size = model_size_bytes(work)
     sparsity = weight_sparsity(work) if pruned else None
@@ -140,25 +142,39 @@ def _forward(
         return work, _onnxruntime(work, inputs, named, spec, device, notes, size, sparsity)
     if spec.part("aoti") is not None:
         return work, _aoti(work, inputs, named, spec, notes, size, sparsity)
+    if spec.part("tensorrt") is not None:
+        trt = TENSORRT.build(work, inputs, named, device, _autocast_dtype(spec))
+        return work, _engine(trt, work, inputs, named, spec, notes, size, sparsity)
+    if backend is not None:
+        engine = own_backend(backend, work, inputs, named, device)
+        return work, _engine(engine, work, inputs, named, spec, notes, size, sparsity)
     return work, _torch(work, inputs, named, spec, device, notes, size, sparsity)
 
 
 def _autocast_and_compiler(
     spec: VariantSpec, device: torch.device
 ) -> tuple[Callable[[], contextlib.AbstractContextManager[object]], Callable[[Any], Any] | None]:
-    """The autocast context (a no-op without an amp part) and the compiler (None without a
-    compile part) that `spec` runs under, as every build (forward, training, generation) uses
-    them."""
-    amp_part, compile_part = spec.part("amp"), spec.part("compile")
+    """The autocast context (a no-op without an amp part or int4 weights) and the compiler
+    (None without a compile part) that `spec` runs under, as every build (forward, training,
+    generation) uses them."""
+    dtype, compile_part = _autocast_dtype(spec), spec.part("compile")
     autocast: Callable[[], contextlib.AbstractContextManager[object]] = (
-        AMP.context(amp_part, device) if amp_part is not None else contextlib.nullcontext
+        (lambda: torch.autocast(device.type, dtype=dtype))
+        if dtype is not None
+        else contextlib.nullcontext
     )
     return autocast, COMPILE.compiler(compile_part) if compile_part is not None else None
 
 
 def _autocast_dtype(spec: VariantSpec) -> Any:
-    amp_part = spec.part("amp")
-    return None if amp_part is None else AMP.dtype(amp_part)
+    """The amp part's dtype; bfloat16 for int4 weights (torchao's int4 kernels take bfloat16
+    activations); else None."""
+    amp_part, quantize_part = spec.part("amp"), spec.part("quantize")
+    if amp_part is not None:
+        return AMP.dtype(amp_part)
+    if quantize_part is not None and quantize_part.name in BF16_ACTIVATIONS:
+        return torch.bfloat16
+    return None
 
 
 def _onnxruntime(
@@ -211,10 +227,55 @@ def _aoti(
         make_call=make_call,
         timing="device",
         tolerance_class=tolerance_class(spec),
+        build_s=details.get("package_build_time_s"),
         model_size_bytes=size,
         sparsity=sparsity,
         notes=notes,
         details=details,
+        module=work,
+        eager_call=lambda: work(*inputs, **named),
+    )
+
+
+def _engine(
+    engine: Engine,
+    work: nn.Module,
+    inputs: tuple[Any, ...],
+    named: dict[str, Any],
+    spec: VariantSpec,
+    notes: list[str],
+    size: int,
+    sparsity: float | None,
+) -> Built:
+    """A model built ahead of time into a callable of its own (a TensorRT engine, a team's
+    backend): timed on the device clock, under autocast where the variant has an amp part;
+    its build is its compile time."""
+    dtype = _autocast_dtype(spec)
+    autocast = (
+        (lambda: torch.autocast(engine.device.type, dtype=dtype))
+        if dtype is not None and engine.autocast
+        else None
+    )
+    run = engine.run
+
+    def make_call() -> Callable[[], Any]:
+        def call() -> Any:
+            with torch.inference_mode(), autocast() if autocast else contextlib.nullcontext():
+                return run(*inputs, **named)
+
+        return call
+
+    return Built(
+        make_call=make_call,
+        timing="device",
+        tolerance_class=tolerance_class(spec),
+        build_s=engine.build_s,
+        autocast_dtype=_autocast_dtype(spec),
+        model_size_bytes=size,
+        sparsity=sparsity,
+        notes=[*notes, *engine.notes],
+        details=dict(engine.details),
+        fetch_outputs=engine.fetch_outputs,
         module=work,
         eager_call=lambda: work(*inputs, **named),
     )

@@ -1,49 +1,53 @@
-"""Variant names (docs/reference.md, "Variants"): parsing and validation, without torch.
+"""Variant names (docs/reference.md, "Variants"): the registry of every variant perfguard can
+build, and parsing and validation of names, without torch.
 
-A variant name is one or more parts joined by `+`, in pipeline order:
-`[prune] [quantize] [amp] [compile]`, or `eager`, or `[prune+]onnxruntime`.
-A pruning part may carry its amount: `prune-l1-unstructured:0.7`.
+A variant name is one or more registered parts joined by `+`, in the order of their stages:
+`[prune] [quantize] [layout] [amp] [compile]`, or `eager`, or `[prune+]onnxruntime`. A pruning
+part may carry its amount: `prune-l1-unstructured:0.7`.
+
+The registry (`VARIANTS`) holds one `Variant` per part name: perfguard's own families first,
+then a team's, added by the pytest hook `pytest_perfguard_variants(registry)` or by an
+installed package's entry point in the group `perfguard.variants`. A team's `Variant` carries
+its own build; perfguard's families are built by `perfguard.variants.registry`.
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
-from perfguard.errors import PerfguardError
+from perfguard.variants.declared import (
+    ENTRY_POINT_GROUP,
+    RECORD_ONLY,
+    STAGES,
+    TOLERANCE_CLASSES,
+    Registering,
+    UnknownVariantError,
+    Variant,
+    VariantRegistry,
+)
 
-# family -> (names, stage). Stages give the only order parts may be combined in.
-FAMILIES: dict[str, tuple[tuple[str, ...], int]] = {
-    "prune": (("prune-l1-unstructured", "prune-ln-structured"), 0),
-    "quantize": (("int8-dynamic", "int8-weight-only"), 1),
-    "amp": (("amp-bf16", "amp-fp16"), 2),
-    "compile": (
-        (
-            "compile-default",
-            "compile-reduce-overhead",
-            "compile-max-autotune",
-            "compile-max-autotune-no-cudagraphs",
-            "compile-dynamic",
-        ),
-        3,
-    ),
-    "onnxruntime": (("onnxruntime",), 3),
-    "aoti": (("aot-inductor",), 3),
-    "eager": (("eager",), 3),
-}
-
-RECORD_ONLY = "pytest-benchmark"
-"""Not a variant one builds: the raw timings of a pytest-benchmark test, recorded as is."""
+__all__ = [
+    "BASE_VARIANTS",
+    "DEFAULT_PRUNE_AMOUNT",
+    "DEFAULT_VARIANTS",
+    "ENTRY_POINT_GROUP",
+    "RECORD_ONLY",
+    "STAGES",
+    "TOLERANCE_CLASSES",
+    "VARIANTS",
+    "Registering",
+    "UnknownVariantError",
+    "Variant",
+    "VariantPart",
+    "VariantRegistry",
+    "VariantSpec",
+    "parse_variant",
+    "parse_variant_list",
+    "variant_of",
+]
 
 DEFAULT_PRUNE_AMOUNT = {"prune-l1-unstructured": 0.5, "prune-ln-structured": 0.3}
-
-BASE_VARIANTS: tuple[str, ...] = tuple(name for names, _ in FAMILIES.values() for name in names)
-
-DEFAULT_VARIANTS: tuple[str, ...] = ("eager", "compile-default")
-"""The built-in default set, overridden by ini, marker and command line in that order."""
-
-
-class UnknownVariantError(PerfguardError, ValueError):
-    """A variant name that perfguard does not know, or parts combined in a way it cannot build."""
 
 
 @dataclass(frozen=True)
@@ -76,28 +80,92 @@ class VariantSpec:
 
     @property
     def changes_weights(self) -> bool:
-        """Whether building it rewrites the weights (int8, pruning): it works on a copy of
-        the model, the others on the model itself."""
-        return any(p.family in ("quantize", "prune") for p in self.parts)
+        """Whether building it rewrites the weights (int8, pruning, channels_last): it works
+        on a copy of the model, the others on the model itself."""
+        return any(VARIANTS[p.name].changes_weights for p in self.parts)
 
     @property
     def is_compiled(self) -> bool:
         return self.part("compile") is not None
 
 
-def _family_of(name: str) -> str | None:
-    for family, (names, _) in FAMILIES.items():
-        if name in names:
-            return family
-    return None
+def _perfguards_own() -> VariantRegistry:
+    registry = VariantRegistry()
+    own = [
+        *(
+            Variant(name, None, "prune", tolerance="pruned", changes_weights=True, family="prune")
+            for name in ("prune-l1-unstructured", "prune-ln-structured")
+        ),
+        *(
+            Variant(name, None, "quantize", tolerance=t, changes_weights=True, family="quantize")
+            for name, t in (
+                ("int8-dynamic", "int8"),
+                ("int8-weight-only", "int8"),
+                ("int4-weight-only", "low-precision"),
+                ("fp8", "low-precision"),
+            )
+        ),
+        Variant(
+            "channels-last",
+            "perfguard.variants.layout:channels_last",
+            "layout",
+            tolerance="compiled-fp32",
+            changes_weights=True,
+            inputs="perfguard.variants.layout:channels_last_inputs",
+            about="the model and its 4-d inputs in channels_last memory format",
+        ),
+        Variant("amp-bf16", None, "amp", tolerance="reduced-precision", family="amp"),
+        Variant("amp-fp16", None, "amp", tolerance="reduced-precision", family="amp"),
+        *(
+            Variant(f"compile-{mode}", None, tolerance="compiled-fp32", family="compile")
+            for mode in (
+                "default",
+                "reduce-overhead",
+                "max-autotune",
+                "max-autotune-no-cudagraphs",
+                "dynamic",
+            )
+        ),
+        Variant("onnxruntime", None, tolerance="compiled-fp32", composes=("prune",)),
+        Variant(
+            "aot-inductor",
+            None,
+            tolerance="compiled-fp32",
+            composes=("prune", "quantize"),
+            family="aoti",
+        ),
+        Variant(
+            "tensorrt",
+            None,
+            tolerance="compiled-fp32",
+            devices=("cuda",),
+            composes=("prune", "amp"),
+        ),
+        Variant("eager", None, composes=False),
+    ]
+    for variant in own:
+        registry.add(variant)
+    return registry
+
+
+VARIANTS = _perfguards_own()
+"""The process's registry: perfguard's own parts, and a session's or an installed package's."""
+
+BASE_VARIANTS: tuple[str, ...] = tuple(VARIANTS._parts)
+"""perfguard's own names, as the reference lists them."""
+
+DEFAULT_VARIANTS: tuple[str, ...] = ("eager", "compile-default")
+"""The built-in default set, overridden by ini, marker and command line in that order."""
 
 
 def _parse_part(text: str, whole: str) -> VariantPart:
     name, sep, amount_text = text.partition(":")
-    family = _family_of(name)
-    if family is None:
-        known = ", ".join([*BASE_VARIANTS, RECORD_ONLY])
-        raise UnknownVariantError(f"unknown variant {whole!r} (no part {name!r}); known: {known}")
+    declared = VARIANTS.get(name)
+    if declared is None:
+        raise UnknownVariantError(
+            f"unknown variant {whole!r} (no part {name!r}); known: {VARIANTS.known()}"
+        )
+    family = declared.family
     if not sep:
         return VariantPart(family, name, DEFAULT_PRUNE_AMOUNT.get(name))
     if family != "prune":
@@ -130,24 +198,37 @@ def parse_variant(text: str) -> VariantSpec:
     families = [p.family for p in parts]
     if len(set(families)) != len(families):
         raise UnknownVariantError(f"variant {whole!r} names the same kind of variant twice")
-    if len(parts) > 1 and ("eager" in families):
-        raise UnknownVariantError(f"variant {whole!r}: 'eager' cannot be combined with others")
-    if "onnxruntime" in families and set(families) - {"onnxruntime", "prune"}:
+    declared = [VARIANTS[p.name] for p in parts]
+    for d in declared:
+        others = set(families) - {d.family}
+        if not others or d.composes is True:
+            continue
+        if d.composes is False:
+            raise UnknownVariantError(
+                f"variant {whole!r}: {d.name!r} cannot be combined with others"
+            )
+        if others - set(d.composes):
+            raise UnknownVariantError(
+                f"variant {whole!r}: {d.name} combines only with "
+                f"{' or '.join(d.composes)} before it"
+                + (
+                    " (it is compiled ahead of time, not by torch.compile or under autocast)"
+                    if d.family == "aoti"
+                    else ""
+                )
+            )
+    stages = [STAGES.index(d.stage) for d in declared]
+    if any(b <= a for a, b in itertools.pairwise(stages)):
         raise UnknownVariantError(
-            f"variant {whole!r}: onnxruntime combines only with a pruning variant before it"
-        )
-    if "aoti" in families and set(families) - {"aoti", "prune", "quantize"}:
-        raise UnknownVariantError(
-            f"variant {whole!r}: aot-inductor combines only with pruning or int8 before it "
-            "(it is compiled ahead of time, not by torch.compile or under autocast)"
-        )
-    stages = [FAMILIES[f][1] for f in families]
-    if stages != sorted(stages):
-        raise UnknownVariantError(
-            f"variant {whole!r}: parts must come in the order prune, quantize, amp, compile "
-            "(for example 'int8-dynamic+compile-max-autotune')"
+            f"variant {whole!r}: parts must come in the order {', '.join(STAGES)}, one of each "
+            "at most (for example 'int8-dynamic+compile-max-autotune')"
         )
     return VariantSpec(whole, parts)
+
+
+def variant_of(part: VariantPart) -> Variant:
+    """The registered declaration of a parsed part."""
+    return VARIANTS[part.name]
 
 
 def parse_variant_list(text: str) -> tuple[str, ...]:
