@@ -181,30 +181,30 @@ def _tiny_cnn() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     return model, (torch.randn(2, 3, 16, 16),)
 
 
+@pytest.mark.slow  # three variants measured
 def test_channels_last_converts_a_copy_and_its_image_inputs() -> None:
+    from perfguard import MeasureSettings, SamplingSettings
     from perfguard.examples import SmallMLP, example_inputs
-    from tests.test_measure import FAST as MEASURE
 
+    least = SamplingSettings(budget_s=0.01, repeats=2, min_samples_per_repeat=3)
+    measuring = MeasureSettings(sampling=least, memory_calls=1, device="cpu")
     model, inputs = _tiny_cnn()
-    r = measure(model, inputs, "channels-last", MEASURE)
-    assert r.status == "ok", r.error
-    assert r.drift_check is not None and r.drift_check.passed
-    # the caller's model is as it was: converted on a copy
     conv = next(iter(model.children()))
-    assert (
-        isinstance(conv, nn.Conv2d)
-        and conv.weight.is_contiguous()
-        and not inputs[0].is_contiguous(memory_format=torch.channels_last)
-    )
-    seen: list[bool] = []
-    probe = nn.Sequential(nn.Conv2d(3, 4, 1)).eval()
-    probe.register_forward_pre_hook(
+    seen: list[bool] = []  # the hook goes with the copy the variant converts
+    conv.register_forward_pre_hook(
         lambda _m, args: seen.append(args[0].is_contiguous(memory_format=torch.channels_last))
     )
-    assert measure(probe, inputs, "channels-last", MEASURE).status == "ok"
-    assert seen and all(seen[-3:])  # every timed call got channels_last inputs
+    eager = measure(model, inputs, "eager", measuring)
+    assert eager.status == "ok" and not any(seen)
+    r = measure(model, inputs, "channels-last", measuring)
+    assert r.status == "ok", r.error
+    assert r.drift_check is not None and r.drift_check.passed
+    assert seen[-1] and sum(seen) >= 3  # the timed calls got channels_last inputs
+    # the caller's model and inputs are as they were: converted on a copy
+    assert isinstance(conv, nn.Conv2d) and conv.weight.is_contiguous()
+    assert not inputs[0].is_contiguous(memory_format=torch.channels_last)
     mlp = SmallMLP().eval()
-    plain = measure(mlp, example_inputs(mlp), "channels-last", MEASURE)
+    plain = measure(mlp, example_inputs(mlp), "channels-last", measuring)
     assert plain.status == "ok" and any("no 4-d weight or input" in n for n in plain.details.notes)
 
 
@@ -299,6 +299,7 @@ def test_a_teams_variants_from_a_conftest_and_a_package_are_measured_and_compare
     assert "pytest_perfguard_variants hook" in raises["error"]
 
 
+@pytest.mark.slow  # two pytest sessions
 def test_a_variant_named_on_the_command_line_may_come_from_the_root_conftest(
     tmp_path: Path,
 ) -> None:
