@@ -62,6 +62,24 @@ def test_a_long_series_is_searched_in_stretches_and_misses_no_step_at_their_edge
     assert (sight.first, sight.last) == (5, 2595)
 
 
+@pytest.mark.slow  # starts worker processes
+def test_the_search_spread_over_the_cores_finds_what_one_core_finds() -> None:
+    import numpy as np
+
+    from perfguard.history.searching import _bundles, steps_of_all
+
+    series = []
+    for k in range(9):  # lengths 40 to 1,640, a step in most, one series of noise alone
+        n = 40 + 200 * k
+        level = [1.0] * (n // 2) + [1.0 + 0.05 * k] * (n - n // 2)
+        series.append(np.asarray(noisy(level, seed=10 + k, spread=0.01)))
+    one_core = steps_of_all(series, Detection(), parallel_from=10**9)
+    spread = steps_of_all(series, Detection(), parallel_from=0)
+    assert spread == one_core and sum(map(len, one_core)) >= 7
+    bundles = _bundles(series, 4)  # every series once, the longest first in its bundle
+    assert sorted(i for b in bundles for i in b) == list(range(9)) and bundles[0][0] == 8
+
+
 def test_noise_alone_has_no_change_points() -> None:
     flagged = [s for seed in range(30) for s in find_steps(noisy([1.0] * 120, seed=seed))]
     assert flagged == []

@@ -6,7 +6,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING
 
-from perfguard.history.changepoints import DETECTED_METRICS, Detection, Sight, find_steps, reach
+from perfguard.history.changepoints import DETECTED_METRICS, Detection, Sight, Step, reach
+from perfguard.history.searching import steps_of_all
 from perfguard.history.series import Ordered, Series
 from perfguard.report.format import cell, metric_value, pct, sci
 
@@ -112,6 +113,7 @@ def analyze(
     found: list[ChangePoint] = []
     searched: list[tuple[Series, Sight]] = []
     unpaired: set[str] = set()
+    alone_of: list[set[int]] = []
     for s in series:
         if s.metric not in metrics:
             continue
@@ -121,7 +123,10 @@ def analyze(
             continue  # every commit of the series has its pair: nothing to search for
         unpaired.update(s.commits[1:].tolist() if not s.pairs else (s.commits[i] for i in alone))
         searched.append((s, reach(s.values, settings)))
-        found.extend(c for c in _searched_steps(s, settings) if c.index in alone)
+        alone_of.append(alone)
+    all_steps = steps_of_all([s.values for s, _ in searched], settings)
+    for (s, _), steps, alone in zip(searched, all_steps, alone_of, strict=True):
+        found.extend(c for c in _searched_steps(s, steps) if c.index in alone)
     notes = _search_notes(searched, unpaired, len(_dedupe([r.commit or "" for r in ordered.runs])))
     by_key = {s.key: s for s in series}
     accepted = _accepted_rows(ordered.table)
@@ -193,7 +198,7 @@ def _paired_steps(s: Series, settings: Detection) -> list[ChangePoint]:
     return out
 
 
-def _searched_steps(s: Series, settings: Detection) -> list[ChangePoint]:
+def _searched_steps(s: Series, steps: Sequence[Step]) -> list[ChangePoint]:
     return [
         ChangePoint(
             *s.key,
@@ -206,7 +211,7 @@ def _searched_steps(s: Series, settings: Detection) -> list[ChangePoint]:
             change_pct=step.change_pct,
             p_value=step.p_value,
         )
-        for step in find_steps(s.values, settings)
+        for step in steps
     ]
 
 
