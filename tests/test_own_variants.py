@@ -353,3 +353,36 @@ def test_the_serving_variants_on_a_gpu_run_or_say_what_the_gpu_lacks(variant: st
 
 def model_size(model: nn.Module) -> int:
     return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+@pytest.mark.slow  # two variants measured
+def test_the_library_measures_a_variant_added_to_its_registry() -> None:
+    """Without pytest: `VARIANTS.add` and `measure_model` (through tests.measuring), a backend
+    whose build is timed as its compile, and a transform that changes the inputs."""
+    from perfguard import MeasureSettings, SamplingSettings
+
+    least = SamplingSettings(budget_s=0.01, repeats=2, min_samples_per_repeat=3)
+    settings = MeasureSettings(sampling=least, memory_calls=1, device="cpu")
+
+    def slow_build(model: nn.Module, inputs: tuple[torch.Tensor, ...], device: object) -> object:
+        import time
+
+        time.sleep(0.2)  # an engine's build: timed as the variant's compile
+        return model
+
+    def doubled(model: nn.Module, inputs: tuple[torch.Tensor, ...], device: object) -> nn.Module:
+        return nn.Sequential(model, nn.Identity())
+
+    model, inputs = _tiny_cnn()
+    with VARIANTS.scope():
+        VARIANTS.add(Variant("engine", slow_build))
+        VARIANTS.add(
+            Variant("half-in", doubled, "layout", inputs=lambda xs: tuple(x * 0.5 for x in xs))
+        )
+        engine = measure(model, inputs, "engine", settings)
+        halved = measure(model, inputs, "half-in", settings)
+    assert engine.status == "ok" and (engine.metrics.compile_time_s or 0) >= 0.2, engine.error
+    assert engine.drift_check is not None and engine.drift_check.passed
+    # the inputs it changed reach the timed calls: its outputs drift from eager's, and say so
+    assert halved.status == "ok" and halved.drift_check is not None
+    assert not halved.drift_check.passed
