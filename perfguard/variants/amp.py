@@ -7,15 +7,12 @@ from collections.abc import Callable
 
 import torch
 
-from perfguard.variants.base import Requirements
 from perfguard.variants.spec import VariantPart
 
 DTYPES = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}
 
 
 class Amp:
-    requirements = Requirements()
-
     def unavailable_reason(self, part: VariantPart, device: torch.device) -> str | None:
         if not torch.amp.is_autocast_available(device.type):
             return f"{part.name}: autocast is not available on {device.type}"
@@ -26,8 +23,11 @@ class Amp:
     def dtype(self, part: VariantPart) -> torch.dtype:
         return DTYPES[part.name]
 
+    @staticmethod
     def context(
-        self, part: VariantPart, device: torch.device
+        dtype: torch.dtype | None, device: torch.device
     ) -> Callable[[], contextlib.AbstractContextManager[object]]:
-        dtype = DTYPES[part.name]
+        """A fresh autocast context to `dtype` on `device` per call; a no-op for None."""
+        if dtype is None:
+            return contextlib.nullcontext
         return lambda: torch.autocast(device.type, dtype=dtype)

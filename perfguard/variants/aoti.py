@@ -21,14 +21,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from perfguard.variants.base import Requirements
 from perfguard.variants.exporting import ExportError, export_failure, quiet_export
 from perfguard.variants.spec import VariantPart
 
 
 class AotInductor:
-    requirements = Requirements()
-
     def unavailable_reason(self, part: VariantPart, device: torch.device) -> str | None:
         inductor = getattr(torch, "_inductor", None)
         if inductor is None:

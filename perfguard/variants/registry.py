@@ -157,12 +157,8 @@ def _autocast_and_compiler(
     """The autocast context (a no-op without an amp part or int4 weights) and the compiler
     (None without a compile part) that `spec` runs under, as every build (forward, training,
     generation) uses them."""
-    dtype, compile_part = _autocast_dtype(spec), spec.part("compile")
-    autocast: Callable[[], contextlib.AbstractContextManager[object]] = (
-        (lambda: torch.autocast(device.type, dtype=dtype))
-        if dtype is not None
-        else contextlib.nullcontext
-    )
+    autocast = AMP.context(_autocast_dtype(spec), device)
+    compile_part = spec.part("compile")
     return autocast, COMPILE.compiler(compile_part) if compile_part is not None else None
 
 
@@ -250,17 +246,12 @@ def _engine(
     """A model built ahead of time into a callable of its own (a TensorRT engine, a team's
     backend): timed on the device clock, under autocast where the variant has an amp part;
     its build is its compile time."""
-    dtype = _autocast_dtype(spec)
-    autocast = (
-        (lambda: torch.autocast(engine.device.type, dtype=dtype))
-        if dtype is not None and engine.autocast
-        else None
-    )
+    autocast = AMP.context(_autocast_dtype(spec) if engine.autocast else None, engine.device)
     run = engine.run
 
     def make_call() -> Callable[[], Any]:
         def call() -> Any:
-            with torch.inference_mode(), autocast() if autocast else contextlib.nullcontext():
+            with torch.inference_mode(), autocast():
                 return run(*inputs, **named)
 
         return call
