@@ -14,7 +14,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from perfguard.variants.exporting import ExportError, export_failure, quiet_export
+from perfguard.variants.own import Engine
 from perfguard.variants.spec import VariantPart
 
 
@@ -46,12 +47,14 @@ class AotInductor:
         model: nn.Module,
         inputs: Sequence[Any],
         named: Mapping[str, Any],
-        details: dict[str, Any],
-    ) -> Callable[[], Callable[[], Any]]:
-        """Export, build the package in a fresh cache, load it; `make_call` runs it."""
+        device: torch.device,
+    ) -> Engine:
+        """Export, build the package in a fresh cache, load it: the loaded package runs one
+        inference; the package's build (cold) is its compile time."""
         from torch._inductor import aoti_compile_and_package, aoti_load_package
         from torch._inductor.utils import fresh_cache
 
+        details: dict[str, Any] = {}
         started = time.perf_counter()
         try:
             with quiet_export():
@@ -71,13 +74,5 @@ class AotInductor:
             details["load_time_s"] = time.perf_counter() - started
         finally:
             shutil.rmtree(folder, ignore_errors=True)
-        args, kwargs = tuple(inputs), dict(named)
-
-        def make_call() -> Callable[[], Any]:
-            def call() -> Any:
-                with torch.inference_mode():
-                    return runner(*args, **kwargs)
-
-            return call
-
-        return make_call
+        build_s = details["package_build_time_s"]
+        return Engine(run=runner, device=device, build_s=build_s, details=details, autocast=False)

@@ -129,6 +129,15 @@ class Variant:
         return None
 
 
+@dataclass(frozen=True)
+class Changed:
+    """What a model-changing part's build may return instead of the model alone: the model,
+    and sentences for the report (how many layers it changed, what it left as it was)."""
+
+    model: Any
+    notes: tuple[str, ...] = ()
+
+
 class VariantRegistry:
     """Every part a variant name may hold, by name; what a session registers is undone at
     its end (`scope`)."""

@@ -16,6 +16,8 @@ import torch
 from torch import nn
 from torch.utils import _pytree as pytree
 
+from perfguard.variants.declared import Changed
+
 
 def _is_image(value: Any) -> bool:
     return isinstance(value, torch.Tensor) and value.dim() == 4
@@ -31,13 +33,11 @@ def channels_last_inputs(inputs: tuple[Any, ...]) -> tuple[Any, ...]:
     )
 
 
-def channels_last(model: nn.Module, inputs: Sequence[Any], device: torch.device) -> nn.Module:
-    """The model (a copy: the registry makes it) with its 4-d weights in channels_last."""
+def channels_last(model: nn.Module, inputs: Sequence[Any], device: torch.device) -> Changed:
+    """The model (a copy: the registry makes it) with its 4-d weights in channels_last, and
+    a note where no 4-d parameter, buffer or input leaves anything to convert."""
     converted: nn.Module = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
-    return converted
-
-
-def nothing_to_convert(model: nn.Module, inputs: Sequence[Any]) -> bool:
-    """Whether channels_last changes nothing here: no 4-d parameter, buffer or input."""
     tensors = [*model.parameters(), *model.buffers(), *pytree.tree_leaves(tuple(inputs))]
-    return not any(_is_image(t) for t in tensors)
+    if any(_is_image(t) for t in tensors):
+        return Changed(converted)
+    return Changed(converted, ("channels-last: no 4-d weight or input, the model runs as it was",))

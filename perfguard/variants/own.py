@@ -2,7 +2,8 @@
 registers (`perfguard.variants.Variant`).
 
 A part before the `compile` stage changes the model: its build returns the model to run (an
-`nn.Module`) and, where it declares `inputs`, the inputs change with it. A part at `compile`
+`nn.Module`, or a `Changed` with sentences for the report) and, where it declares `inputs`,
+the inputs change with it. A part at `compile`
 is a backend: its build returns the callable that runs one inference, and the seconds the
 build took are the variant's compile time. A build that raises, or returns what it may not,
 is the item's error naming the variant and who registered it; the session goes on.
@@ -13,13 +14,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
 
 from perfguard.variants.base import VariantBuildError, VariantUnavailableError, first_line
-from perfguard.variants.declared import Variant
+from perfguard.variants.declared import Changed, Variant
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -34,6 +37,18 @@ class Engine:
     details: dict[str, Any] = field(default_factory=dict)
     fetch_outputs: Callable[[Callable[[], Any]], Any] | None = None  # as `Built`'s
     autocast: bool = True  # runs under the variant's autocast (an engine built in its dtype: no)
+
+
+def timed_build(device: torch.device, build: Callable[[], T]) -> tuple[T, float]:
+    """`build()` and its seconds, the device's queue drained either side (an engine's build
+    may leave kernels running)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    started = time.perf_counter()
+    out = build()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return out, time.perf_counter() - started
 
 
 def _who(variant: Variant) -> str:
@@ -62,6 +77,9 @@ def own_transform(
     """A part before `compile`: the model it returns (on `device`, in eval mode), and the
     inputs as it changes them."""
     out = _built(variant, model, inputs, device)
+    if isinstance(out, Changed):
+        notes.extend(str(n) for n in out.notes)
+        out = out.model
     if not isinstance(out, nn.Module):
         raise VariantBuildError(
             f"variant {_who(variant)}: its build returned {type(out).__name__}, not the "
@@ -75,11 +93,6 @@ def own_transform(
                 f"variant {_who(variant)}: its inputs raised {type(exc).__name__}: "
                 f"{first_line(exc)}"
             ) from exc
-    if variant.name == "channels-last":
-        from perfguard.variants.layout import nothing_to_convert
-
-        if nothing_to_convert(out, inputs):
-            notes.append("channels-last: no 4-d weight or input, the model runs as it was")
     return out.to(device).eval(), inputs
 
 
@@ -91,13 +104,7 @@ def own_backend(
     device: torch.device,
 ) -> Engine:
     """A part at `compile`: the callable its build returns, and the build's seconds."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    started = time.perf_counter()
-    run = _built(variant, model, inputs, device)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    build_s = time.perf_counter() - started
+    run, build_s = timed_build(device, lambda: _built(variant, model, inputs, device))
     if not callable(run):
         raise VariantBuildError(
             f"variant {_who(variant)}: its build returned {type(run).__name__}, not the "

@@ -140,13 +140,14 @@ def _forward(
     sparsity = weight_sparsity(work) if pruned else None
     if spec.part("onnxruntime") is not None:
         return work, _onnxruntime(work, inputs, named, spec, device, notes, size, sparsity)
+    engine = None
     if spec.part("aoti") is not None:
-        return work, _aoti(work, inputs, named, spec, notes, size, sparsity)
-    if spec.part("tensorrt") is not None:
-        trt = TENSORRT.build(work, inputs, named, device, _autocast_dtype(spec))
-        return work, _engine(trt, work, inputs, named, spec, notes, size, sparsity)
-    if backend is not None:
+        engine = AOTI.build(work, inputs, named, device)
+    elif spec.part("tensorrt") is not None:
+        engine = TENSORRT.build(work, inputs, named, device, _autocast_dtype(spec))
+    elif backend is not None:
         engine = own_backend(backend, work, inputs, named, device)
+    if engine is not None:
         return work, _engine(engine, work, inputs, named, spec, notes, size, sparsity)
     return work, _torch(work, inputs, named, spec, device, notes, size, sparsity)
 
@@ -206,33 +207,6 @@ def _onnxruntime(
     )
 
 
-def _aoti(
-    work: nn.Module,
-    inputs: tuple[Any, ...],
-    named: dict[str, Any],
-    spec: VariantSpec,
-    notes: list[str],
-    size: int,
-    sparsity: float | None,
-) -> Built:
-    """The (transformed) module exported and built as an AOTInductor package, loaded and run
-    as a serving stack runs it; its build is its compile time."""
-    details: dict[str, Any] = {}
-    make_call = AOTI.build(work, inputs, named, details)
-    return Built(
-        make_call=make_call,
-        timing="device",
-        tolerance_class=tolerance_class(spec),
-        build_s=details.get("package_build_time_s"),
-        model_size_bytes=size,
-        sparsity=sparsity,
-        notes=notes,
-        details=details,
-        module=work,
-        eager_call=lambda: work(*inputs, **named),
-    )
-
-
 def _engine(
     engine: Engine,
     work: nn.Module,
@@ -243,9 +217,10 @@ def _engine(
     size: int,
     sparsity: float | None,
 ) -> Built:
-    """A model built ahead of time into a callable of its own (a TensorRT engine, a team's
-    backend): timed on the device clock, under autocast where the variant has an amp part;
-    its build is its compile time."""
+    """A model built ahead of time into a callable of its own (an AOTInductor package, a
+    TensorRT engine, a team's backend): timed on the device clock, under autocast where the
+    variant has an amp part (and the engine was not built in its dtype); its build is its
+    compile time."""
     autocast = AMP.context(_autocast_dtype(spec) if engine.autocast else None, engine.device)
     run = engine.run
 

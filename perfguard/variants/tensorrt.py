@@ -11,7 +11,6 @@ or reduced-precision with its amp part.
 from __future__ import annotations
 
 import importlib.util
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -19,7 +18,7 @@ import torch
 from torch import nn
 
 from perfguard.variants.base import VariantUnavailableError, first_line
-from perfguard.variants.own import Engine
+from perfguard.variants.own import Engine, timed_build
 from perfguard.variants.spec import VariantPart
 
 INSTALL = (
@@ -58,14 +57,9 @@ class TensorRT:
     ) -> Engine:
         """The engine, built now (timed); `dtype`: the amp part's, for a reduced-precision
         engine."""
-        torch.cuda.synchronize(device)
-        started = time.perf_counter()
-        if importlib.util.find_spec("torch_tensorrt") is not None:
-            engine = _torch_tensorrt(model, inputs, named, device, dtype)
-        else:
-            engine = _onnxruntime(model, inputs, named, device, dtype)
-        torch.cuda.synchronize(device)
-        engine.build_s = time.perf_counter() - started
+        via = _torch_tensorrt if importlib.util.find_spec("torch_tensorrt") else _onnxruntime
+        engine, seconds = timed_build(device, lambda: via(model, inputs, named, device, dtype))
+        engine.build_s = seconds
         return engine
 
 
