@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # numpy is imported where it is used: `perfguard --help` needs none of it
     import numpy as np
@@ -73,7 +74,6 @@ def noise_scale(log_values: np.ndarray) -> float:
 def candidates(log_values: np.ndarray, settings: Detection) -> list[int]:
     """PELT's change points (indices of the first point after each) on the scaled series."""
     import numpy as np
-    import ruptures
 
     n = log_values.size
     if n < 2 * settings.min_size:
@@ -81,7 +81,7 @@ def candidates(log_values: np.ndarray, settings: Detection) -> list[int]:
     scaled = (log_values - np.median(log_values)) / noise_scale(log_values)
     penalty = settings.penalty * math.log(n)
     if n <= LONG:
-        return _segmented(ruptures, scaled, settings.min_size, penalty)
+        return _segmented(scaled, settings.min_size, penalty)
     # a long series in stretches, each searched with a margin either side and keeping the
     # change points of its own stretch: the same scaling and penalty as the whole series
     found = []
@@ -89,7 +89,7 @@ def candidates(log_values: np.ndarray, settings: Detection) -> list[int]:
         low, high = max(0, start - MARGIN), min(n, start + STRETCH + MARGIN)
         if high - low < 2 * settings.min_size:
             continue
-        for end in _segmented(ruptures, scaled[low:high], settings.min_size, penalty):
+        for end in _segmented(scaled[low:high], settings.min_size, penalty):
             if start <= low + end < start + STRETCH:
                 found.append(low + end)
     return found
@@ -103,14 +103,58 @@ stretches found the same steps as the whole search (`docs/method.md`)."""
 STRETCH, MARGIN = 150, 50
 
 
-def _segmented(ruptures: Any, scaled: np.ndarray, min_size: int, penalty: float) -> list[int]:
+def _segmented(scaled: np.ndarray, min_size: int, penalty: float) -> list[int]:
     """PELT with the l2 cost, as ruptures' C implementation (`KernelCPD` with the linear
     kernel is that cost): the same change points as `Pelt(model="l2")`, or a placement of
     lower cost where that one's pruning is not exact, and far faster than the Python one
     (1,000 commits: 4 ms against 8.5 s)."""
-    algo = ruptures.KernelCPD(kernel="linear", min_size=min_size)
-    ends = algo.fit(scaled.reshape(-1, 1)).predict(pen=penalty)
-    return [int(e) for e in ends[:-1]]
+    import numpy as np
+
+    pelt = _pelt_l2()
+    signal = np.ascontiguousarray(scaled, dtype=float).reshape(-1, 1)
+    if pelt is None:
+        import ruptures
+
+        algo = ruptures.KernelCPD(kernel="linear", min_size=min_size)
+        return [int(e) for e in algo.fit(signal).predict(pen=penalty)[:-1]]
+    parent = pelt(signal, penalty, min_size)  # each end's segment's start (KernelCPD.predict)
+    ends, at = [], len(signal)
+    while at > 0:
+        ends.append(at)
+        at = int(parent[at])
+    return ends[::-1][:-1]
+
+
+@functools.cache
+def _pelt_l2() -> Callable[[np.ndarray, float, int], np.ndarray] | None:
+    """ruptures' compiled PELT of the linear kernel, loaded alone: `import ruptures` imports
+    every detector and cost of the package, scipy.stats among them (0.9 s here, paid by each
+    of a push's `history`, `alert` and `site`, against 0.06 s). None where it cannot be found
+    this way (another release's layout): `KernelCPD` is used, the same search."""
+    import importlib.machinery
+    import importlib.util
+
+    name = "ruptures.detection._detection.ekcpd"
+    try:
+        package = importlib.util.find_spec("ruptures")
+        if package is None or package.origin is None:
+            return None
+        folder = Path(package.origin).parent / "detection" / "_detection"
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+            if (folder / f"ekcpd{suffix}").is_file():
+                loader = importlib.machinery.ExtensionFileLoader(
+                    name, str(folder / f"ekcpd{suffix}")
+                )
+                spec = importlib.util.spec_from_loader(name, loader)
+                if spec is None:
+                    return None
+                module = importlib.util.module_from_spec(spec)
+                loader.exec_module(module)
+                found: Callable[[np.ndarray, float, int], np.ndarray] = module.ekcpd_pelt_L2
+                return found
+    except (ImportError, OSError, AttributeError):
+        return None
+    return None
 
 
 def rank_p(left: np.ndarray, right: np.ndarray) -> float:

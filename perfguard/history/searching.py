@@ -79,7 +79,7 @@ def _in_workers(
     from concurrent.futures import ProcessPoolExecutor
 
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["perfguard.history.changepoints", "ruptures"])
+    context.set_forkserver_preload(["perfguard.history.changepoints"])
     with ProcessPoolExecutor(workers, mp_context=context) as pool:
         work = ([series[i] for i in bundle] for bundle in bundles)
         return list(pool.map(_search_bundle, work, repeat(settings)))
