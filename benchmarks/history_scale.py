@@ -14,8 +14,10 @@ push: the records and parts of the `--keep` newest commits (the records rewritte
 commit's id), and the rest of the summary folded into one file per month (`--layout months`),
 or left in parts of their own as before folding existed (`--layout parts`: the old path).
 
-It times, each in a new interpreter: `perfguard history` and `perfguard site` on the branch; a
-push's path (`history --window` and `alert --window`, against a local stand-in for GitHub);
+It times, each in a new interpreter: `perfguard history` and `perfguard site` on the branch
+(the site of main but its newest three commits: the site the last push left); a push's path
+(`history --window` and `alert --window`, against a local stand-in for GitHub, and `site
+--update`, which brings that site up to main);
 and a pull request's `perfguard baselines pull --for auto --history 20` on a fresh clone; and
 reports the branch's packed size per commit and per result. A second call with the same
 `--dir` times again without building; `--source` times another checkout's perfguard (the old
@@ -61,7 +63,8 @@ def main_commits(repo: Path, commits: int) -> list[str]:
     for i in range(commits):
         message = f"c{i}".encode()
         lines.append(b"commit refs/heads/main\n")
-        lines.append(b"committer bench <bench@localhost> %d +0000\n" % (1_700_000_000 + i))
+        # the date its baseline's rows carry: a push's window finds their month files by it
+        lines.append(b"committer bench <bench@localhost> %d +0000\n" % stamp(i))
         lines.append(b"data %d\n%s\n" % (len(message), message))
         if i == 0:
             lines.append(b"from refs/heads/main^0\n")
@@ -74,6 +77,13 @@ def created(i: int) -> str:
     month = i // PER_MONTH
     day = 1 + (i % PER_MONTH) * 27 // PER_MONTH
     return f"{2026 + month // 12}-{1 + month % 12:02d}-{day:02d}T12:00:00+00:00"
+
+
+def stamp(i: int) -> int:
+    """Commit `i`'s date as git writes it: `created(i)`, in seconds since the epoch."""
+    from datetime import datetime
+
+    return int(datetime.fromisoformat(created(i)).timestamp())
 
 
 def samples(directory: Path, count: int, results: int) -> list[tuple[Any, bytes]]:
@@ -193,8 +203,12 @@ def write_branch(remote: Path, scratch: Path, files: dict[str, Path]) -> None:
     git(remote, "update-ref", "refs/heads/perfguard-baselines", commit)
 
 
+PUSHED = 3  # commits a push adds to the site the last push left
+
+
 def push_path(repo: Path, branch: list[str], directory: Path, window: int) -> dict[str, float]:
-    """What the workflow runs on a push after its baseline is stored, but the site:
+    """What the workflow runs on a push after its baseline is stored, but the site (timed
+    after it):
     `perfguard history --window` and `perfguard alert --window` (against a local stand-in
     for GitHub's API, started here)."""
     from tests.github_fake import FakeGitHub
@@ -288,13 +302,21 @@ def main() -> int:
         whole = [*CLI, "history", *branch, "-o", str(directory / "h.md")]
         doc["history_s"] = round(timed(whole, repo), 2)
         print(f"history {doc['history_s']} s", flush=True)
-    if not args.skip_site:
-        site = [*CLI, "site", *branch, "-o", str(directory / "site")]
+    site_dir = directory / "site"
+    if not args.skip_site:  # the site of main but its newest commits: the last push's site
+        earlier = [] if args.source is not None else ["--main-branch", f"main~{PUSHED}"]
+        site = [*CLI, "site", *branch, *earlier, "-o", str(site_dir)]
         doc["site_s"] = round(timed(site, repo), 2)
         print(f"site {doc['site_s']} s", flush=True)
     if args.source is None:
         doc["push"] = push_path(repo, branch, directory, args.window)
-        print(f"a push's history and alert: {doc['push']}", flush=True)
+        if not args.skip_site:  # this push's update of it: its newest commits added
+            update = [*CLI, "site", *branch, "--update", "-o", str(site_dir)]
+            doc["push"]["site_update_s"] = round(timed(update, repo), 2)
+            doc["push"]["with_site_s"] = round(
+                doc["push"]["both_s"] + doc["push"]["site_update_s"], 2
+            )
+        print(f"a push's history, alert and site update: {doc['push']}", flush=True)
     if args.source is None:  # (an older perfguard refuses this one's records: schema 14)
         doc["pr_fetch"] = pr_fetch(directory, f"pr{time.monotonic_ns()}", 20)
     old = "-before" if args.source is not None else ""

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from perfguard.cli import main
+from perfguard.history import site_data
 from perfguard.history.analysis import analyze
 from perfguard.history.changepoints import Detection, find_steps
 from perfguard.history.columns import build_series
@@ -78,6 +79,21 @@ def test_the_search_spread_over_the_cores_finds_what_one_core_finds() -> None:
     assert spread == one_core and sum(map(len, one_core)) >= 7
     bundles = _bundles(series, 4)  # every series once, the longest first in its bundle
     assert sorted(i for b in bundles for i in b) == list(range(9)) and bundles[0][0] == 8
+
+
+def test_ruptures_pelt_loaded_alone_places_the_steps_as_its_kernelcpd_does() -> None:
+    import numpy as np
+    import ruptures
+
+    from perfguard.history import changepoints
+
+    assert changepoints._pelt_l2() is not None  # the compiled search, without the package
+    rng = np.random.default_rng(5)
+    for n in (6, 40, 300, 1000):
+        signal = np.cumsum(rng.normal(0, 1, n) * (rng.random(n) < 0.05)) + rng.normal(0, 0.3, n)
+        penalty = 3.0 * math.log(n)
+        algo = ruptures.KernelCPD(kernel="linear", min_size=3).fit(signal.reshape(-1, 1))
+        assert changepoints._segmented(signal, 3, penalty) == algo.predict(pen=penalty)[:-1]
 
 
 def test_noise_alone_has_no_change_points() -> None:
@@ -336,11 +352,23 @@ def test_the_site_has_a_page_per_test_with_plots_and_escaped_names(
 @pytest.mark.slow
 @chromium.needed
 def test_the_site_loads_in_headless_chromium_without_errors_and_plots_have_data(
-    history_repo: tuple[Path, list[str]], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    history_repo: tuple[Path, list[str]],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     repo, _ = history_repo
     monkeypatch.chdir(repo)
-    assert main(["site", "-o", "site"]) == 0
+    # a push's update: the first finds no site and builds it whole, the next updates it,
+    # reading main from 5 commits before its settled chunks (of 10 commits, 5 back)
+    monkeypatch.setattr(site_data, "CHUNK", 10)
+    monkeypatch.setattr(site_data, "SETTLE", 5)
+    monkeypatch.setattr(site_data, "SPAN", 5)
+    assert main(["site", "-o", "site", "--update"]) == 0
+    assert "no previous site" in capsys.readouterr().err
+    assert main(["site", "-o", "site", "--update"]) == 0
+    said = "updated 2 page(s) in site: main's newest 15 commits read, 3 settled chunk(s) kept"
+    assert said in capsys.readouterr().out
     for page in sorted((repo / "site").glob("*.html")):
         done = chromium.dump_dom(
             page,

@@ -42,13 +42,43 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 
 def cmd_site(args: argparse.Namespace) -> int:
-    from perfguard.history.site import write_site
+    """The whole site; with `--update`, the site in the output folder brought up to main,
+    reading only main's commits after its settled part (a push), or built whole where it
+    cannot be (none, another format, main rewritten)."""
+    from perfguard.history.site import update_site, write_site
+    from perfguard.history.site_data import SiteStale, read_manifest
 
-    history = load_history(args)
     url = commit_url(args.commit_url, repo_root(args.dir))
-    pages = write_site(history, args.output, commit_url=url)
+    if args.update:
+        try:
+            previous = read_manifest(args.output)
+            args.window = _commits_since(args, previous.reads_from())
+            if args.window is not None:
+                pages = update_site(load_history(args), previous, args.output, commit_url=url)
+                print(
+                    f"updated {len(pages)} page(s) in {args.output}: main's newest "
+                    f"{args.window} commits read, {previous.settled} settled chunk(s) kept"
+                )
+                return 0
+        except SiteStale as why:
+            print(f"note: {why}: the whole site is built", file=sys.stderr)
+        args.window = None
+    pages = write_site(load_history(args), args.output, commit_url=url)
     print(f"wrote {len(pages)} page(s) to {args.output} (open {args.output / 'index.html'})")
     return 0
+
+
+def _commits_since(args: argparse.Namespace, oldest: str | None) -> int | None:
+    """How many of main's newest commits reach back to `oldest` (None: all of main)."""
+    from perfguard.history.series import MAX_COMMITS, main_line
+    from perfguard.history.site_data import SiteStale
+
+    if oldest is None:
+        return None
+    line = main_line(repo_root(args.dir), args.main_branch, MAX_COMMITS) or []
+    if oldest not in line:
+        raise SiteStale(f"the site's commit {oldest[:10]} is not on {args.main_branch}")
+    return len(line) - line.index(oldest)
 
 
 def cmd_alert(args: argparse.Namespace) -> int:
@@ -263,6 +293,12 @@ def register(sub: Commands) -> None:
     p = sub.add_parser("site", help="write a static trend site of the baselines")
     add_source_options(p)
     p.add_argument("-o", "--output", type=Path, required=True, help="the site's folder")
+    p.add_argument(
+        "--update",
+        action="store_true",
+        help="bring the site already in --output up to main, reading only the commits after "
+        "its settled part (what a push needs); built whole where there is none",
+    )
     p.set_defaults(func=cmd_site)
 
     p = sub.add_parser("alert", help="open or update one GitHub issue per new regression on main")
