@@ -137,11 +137,7 @@ def test_a_history_that_does_not_continue_the_site_is_refused_and_the_site_kept(
 
 @pytest.mark.slow  # a storage server, sites built from a bucket
 def test_a_site_on_a_bucket_is_updated_from_the_parts_of_main_after_its_settled_chunks(
-    s3_url: str,
-    tmp_path: Path,
-    small: None,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
+    s3_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from perfguard.cli import main
     from perfguard.store.months import Window
@@ -152,6 +148,9 @@ def test_a_site_on_a_bucket_is_updated_from_the_parts_of_main_after_its_settled_
     git(tmp_path, "init", "-q", "-b", "main", str(repo))
     monkeypatch.chdir(repo)
     store, made = ObjectStore(s3_url), history_runs()
+    monkeypatch.setattr(site_data, "CHUNK", 8)  # settled 5 commits back, read from 3 before
+    monkeypatch.setattr(site_data, "SETTLE", 5)
+    monkeypatch.setattr(site_data, "SPAN", 3)
 
     def land(commits: range) -> None:
         for i in commits:
@@ -160,7 +159,7 @@ def test_a_site_on_a_bucket_is_updated_from_the_parts_of_main_after_its_settled_
             sha = commit(repo, f"c{i}")
             store.save(replace(made[i], commit=sha))
 
-    land(range(60))
+    land(range(24))
     site = ["site", "--dir", s3_url, "--commit-url", "https://x/{sha}", "-o"]
     assert main([*site, "pushed", "--update"]) == 0  # none yet: built whole
     windows: list[Window | None] = []
@@ -171,11 +170,11 @@ def test_a_site_on_a_bucket_is_updated_from_the_parts_of_main_after_its_settled_
         return summary(self, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(ObjectStore, "summary", reading)
-    land(range(60, 66))
+    land(range(24, 28))
     assert main([*site, "pushed", "--update"]) == 0
-    assert "main's newest 44 commits read, 2 settled chunk(s) kept" in capsys.readouterr().out
-    [window] = windows  # the bucket's parts of those 44 commits alone, not all 66
-    assert window is not None and len(window.commits) == 44
+    assert "main's newest 15 commits read, 2 settled chunk(s) kept" in capsys.readouterr().out
+    [window] = windows  # the bucket's parts of those 15 commits alone, not all 28
+    assert window is not None and len(window.commits) == 15
     assert main([*site, "whole"]) == 0
     assert chunks(repo / "pushed") == chunks(repo / "whole")
     assert plots(repo / "pushed") == plots(repo / "whole")
