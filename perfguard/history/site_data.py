@@ -171,7 +171,10 @@ def advance(previous: SiteData | None, commits: Sequence[str]) -> tuple[list[str
             "(main was rewritten)"
         ) from None
     if at >= len(kept) or window[: at + 1] != kept[len(kept) - at - 1 :]:
-        raise SiteStale("main's commits changed under the site (main was rewritten)")
+        raise SiteStale(
+            "main's measured commits changed under the site (main was rewritten, or an older "
+            "commit was measured since)"
+        )
     return kept + window[at + 1 :], len(kept)
 
 
