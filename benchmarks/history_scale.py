@@ -207,10 +207,9 @@ PUSHED = 3  # commits a push adds to the site the last push left
 
 
 def push_path(repo: Path, branch: list[str], directory: Path, window: int) -> dict[str, float]:
-    """What the workflow runs on a push after its baseline is stored, but the site (timed
-    after it):
-    `perfguard history --window` and `perfguard alert --window` (against a local stand-in
-    for GitHub's API, started here)."""
+    """What the workflow runs on a push after its baseline is stored, the site aside (`main`
+    times its update): `perfguard history --window` and `perfguard alert --window` (against
+    a local stand-in for GitHub's API, started here)."""
     from tests.github_fake import FakeGitHub
 
     limit = ["--window", str(window)]

@@ -48,11 +48,12 @@ def cmd_site(args: argparse.Namespace) -> int:
     from perfguard.history.site import update_site, write_site
     from perfguard.history.site_data import SiteStale, read_manifest
 
-    url = commit_url(args.commit_url, repo_root(args.dir))
+    root = repo_root(args.dir)
+    url = commit_url(args.commit_url, root)
     if args.update:
         try:
             previous = read_manifest(args.output)
-            args.window = _commits_since(args, previous.reads_from())
+            args.window = _commits_since(root, args.main_branch, previous.reads_from())
             if args.window is not None:
                 pages = update_site(load_history(args), previous, args.output, commit_url=url)
                 print(
@@ -68,16 +69,16 @@ def cmd_site(args: argparse.Namespace) -> int:
     return 0
 
 
-def _commits_since(args: argparse.Namespace, oldest: str | None) -> int | None:
+def _commits_since(root: Path | None, main_branch: str, oldest: str | None) -> int | None:
     """How many of main's newest commits reach back to `oldest` (None: all of main)."""
     from perfguard.history.series import MAX_COMMITS, main_line
     from perfguard.history.site_data import SiteStale
 
     if oldest is None:
         return None
-    line = main_line(repo_root(args.dir), args.main_branch, MAX_COMMITS) or []
+    line = main_line(root, main_branch, MAX_COMMITS) or []
     if oldest not in line:
-        raise SiteStale(f"the site's commit {oldest[:10]} is not on {args.main_branch}")
+        raise SiteStale(f"the site's commit {oldest[:10]} is not on {main_branch}")
     return len(line) - line.index(oldest)
 
 
