@@ -99,7 +99,7 @@ def test_counters_round_trip_and_a_pre_release_file_is_refused(tmp_path: Path) -
         result("t.py::test_m", "eager", 1.0), counters=replace(BASE, break_reasons=((REASON, 1),))
     )
     doc = run([r]).to_json()
-    assert doc["schema_version"] == SCHEMA_VERSION == 14
+    assert doc["schema_version"] == SCHEMA_VERSION == 15
     assert doc["results"][0]["counters"]["ops"] == {"aten::addmm": 2, "aten::relu": 1}
     assert Run.from_json(json.loads(json.dumps(doc))).results[0].counters == r.counters
     old = json.loads(json.dumps(doc))

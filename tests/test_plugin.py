@@ -96,7 +96,7 @@ def test_user_suite_measures_one_item_per_variant(pytester: pytest.Pytester) -> 
         ]
     )
     doc = json.loads((pytester.path / "out.json").read_text())
-    assert doc["schema_version"] == SCHEMA_VERSION == 14
+    assert doc["schema_version"] == SCHEMA_VERSION == 15
     assert set(doc) >= {"commit", "machine", "environment", "baseline", "results", "comparisons"}
     assert doc["commit"] is None  # not a git checkout
     assert "not inside a git repository" in doc["baseline"]["reason"]

@@ -58,7 +58,7 @@ def test_run_round_trips_through_json() -> None:
         ),
     )
     doc = json.loads(json.dumps(run.to_json()))
-    assert doc["schema_version"] == SCHEMA_VERSION == 14
+    assert doc["schema_version"] == SCHEMA_VERSION == 15
     assert set(doc["results"][0]) >= {"test", "variant", "status", "error", "metrics", "samples_ms"}
     assert set(doc["comparisons"][0]) >= {
         "test",

@@ -70,6 +70,7 @@ CHILD_VALUES = {
     "install": "pip install -e .",
     "env_cache": Path("/runner/envs"),
     "install_timeout_s": 90.0,
+    "op_blocks": 5,
 }
 """A value other than its default for every setting a child session is given."""
 

@@ -120,6 +120,8 @@ class Item:
     call_ms: float | None = None  # a call's time in the timed blocks: what a canary is a share of
     delay: str = "host"  # where the canary acted: "host" or "device" (CUDA)
     error: str | None = None
+    # what the two sides read for each operator or kernel (`stats.op_verdicts.op_noise`)
+    ops: Mapping[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -129,6 +131,7 @@ class Item:
             "delay": self.delay,
             "error": self.error,
             "rounds": [r.to_json() for r in self.rounds],
+            **({"ops": dict(self.ops)} if self.ops is not None else {}),
         }
 
     @classmethod
@@ -138,6 +141,7 @@ class Item:
             test, variant, error = found["test"], found["variant"], found.get("error")
             delay = found.get("delay", "host")
             rounds = found.get("rounds", [])
+            ops = found.get("ops")
             call_ms = None if found.get("call_ms") is None else float(found["call_ms"])
         except (KeyError, TypeError, ValueError) as exc:
             raise CalibrationError(f"an item does not read: {exc}") from None
@@ -153,6 +157,8 @@ class Item:
             raise CalibrationError(f"an item's rounds are a list, got {rounds!r}")
         if call_ms is not None and not (math.isfinite(call_ms) and call_ms > 0):
             raise CalibrationError(f"an item's call_ms is a time, got {call_ms!r}")
+        if ops is not None and not isinstance(ops, Mapping):
+            raise CalibrationError(f"an item's ops are an object, got {ops!r}")
         return cls(
             test=test,
             variant=variant,
@@ -160,6 +166,7 @@ class Item:
             call_ms=call_ms,
             delay=delay,
             error=error,
+            ops=ops,
         )
 
 

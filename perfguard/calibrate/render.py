@@ -27,6 +27,21 @@ def markdown(report: Report) -> str:
     ]
     lines += [_row(item, len(cal.canary)) for item in report.items]
     lines += ["", *_verdict_lines(report), "", *_notes(report)]
+    ops = op_lines(report)
+    if ops:
+        lines += [
+            "",
+            "### Operators and kernels",
+            "",
+            "Each item's profiled blocks (operators' self time on a CPU, kernels' device time on "
+            "CUDA), compared in pairs as a pull request's are, as many times as it had identical "
+            "rounds (at most 5); the same code on both sides, so every place called is a false "
+            "alarm. *Advised*: the largest change of a place of 1% of the call or more, half "
+            "again, rounded up (never under the bar in force); paste it into the test's marker "
+            "(`op_min_change_pct=...`) or the ini file (`perfguard_op_min_change`).",
+            "",
+            *(f"- {line}" for line in ops),
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -118,6 +133,25 @@ def _notes(report: Report) -> list[str]:
     ]
 
 
+def op_lines(report: Report) -> list[str]:
+    """One line per item whose operators' blocks were compared."""
+    out = []
+    for item in report.calibration.items:
+        ops = item.ops
+        if not ops:
+            continue
+        places = ops.get("places") or {}
+        big = [p for p, v in places.items() if float(v.get("share_pct", 0.0)) >= 1.0]
+        out.append(
+            f"{cell(item.test)} [{cell(item.variant)}]: {len(big)} place(s) of 1% of the call "
+            f"or more over {ops.get('rounds')} comparison(s) of {ops.get('blocks')} pairs; "
+            f"largest change {float(ops.get('largest_pct', 0.0)):.1f}%; called "
+            f"{ops.get('called')}; advised op bar {ops.get('advised_pct')}% "
+            f"(`op_min_change_pct={ops.get('advised_pct')}`)"
+        )
+    return out
+
+
 def terminal(report: Report) -> str:
     """A few lines for the terminal: per item, the false alarms and the canaries caught."""
     out = []
@@ -139,4 +173,5 @@ def terminal(report: Report) -> str:
             + ("" if advised is None else f"; advised bar {advised:g}%")
             + (" -- MISSED " + ", ".join(f"+{p:g}%" for p in item.missed) if item.missed else "")
         )
+    out += [f"operators: {line}".replace("`", "") for line in op_lines(report)]
     return "\n".join(out)

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 
 def compare_files(base: Run, head: Run, thresholds: Thresholds, base_path: Path) -> Run:
+    from perfguard.stats.op_verdicts import compare_results
     from perfguard.stats.verdicts import compare_runs
 
     if base.machine != head.machine:
@@ -32,6 +33,7 @@ def compare_files(base: Run, head: Run, thresholds: Thresholds, base_path: Path)
         head,
         baseline=BaselineRef(commit=base.commit, reason=reason),
         comparisons=compare_runs(base, head, thresholds),
+        op_comparisons=compare_results(base.results, head.results, thresholds, paired=False),
     )
 
 

@@ -104,7 +104,7 @@ def let_go_of_cupti(cuda_version: str | None = None) -> bool:
     return True
 
 
-def _profile(device: torch.device, memory: bool = False) -> Any:
+def profiler(device: torch.device, memory: bool = False) -> Any:
     """A profile of calls on `device` (with allocations when `memory`): on CUDA,
     torch.profiler's, of the host and the device, asked to detach from CUDA when it is done
     (it also keeps CUPTI safe around CUDA graphs); elsewhere torch.autograd's profiler, which
@@ -136,7 +136,7 @@ def profile_counts(
     """Per call: ATen operators by name, their host self time, and on CUDA kernel and graph
     launches and the kernels' device time. `trace`: also write the Chrome trace of these
     calls there."""
-    with _profile(device) as prof:
+    with profiler(device) as prof:
         for _ in range(calls):
             call()
         if device.type == "cuda":
@@ -192,7 +192,7 @@ def retained_per_call(
     from torch.autograd.profiler import record_function
 
     live: list[int] = []
-    with _profile(device, memory=True) as prof:
+    with profiler(device, memory=True) as prof:
         for i in range(max(calls, 2)):
             with record_function(_FIRST if i == 0 else "perfguard: tallied call"):
                 call()

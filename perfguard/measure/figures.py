@@ -14,6 +14,7 @@ from perfguard.measure.memory import MemoryReading
 from perfguard.measure.sampling import FixedWork, SamplingOutcome
 from perfguard.measure.shapes import Sweep
 from perfguard.records import Counters, Details, Metrics
+from perfguard.records.op_times import OpTimes
 from perfguard.stats.exact import GROWTH_ALLOWED
 from perfguard.stats.summary import summarize, tail_is_reliable
 from perfguard.variants.base import Built
@@ -38,6 +39,8 @@ class Taken:
     cudagraph_skips: int | None
     fixed: FixedWork | None = None  # the untimed work's calls
     swept: Sweep | None = None  # compile-dynamic at every declared shape
+    op_times: OpTimes | None = None  # the profiled blocks' operators or kernels
+    op_failed: str | None = None  # why they could not be taken
 
 
 def metrics_of(built: Built, taken: Taken, figures: drift.DriftFigures, batch: int) -> Metrics:
@@ -78,6 +81,8 @@ def details_of(
 ) -> Details:
     outcome, clock = taken.outcome, taken.clock
     notes = [*built.notes, *([taken.counting_failed] if taken.counting_failed else [])]
+    if taken.op_failed:
+        notes.append(taken.op_failed)
     if taken.fixed is not None and taken.fixed.shortened:
         notes.append(taken.fixed.shortened)
     if reference.fp64_note:
@@ -106,6 +111,7 @@ def details_of(
         ),
         notes=tuple(notes),
         profile=taken.profile,
+        op_times=taken.op_times,
         build=built.details
         if taken.swept is None
         else {**built.details, "shapes_p50_ms": taken.swept.p50_ms},

@@ -27,6 +27,7 @@ from perfguard.measure.isolation import (
 )
 from perfguard.measure.job import Hooks, Job, MeasureSettings
 from perfguard.measure.memory import probe_for
+from perfguard.measure.op_times import OpProfiler
 from perfguard.measure.sampling import (
     FixedWork,
     Progress,
@@ -255,15 +256,18 @@ def _record_sites(built: Built, call: Callable[[], Any], device: torch.device, j
     built.details["memory_held_sites"] = [site.to_json() for site in held]
 
 
+# the timed phase in its order (compile, the timed and the profiled blocks, memory, drift, counts)
+# long: each step's calls depend on the one before
 def _take(built: Built, clock: Clock, device: torch.device, job: Job, hooks: Hooks) -> Taken:
     """Compile, sample, then (untimed) peak memory, outputs for drift and exact counts."""
     settings, spec, label, progress = job.settings, job.variant, job.label, hooks.progress
-    cache = fresh_compile_cache() if built.compiled else contextlib.nullcontext()
-    with cache:
+    sampling = for_device(settings.sampling, device.type)
+    with fresh_compile_cache() if built.compiled else contextlib.nullcontext():
         call, compiled = compile_cached(
             built, device, settings.compile_cache, settings.warm_compile, progress
         )
-        outcome = hooks.sampler(call, clock, for_device(settings.sampling, device.type), progress)
+        ops = OpProfiler(call, device, None if built.compiled else built.module)  # op blocks
+        outcome = hooks.sampler(call, clock, sampling, progress, ops=ops.block)
         swept = _sweep(call, spec, settings, clock, progress)
         recompiles = (
             dynamo_counts()[2] - compiled.frames_before_sampling if built.compiled else None
@@ -314,4 +318,6 @@ def _take(built: Built, clock: Clock, device: torch.device, job: Job, hooks: Hoo
         cudagraph_skips=cudagraph_skips() if built.compiled and device.type == "cuda" else None,
         fixed=work,
         swept=swept,
+        op_times=ops.times(outcome.op_blocks),  # and, once, where each place ran
+        op_failed=ops.failed,
     )

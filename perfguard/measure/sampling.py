@@ -14,7 +14,7 @@ import contextlib
 import statistics
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from typing import Any
@@ -22,6 +22,9 @@ from typing import Any
 from perfguard.bounds import check
 from perfguard.measure.clock import Clock
 from perfguard.settings import BY_FIELD
+
+OpBlock = tuple[float, Mapping[str, float]]  # a call's µs, and each place's µs per call
+OpBlocks = Callable[[], OpBlock]  # takes one profiled block
 
 Progress = Callable[[str], None]
 
@@ -45,6 +48,7 @@ class SamplingSettings:
     min_samples_per_repeat: int = 10
     max_samples_per_repeat: int = 5000
     budget_s: float = 2.0  # measured time of all repeats together
+    op_blocks: int = 8  # profiled blocks after the timed ones, for verdicts per op (0: none)
 
     def __post_init__(self) -> None:
         # the two a user sets are checked as every source of them is (perfguard.bounds)
@@ -59,8 +63,8 @@ class SamplingSettings:
         for name, value in positive.items():
             if value < 1:
                 raise ValueError(f"sampling setting {name} must be at least 1, got {value}")
-        if self.min_warmup < 0 or self.rewarm_calls < 0:
-            raise ValueError("min_warmup and rewarm_calls must be >= 0")
+        if self.min_warmup < 0 or self.rewarm_calls < 0 or self.op_blocks < 0:
+            raise ValueError("min_warmup, rewarm_calls and op_blocks must be >= 0")
         if self.max_warmup < self.min_warmup:
             raise ValueError("max_warmup must be >= min_warmup")
         if self.min_samples_per_repeat > self.max_samples_per_repeat:
@@ -145,6 +149,8 @@ class WarmupOutcome:
 class SamplingOutcome:
     warmup: WarmupOutcome
     blocks_ms: tuple[tuple[float, ...], ...]
+    # the profiled blocks taken after the timed ones: (a call's µs, {place: µs per call})
+    op_blocks: tuple[OpBlock, ...] = ()
 
     @property
     def samples_ms(self) -> tuple[float, ...]:
@@ -215,15 +221,31 @@ def sample(
     clock: Clock,
     settings: SamplingSettings,
     progress: Progress = _no_progress,
+    *,
+    ops: OpBlocks | None = None,
 ) -> SamplingOutcome:
-    """Warm up, then take `settings.repeats` re-warmed blocks within the time budget."""
+    """Warm up, then take `settings.repeats` re-warmed blocks within the time budget; then,
+    untimed, `settings.op_blocks` profiled blocks from `ops` where it is given."""
     progress("warming up")
     warmup = warm_up(call, clock, settings, progress)
     blocks: list[tuple[float, ...]] = []
     for index in range(settings.repeats):
         progress(f"sampling (repeat {index + 1}/{settings.repeats})")
         blocks.append(_repeat(call, clock, settings))
-    return SamplingOutcome(warmup, tuple(blocks))
+    profiled: list[OpBlock] = []
+    for index in range(settings.op_blocks if ops is not None else 0):
+        progress(f"operators' times (block {index + 1}/{settings.op_blocks})")
+        profiled.append(_op_block(call, ops, settings))
+    return SamplingOutcome(warmup, tuple(blocks), tuple(profiled))
+
+
+def _op_block(call: Callable[[], Any], ops: OpBlocks | None, settings: SamplingSettings) -> OpBlock:
+    """One profiled block, re-warmed as a timed one is."""
+    if ops is None:
+        raise ValueError("an operators' block was asked for where none can be taken")
+    for _ in range(settings.rewarm_calls):
+        call()
+    return ops()
 
 
 TIMED = threading.Event()
@@ -248,8 +270,9 @@ def _repeat(call: Callable[[], Any], clock: Clock, settings: SamplingSettings) -
         TIMED.clear()
 
 
-Command = str  # "block": sample one repeat and hand it over; "finish": stop sampling
-Sampler = Callable[[Callable[[], Any], Clock, SamplingSettings, Progress], SamplingOutcome]
+Command = str  # "block": sample one repeat and hand it over; "ops": one profiled block;
+# "finish": stop sampling
+Sampler = Callable[..., SamplingOutcome]  # (call, clock, settings, progress, *, ops=None)
 
 
 def sample_on_demand(
@@ -262,6 +285,8 @@ def sample_on_demand(
     next_command: Callable[[], Command],
     hand_over: Callable[[tuple[float, ...]], None],
     around_block: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext,
+    ops: OpBlocks | None = None,
+    hand_over_ops: Callable[[OpBlock | None], None] = lambda _: None,
 ) -> SamplingOutcome:
     """Warm up, say `ready` (with the settings: the driver learns the repeats), then sample
     one re-warmed block per "block" command, each inside `around_block()` (same-job A/B: on
@@ -274,7 +299,17 @@ def sample_on_demand(
     warmup = warm_up(call, clock, settings, progress)
     ready(warmup, settings)
     blocks: list[tuple[float, ...]] = []
+    profiled: list[OpBlock] = []
     while (command := next_command()) != "finish":
+        if command == "ops":  # a profiled block (None where this side cannot take one)
+            progress(f"operators' times (A/B block {len(profiled) + 1})")
+            taken = None
+            if ops is not None:
+                with around_block():
+                    taken = _op_block(call, ops, settings)
+                profiled.append(taken)
+            hand_over_ops(taken)
+            continue
         if command != "block":
             raise ValueError(f"unknown sampling command {command!r}")
         progress(f"sampling (A/B block {len(blocks) + 1})")
@@ -282,4 +317,4 @@ def sample_on_demand(
             block = _repeat(call, clock, settings)
         blocks.append(block)
         hand_over(block)
-    return SamplingOutcome(warmup, tuple(blocks))
+    return SamplingOutcome(warmup, tuple(blocks), tuple(profiled))

@@ -13,11 +13,18 @@ from perfguard.pipeline.baseline import Baseline
 from perfguard.pipeline.inputs import BaseMeasuredBeside, FinishSettings, PipelineError
 from perfguard.records import BaselineRef, RecordError, Run, Selection, VariantResult, reason
 from perfguard.records.gaps import deleted_gap
+from perfguard.records.op_times import OpChange
 from perfguard.records.selection import SHOWN_METRICS
 from perfguard.report.format import rule
 from perfguard.settings import GUARDED_RUN
 from perfguard.stats.bars import RUN, Loosened, guard, guard_values, read_guarded
-from perfguard.stats.verdicts import Thresholds, compare_runs, missing_row
+from perfguard.stats.op_verdicts import compare_results
+from perfguard.stats.verdicts import (
+    Thresholds,
+    compare_runs,
+    hardware_change_reason,
+    missing_row,
+)
 from perfguard.stats.why import with_why
 from perfguard.store.baselines import BaselineStore
 from perfguard.store.history import load_history, noise_floor, with_trends
@@ -103,9 +110,12 @@ def compare_stored(
             run = with_rounds(run, rounds)
         if history is not None:
             comparisons = with_trends(comparisons, history)
+        ops: tuple[OpChange, ...] = ()
         if base is not None:
             comparisons = with_why(comparisons, base.results, run.results)
-        run = replace(run, comparisons=comparisons)
+            if hardware_change_reason(base, run) is None:  # a place's time moves with it
+                ops = compare_results(base.results, run.results, settings.thresholds, paired=False)
+        run = replace(run, comparisons=comparisons, op_comparisons=ops)
     return settings, run
 
 
@@ -321,6 +331,7 @@ def _compare_same_job(run: Run, base: BaseMeasuredBeside, settings: FinishSettin
         ),
         baseline_results=base.results,
         comparisons=comparisons,
+        op_comparisons=compare_results(base.results, run.results, settings.thresholds, paired=True),
     )
 
 

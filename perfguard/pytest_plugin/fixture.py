@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 ITEM_KEYS = ("variants", "timeout_s", "depends")  # marker keys of the item as a whole, not of run()
 RUN_OPTIONS = tuple(k for k in MARKER_KEYS if k not in ITEM_KEYS and k not in THRESHOLD_KEYS)
 REFERENCE_CACHE = 8
+SAMPLED = ("budget_s", "repeats", "op_blocks")  # the sampling settings a test may set
 
 
 def for_item(item: pytest.Item, role: Role, variant: str) -> PerfguardFixture:
@@ -295,6 +296,7 @@ class PerfguardFixture:
         merged: dict[str, Any] = {
             "budget_s": o.budget_s,
             "repeats": o.repeats,
+            "op_blocks": o.op_blocks,
             "device": o.device,
             "threads": o.threads,
             "drift_tolerance": None,
@@ -305,7 +307,7 @@ class PerfguardFixture:
         # where this tree loosened the base's (its ini, marker or this call), the base's
         merged.update(self._role.floor(self._nodeid))
         return MeasureSettings(
-            sampling=SamplingSettings(budget_s=merged["budget_s"], repeats=merged["repeats"]),
+            sampling=SamplingSettings(**{k: merged[k] for k in SAMPLED}),
             device=str(merged["device"]),
             threads=merged["threads"],
             drift_tolerance=merged["drift_tolerance"],

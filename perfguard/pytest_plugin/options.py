@@ -58,6 +58,9 @@ class Options:
     seed: int
     min_change_pct: float
     gate_p99: bool
+    gate_kernels: bool  # operator and kernel time verdicts gate
+    op_min_change_pct: float
+    op_blocks: int  # profiled blocks per item, for operator and kernel verdicts
     main_branch: str
     baseline_depth: int
     progress: str

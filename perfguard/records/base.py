@@ -8,7 +8,7 @@ from typing import Literal, get_args
 
 from perfguard.errors import PerfguardError
 
-SCHEMA_VERSION = 14  # the history is in perfguard/store/schema.py
+SCHEMA_VERSION = 15  # the history is in perfguard/store/schema.py
 SHA = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
 """A full git commit id (SHA-1, or SHA-256 in a repository that uses it)."""
 

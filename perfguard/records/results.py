@@ -11,6 +11,7 @@ from typing import Any
 
 from perfguard.records.base import STATUSES, RecordError, Status, finite_or_none, flag, text
 from perfguard.records.counters import Counters
+from perfguard.records.op_times import OpTimes
 from perfguard.records.ranks import RankFigures
 from perfguard.records.sketch import BlockStats, QuantileSketch, percentile
 
@@ -177,6 +178,8 @@ class Details:
     profile: Mapping[str, Any] | None = None
     # same-job A/B: {"pairs": n, "order": "AB BA ...", "sequential": {...}}
     ab: Mapping[str, Any] | None = None
+    # the operators' (CPU) or kernels' (CUDA) times, block by block (`OpTimes`)
+    op_times: OpTimes | None = None
     cudagraph_skips: int | None = None  # CUDA graphs inductor declined (reduce-overhead)
     source: str | None = None  # who measured, when not perfguard ("pytest-benchmark")
     # what building the variant recorded (ONNX export and session times, provider, ...),
@@ -208,6 +211,9 @@ class Details:
             value = getattr(self, f.name)
             if f.name in ("tails_too_few", "notes"):
                 out[f.name] = list(value)
+            elif f.name == "op_times":
+                if value is not None:
+                    out[f.name] = value.to_json()
             else:
                 out[f.name] = dict(value) if isinstance(value, Mapping) else value
         return out
@@ -218,9 +224,11 @@ class Details:
             return cls()
         if not isinstance(data, Mapping):
             raise RecordError(f"details must be an object, got {data!r}")
-        known = {f.name for f in fields(cls)} - {"build"}
+        known = {f.name for f in fields(cls)} - {"build", "op_times"}
+        ops = data.get("op_times")
         return cls(
             **{k: v for k, v in data.items() if k in known},
+            op_times=None if ops is None else OpTimes.from_json(ops),
             build={k: v for k, v in data.items() if k not in known},
         )
 

@@ -12,6 +12,7 @@ from perfguard.bounds import check
 from perfguard.records.base import SCHEMA_VERSION, SHA, RecordError, text
 from perfguard.records.comparisons import Comparison
 from perfguard.records.gaps import Gap
+from perfguard.records.op_times import OpChange, changes_from_json
 from perfguard.records.reach import Reach
 from perfguard.records.results import VariantResult
 from perfguard.records.selection import Selection
@@ -209,6 +210,8 @@ class Run:
         default_factory=lambda: BaselineRef(commit=None, reason="not compared")
     )
     comparisons: tuple[Comparison, ...] = ()
+    # each operator's and kernel's change, where both sides kept their times (`OpChange`)
+    op_comparisons: tuple[OpChange, ...] = ()
     created: str | None = None
     settings: Mapping[str, Any] = field(default_factory=dict)
     health: Mapping[str, Any] = field(default_factory=dict)  # {"warnings": [...], "facts": {...}}
@@ -245,6 +248,7 @@ class Run:
             self, "confirm_base_results", tuple(map(tuple, self.confirm_base_results))
         )
         object.__setattr__(self, "comparisons", tuple(self.comparisons))
+        object.__setattr__(self, "op_comparisons", tuple(self.op_comparisons))
         object.__setattr__(self, "incomplete", tuple(self.incomplete))
         if not all(isinstance(g, Gap) for g in self.incomplete):
             raise RecordError("incomplete must hold gaps")
@@ -271,7 +275,9 @@ class Run:
 
     @property
     def has_regression(self) -> bool:
-        return any(c.verdict == "regression" and c.gating for c in self.comparisons)
+        return any(c.verdict == "regression" and c.gating for c in self.comparisons) or any(
+            c.verdict == "regression" and c.gating for c in self.op_comparisons
+        )
 
     @property
     def complete(self) -> bool:
@@ -301,6 +307,11 @@ class Run:
             "baseline": self.baseline.to_json(),
             "results": [r.to_json() for r in self.results],
             "comparisons": [c.to_json() for c in self.comparisons],
+            **(
+                {"op_comparisons": [c.to_json() for c in self.op_comparisons]}
+                if self.op_comparisons
+                else {}
+            ),
             "incomplete": [g.to_json() for g in self.incomplete],
             **({"accept_error": self.accept_error} if self.accept_error else {}),
             **({"cost": self.cost.to_json()} if self.cost is not None else {}),
@@ -351,6 +362,7 @@ class Run:
                     runs_in=baseline.get("runs_in"),
                 ),
                 comparisons=tuple(Comparison.from_json(c) for c in data.get("comparisons") or ()),
+                op_comparisons=changes_from_json(data.get("op_comparisons")),
                 created=data.get("created"),
                 accept_error=data.get("accept_error"),
                 incomplete=tuple(Gap.from_json(g) for g in _listed(data, "incomplete")),

@@ -19,6 +19,7 @@ import jinja2
 from perfguard.comment import COMMENT_LIMIT, MARKER
 from perfguard.environment_diff import environment_differences, package_changes, runtime_changes
 from perfguard.records import Comparison, Run
+from perfguard.records.op_times import OpChange
 from perfguard.report import format as fmt
 from perfguard.report.charts import trend_chart
 from perfguard.report.facts import (
@@ -31,6 +32,7 @@ from perfguard.report.facts import (
 from perfguard.report.sweeps import find_sweeps, sweep_chart
 from perfguard.stats.bars import loosened_of
 from perfguard.stats.exact import EXACT_METRICS
+from perfguard.stats.op_verdicts import located
 from perfguard.stats.verdicts import Thresholds, summarize_verdicts
 from perfguard.stats.why import ALL_KERNELS
 
@@ -98,13 +100,15 @@ def headline(run: Run) -> str:
 def _headline(run: Run) -> str:
     counts = summarize_verdicts([c for c in run.comparisons if c.gating])
     errors = sum(1 for r in run.results if r.status == "error")
-    if counts.get("regression"):
+    gating_ops = [c for c in run.op_comparisons if c.gating and c.verdict == "regression"]
+    if counts.get("regression") or gating_ops:
         pairs = {
             (c.test, c.variant) for c in run.comparisons if c.gating and c.verdict == "regression"
-        }
+        } | {(c.test, c.variant) for c in gating_ops}
         also = f"; {counts['accepted']} change(s) accepted" if counts.get("accepted") else ""
+        ops = f" and {len(gating_ops)} in operators or kernels" if gating_ops else ""
         return (
-            f"{counts['regression']} regression(s) in {len(pairs)} of "
+            f"{counts.get('regression', 0)} regression(s){ops} in {len(pairs)} of "
             f"{len(run.results)} test variant(s){also}"
         )
     if counts.get("accepted"):
@@ -348,8 +352,26 @@ def _context(run: Run, th: Thresholds) -> dict[str, Any]:
         if run.baseline.environment
         else [],
         "loosened": loosened_of(run.settings),
+        "ops_called": [c for c in run.op_comparisons if c.called],
+        "ops_minor": [c for c in run.op_comparisons if not c.called],
+        "ops_located": _located(run),
         "marker": MARKER,
     }
+
+
+def _located(run: Run) -> list[tuple[Comparison, tuple[OpChange, ...]]]:
+    """Each item whose median latency was not called a regression (or an improvement)
+    while places in its call were, the way the model moved: where its change is."""
+    out = []
+    for c in run.comparisons:
+        if c.metric != "latency_p50_ms" or c.verdict in ("regression", "improvement"):
+            continue
+        if c.change_pct is None:
+            continue
+        places = located(c, run.op_comparisons)
+        if places:
+            out.append((c, places))
+    return out
 
 
 __all__ = ["headline", "render_markdown"]

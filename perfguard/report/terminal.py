@@ -59,6 +59,12 @@ def summary_lines(run: Run, width: int = WIDTH) -> list[str]:
             lines.append(f"{label:<{name_w}} {r.status:>8}: {reason}")
     if run.comparisons:
         lines.append("verdicts: " + verdict_counts(run.comparisons))
+    for op in [c for c in run.op_comparisons if c.called][:5]:
+        said = "" if op.gating else ", reported only"
+        lines.append(
+            f"{op.verdict} in {op.test} [{op.variant}]: {op.label().replace('`', '')} "
+            f"{op.change_pct:+.1f}% ({op.share_pct:.1f}% of the call{said})"
+        )
     sel = run.selection
     if sel is not None and sel.partial and sel.base:
         lines.append(

@@ -52,6 +52,9 @@ class Thresholds:
     min_repeats: int = 3
     gate_p99: bool = threshold_default("gate_p99")
     gate_ops: bool = threshold_default("gate_ops")  # operator-count and FLOP changes gate
+    # an operator's or kernel's time: the smallest change called, and whether it gates
+    op_min_change_pct: float = threshold_default("op_min_change_pct")
+    gate_kernels: bool = threshold_default("gate_kernels")
     # callgrind counts: a change past this is a verdict
     instructions_pct: float = threshold_default("instructions_pct")
     memory_tolerance_pct: float = threshold_default("memory_tolerance_pct")
@@ -96,6 +99,8 @@ class Thresholds:
             "min_repeats": self.min_repeats,
             "gate_p99": self.gate_p99,
             "gate_ops": self.gate_ops,
+            "op_min_change_pct": self.op_min_change_pct,
+            "gate_kernels": self.gate_kernels,
             "instructions_pct": self.instructions_pct,
             "memory_tolerance_pct": self.memory_tolerance_pct,
             "compile_ratio": self.compile_ratio,

@@ -51,6 +51,16 @@ History:
   a history with its older months missing; the version makes it refuse the branch's records
   instead (upgrade perfguard). A 13 file reads unchanged.
 
+- 15: verdicts per operator and kernel. A result's `details.op_times` holds its profiled
+  blocks, taken apart from the timed ones (`clock`: host self time of the operators on a CPU,
+  device time of the kernels on CUDA; `calls` per block; `call_us`, a call's time in each
+  block; `blocks`, each a map from a place in the call, `aten::addmm #7`, to its microseconds
+  per call; `where`, the module a place ran in where known; `perfguard/records/op_times.py`).
+  A run has `op_comparisons`: each place compared (`place`, `where`, `clock`, `baseline_us`,
+  `current_us`, `change_pct`, `share_pct`, `p_value`, `adjusted_p`, `bar_pct`, `paired`,
+  `verdict`: regression, improvement, unchanged, inconclusive or minor, `gating`). The
+  settings record `gate_kernels`, `op_blocks` and `op_min_change`. A 14 file reads unchanged.
+
 Before the release (kept for the record; not read): 1 the results format; 2 counters; 3
 instruction counts; 4 confirmation records; 5 blocks and sketches instead of raw samples in
 baselines, gzip; 6 workloads, throughput, the device clock; 7 generations; 8 accepted
@@ -92,10 +102,18 @@ def _13_to_14(doc: dict[str, Any]) -> dict[str, Any]:
     return {**doc, "schema_version": 14}
 
 
+def _14_to_15(doc: dict[str, Any]) -> dict[str, Any]:
+    """15 only adds keys (a result's `details.op_times`, a run's `op_comparisons`, the
+    settings `gate_kernels`, `op_blocks` and `op_min_change`): a 14 file reads unchanged, its
+    results without operators' times (no operator verdicts against it)."""
+    return {**doc, "schema_version": 15}
+
+
 MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
     11: _11_to_12,
     12: _12_to_13,
     13: _13_to_14,
+    14: _14_to_15,
 }
 """version N -> a function turning a version-N document into a version-(N+1) one."""
 

@@ -36,6 +36,7 @@ from perfguard.pytest_plugin.ab import session as ab_session
 from perfguard.pytest_plugin.ab.roles import AbDriving
 from perfguard.pytest_plugin.finish import Ending
 from perfguard.pytest_plugin.state import SessionState
+from perfguard.stats.op_verdicts import op_noise
 
 if TYPE_CHECKING:
     from perfguard.plan import BaseSaid
@@ -45,6 +46,8 @@ if TYPE_CHECKING:
     from perfguard.pytest_plugin.recording import Recording
     from perfguard.stats.thresholds import Thresholds
     from perfguard.watchdog import Watchdog
+
+OP_ROUNDS = 5  # comparisons of the operators' blocks per item, at most
 
 
 class Canary:
@@ -215,6 +218,12 @@ class Calibrating(AbDriving):
             rounds.append(Round(kind, slower_ms, main, tuple(again)))
             if len(active) < 2:
                 break
+        # the operators' blocks, as many comparisons of them as identical rounds (at most 5)
+        op_rounds = 0
+        for _ in range(min(sum(1 for kind in kinds if not kind), OP_ROUNDS)):
+            if len(active) < 2 or not driver.take_op_pairs(active, outcomes, rng, progress):
+                break
+            op_rounds += 1
         crashed = len(active) < 2
         driver.close_item(active, outcomes, progress)
         delay = "device" if _cuda_timed(outcomes) else "host"
@@ -225,7 +234,8 @@ class Calibrating(AbDriving):
                 ended.message if ended is not None else "crashed"
             )
         call_ms = canary.steady_ms or driver.b.call_ms
-        return Item(test, variant, tuple(rounds), call_ms, delay, error)
+        ops = None if crashed else _op_noise(outcomes, op_rounds, th)
+        return Item(test, variant, tuple(rounds), call_ms, delay, error, ops)
 
     def _compare(
         self,
@@ -264,6 +274,19 @@ class Calibrating(AbDriving):
             ab.close(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
             self.ab = None
         super().pytest_sessionfinish(session, exitstatus)
+
+
+def _op_noise(
+    outcomes: dict[str, SideOutcome], rounds: int, th: Thresholds
+) -> dict[str, Any] | None:
+    """What both sides read for each operator or kernel, where both kept their times."""
+    a, b = outcomes.get("A"), outcomes.get("B")
+    if a is None or b is None or a.result is None or b.result is None:
+        return None
+    base, head = a.result.details.op_times, b.result.details.op_times
+    if base is None or head is None:
+        return None
+    return op_noise(base, head, rounds, th)
 
 
 def _cuda_timed(outcomes: dict[str, SideOutcome]) -> bool:

@@ -9,6 +9,9 @@ works at any moment: nothing either side times (compile time, warm-up, blocks, t
 profile) shares the machine with the other.
 """
 
+# long module: the driver whole: an item's steps in order (build, compile, the timed pairs,
+# the operators' pairs, memory and drift) and the two workers' lives around them
+
 from __future__ import annotations
 
 import functools
@@ -195,6 +198,7 @@ class Driver:
         active = self.open_item(nodeid, remaining, progress, outcomes, floor)
         rng = random.Random(f"{self.seed}:{nodeid}")
         taken = self.take_pairs(active, outcomes, rng, progress, design)
+        self.take_op_pairs(active, outcomes, rng, progress)
         self.close_item(active, outcomes, progress)
         return outcomes["A"], outcomes["B"], taken.pairing
 
@@ -277,6 +281,32 @@ class Driver:
                     break
         pairing = Pairing(tuple(orders), sequential)
         return Taken(tuple(blocks["A"]), tuple(blocks["B"]), pairing)
+
+    def take_op_pairs(
+        self,
+        active: list[Side],
+        outcomes: dict[str, SideOutcome],
+        rng: random.Random,
+        progress: Progress,
+    ) -> int:
+        """After the timed pairs, pairs of profiled blocks (each operator's and kernel's
+        time), the order inside each pair drawn at random as the timed pairs' is: as many as
+        both sides' settings ask for (the fewer), none for one side alone. How many pairs."""
+        if len(active) < 2 or self.recording_sites:
+            return 0
+        pairs = min(side.op_blocks for side in active)
+        for index in range(pairs):
+            order = list(active)
+            rng.shuffle(order)
+            progress(f"A/B: operators' times, pair {index + 1} of {pairs}")
+            for side in order:
+                try:
+                    side.op_block()
+                except WorkerExitedError as exc:
+                    outcomes[side.name] = self._crash(side, exc)
+                    active.remove(side)
+                    return index
+        return pairs
 
     def close_item(
         self, active: list[Side], outcomes: dict[str, SideOutcome], progress: Progress

@@ -12,6 +12,8 @@ One session of one worker, in order:
     Ready(repeats, ...)     ->                 (compiled and warmed up)
                             <-  Block          (one block per command)
     Times(times)            ->
+                            <-  Ops            (one profiled block per command)
+    OpsTaken(places)        ->
                             <-  Finish
     Result(item, ...)       ->                 (when the item measured something)
     Ended(item, outcome)    ->
@@ -86,6 +88,13 @@ class Block(_Message):
 
 
 @dataclass(frozen=True)
+class Ops(_Message):
+    """Take one profiled block now (each operator's or kernel's time, untimed)."""
+
+    KIND = "ops"
+
+
+@dataclass(frozen=True)
 class Finish(_Message):
     """Sampling is over: finish the item."""
 
@@ -137,6 +146,7 @@ class Ready(_Message):
     repeats: int
     warmup_calls: int
     call_ms: float | None = None
+    op_blocks: int = 0  # the profiled blocks its settings ask for
 
 
 @dataclass(frozen=True)
@@ -145,6 +155,14 @@ class Times(_Message):
 
     KIND = "times"
     times: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class OpsTaken(_Message):
+    """A profiled block was taken: how many places it kept (0: none could be taken here)."""
+
+    KIND = "ops_taken"
+    places: int
 
 
 @dataclass(frozen=True)
@@ -169,8 +187,8 @@ class Ended(_Message):
 
 M = TypeVar("M", bound=_Message)
 
-Message = Items | Go | Skip | Time | Block | Finish
-Report = Collected | Next | Built | Ready | Times | Result | Ended
+Message = Items | Go | Skip | Time | Block | Ops | Finish
+Report = Collected | Next | Built | Ready | Times | OpsTaken | Result | Ended
 
 KINDS: dict[str, type[_Message]] = {
     cls.KIND: cls for cls in (*get_args(Message), *get_args(Report))
@@ -199,7 +217,7 @@ def decode(data: object) -> _Message:
 def command(data: object) -> Message:
     """The driver's command a wire dict holds (a worker reads these)."""
     message = decode(data)
-    if not isinstance(message, Items | Go | Skip | Time | Block | Finish):
+    if not isinstance(message, Message):
         raise ProtocolError(f"A/B message {message.KIND!r} is a worker's, sent to a worker")
     return message
 
@@ -207,7 +225,7 @@ def command(data: object) -> Message:
 def report(data: object) -> Report:
     """The worker's report a wire dict holds (the driver reads these)."""
     message = decode(data)
-    if not isinstance(message, Collected | Next | Built | Ready | Times | Result | Ended):
+    if not isinstance(message, Report):
         raise ProtocolError(f"A/B message {message.KIND!r} is the driver's, sent to the driver")
     return message
 

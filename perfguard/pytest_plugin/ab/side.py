@@ -80,6 +80,7 @@ class Side:
     conn: Connection | None = None
     collected: set[str] = field(default_factory=set)
     repeats: int = 0  # blocks the worker's settings ask for, learnt from its `ready`
+    op_blocks: int = 0  # profiled blocks its settings ask for, learnt from its `ready`
     call_ms: float | None = None  # a call's time after warm-up, learnt from its `ready`
     launches: int = 0  # worker processes started for this side
     cuda: bool | None = None  # whether CUDA is available there (None: not known)
@@ -297,6 +298,7 @@ class Side:
                 case message if until is not None and isinstance(message, until):
                     if isinstance(message, protocol.Ready):
                         self.repeats, self.call_ms = message.repeats, message.call_ms
+                        self.op_blocks = message.op_blocks
                     return None
                 case protocol.Result() as message:
                     results.append(VariantResult.from_json(message.result))
@@ -325,6 +327,11 @@ class Side:
         finally:
             TIMED.clear()
         return protocol.expect(message, protocol.Times).times
+
+    def op_block(self) -> int:
+        """One profiled block (untimed); how many places it kept (0: none here)."""
+        self.send(protocol.Ops())
+        return protocol.expect(self.recv(), protocol.OpsTaken).places
 
     def finish(self) -> SideOutcome:
         self.send(protocol.Finish())

@@ -26,6 +26,7 @@ from perfguard.measure.placement import on_one_cpu
 from perfguard.measure.residency import Residency
 from perfguard.measure.sampling import (
     Command,
+    OpBlock,
     Sampler,
     SamplingSettings,
     WarmupOutcome,
@@ -102,7 +103,7 @@ class WorkerLink:
         protocol.expect(self.recv(), protocol.Time)
 
     def _sampling_command(self) -> Command:
-        command = protocol.expect(self.recv(), protocol.Block, protocol.Finish)
+        command = protocol.expect(self.recv(), protocol.Block, protocol.Ops, protocol.Finish)
         self.slower_ms = command.slower_ms if isinstance(command, protocol.Block) else 0.0
         return command.KIND
 
@@ -116,17 +117,26 @@ class WorkerLink:
             last = sorted(warmup.times_ms[-5:])
             call_ms = last[len(last) // 2] if last else None
             self.send(
-                protocol.Ready(repeats=settings.repeats, warmup_calls=warmup.calls, call_ms=call_ms)
+                protocol.Ready(
+                    repeats=settings.repeats,
+                    warmup_calls=warmup.calls,
+                    call_ms=call_ms,
+                    op_blocks=settings.op_blocks,
+                )
             )
 
         def hand_over(block: tuple[float, ...]) -> None:
             self.send(protocol.Times(tuple(block)))
+
+        def hand_over_ops(block: OpBlock | None) -> None:
+            self.send(protocol.OpsTaken(0 if block is None else len(block[1])))
 
         sampling = functools.partial(
             sample_on_demand,
             ready=ready,
             next_command=self._sampling_command,
             hand_over=hand_over,
+            hand_over_ops=hand_over_ops,
             around_block=on_one_cpu,
         )
 
@@ -136,11 +146,11 @@ class WorkerLink:
             with turn, on_one_cpu():
                 yield
 
-        def sampler(call: Callable[[], Any], clock: Clock, *args: Any) -> Any:
+        def sampler(call: Callable[[], Any], clock: Clock, *args: Any, **given: Any) -> Any:
             # a canary's block (`perfguard calibrate`): each call slower by what it asks
             canaried = slowed(call, delay_for(clock), lambda: self.slower_ms)
             try:
-                return sampling(canaried, clock, *args, around_block=around_block)
+                return sampling(canaried, clock, *args, around_block=around_block, **given)
             finally:
                 if residency is not None:
                     residency.give_back()

@@ -1,0 +1,253 @@
+"""Op verdicts study: a change of one layer's operator, too small for the whole model's
+verdict, found by the verdicts per operator.
+
+Run:  .venv/bin/python benchmarks/op_verdicts.py pad             (the slowdowns' sizes)
+      .venv/bin/python benchmarks/op_verdicts.py run --runs 20 --dir DIR
+      .venv/bin/python benchmarks/op_verdicts.py analyze --dir DIR [--json OUT]
+
+The model is 20 layers, each a Linear and a ReLU (`WIDTH` wide, a batch of `BATCH` rows). A
+scratch git repository holds it as a perf test: its base commit as it is, and three heads:
+identical code (another commit), and layer 7's Linear made slower by computing `pad` more
+output columns than it returns (every layer slices its output, so both sides run the same
+operators; only that matmul's shape differs): the pads that move the whole model by +1% and
++2% on this machine (`pad` finds them: in one process, the two models' calls interleaved,
+thousands of calls). Each run is `pytest --perfguard --perfguard-ab=BASE` on a head, as CI
+runs a pull request, its verdicts read from the results JSON: the model's own (latency p50)
+and each operator's.
+
+`cost`: the wall time of one A/B run with the operators' blocks (the default) and without
+them (`--perfguard-op-blocks=0`), in turn.
+
+A run is kept as JSON in `--dir`; `run` resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.gitrepo import git
+
+WIDTH, BATCH, DEPTH, SLOWED = 256, 64, 20, 6  # layer 7 is index 6
+LEVELS = ("0", "1", "2")  # identical code, +1%, +2% of the model
+
+MODEL = '''\
+import torch
+from torch import nn
+
+WIDTH, BATCH, DEPTH, SLOWED = {WIDTH}, {BATCH}, {DEPTH}, {SLOWED}
+PAD = {pad}  # output columns layer SLOWED's Linear computes besides the WIDTH it returns
+
+
+class Layer(nn.Module):
+    """A Linear and a ReLU; the Linear computes `pad` more columns than it returns (every
+    layer slices its output, so the operators are the same whatever the pad)."""
+
+    def __init__(self, pad=0):
+        super().__init__()
+        self.fc = nn.Linear(WIDTH, WIDTH + pad)
+
+    def forward(self, x):
+        return torch.relu(self.fc(x)[:, :WIDTH])
+
+
+def build(pad=PAD):
+    torch.manual_seed(0)
+    layers = [Layer(pad if i == SLOWED else 0) for i in range(DEPTH)]
+    return nn.Sequential(*layers).eval(), torch.randn(BATCH, WIDTH)
+'''
+
+TEST = """\
+import pytest
+from study_model import build
+
+
+@pytest.mark.perfguard(variants=["eager"])
+def test_layers(perfguard):
+    model, x = build()
+    perfguard.run(model, (x,))
+"""
+
+PYTEST = (
+    sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--perfguard",
+    "--perfguard-fail-on=never", "--perfguard-report=last-report.md", "--perfguard-full",
+)  # fmt: skip
+
+
+def model_source(pad: int) -> str:
+    return MODEL.format(WIDTH=WIDTH, BATCH=BATCH, DEPTH=DEPTH, SLOWED=SLOWED, pad=pad)
+
+
+def whole_change(pad: int, calls: int = 4000, seed: int = 0) -> float:
+    """The whole model's change (%) with layer 7 padded by `pad` rows: both models in this
+    process, their calls interleaved in a random order, medians compared."""
+    import torch
+
+    namespace: dict[str, Any] = {}
+    exec(model_source(pad), namespace)
+    base, x = namespace["build"](0)
+    head, _ = namespace["build"](pad)
+    times: dict[str, list[float]] = {"base": [], "head": []}
+    rng = random.Random(seed)
+    torch.set_num_threads(1)
+    with torch.inference_mode():
+        for _ in range(50):
+            base(x), head(x)
+        for _ in range(calls):
+            order = [("base", base), ("head", head)]
+            rng.shuffle(order)
+            for name, model in order:
+                began = time.perf_counter_ns()
+                model(x)
+                times[name].append(time.perf_counter_ns() - began)
+    return 100.0 * (statistics.median(times["head"]) / statistics.median(times["base"]) - 1)
+
+
+def find_pads() -> dict[str, Any]:
+    """The pads nearest +1% and +2% of the whole model (each measured three times)."""
+    seen = {}
+    for pad in (32, 64, 96, 128, 192, 256):
+        seen[pad] = statistics.median(whole_change(pad, seed=s) for s in range(3))
+        print(f"pad {pad:3d}: the model {seen[pad]:+.2f}%", flush=True)
+    pick = {level: min(seen, key=lambda p: abs(seen[p] - float(level))) for level in ("1", "2")}
+    return {"pads": {str(p): round(c, 3) for p, c in seen.items()}, "chosen": pick}
+
+
+def repository(directory: Path, pads: dict[str, int]) -> tuple[Path, str, dict[str, str]]:
+    repo = directory / "repo"
+    index = directory / "commits.json"
+    if index.exists() and (repo / ".git").is_dir():
+        saved = json.loads(index.read_text())
+        if saved["pads"] != pads:
+            raise SystemExit(f"{directory} holds a study of other pads: {saved['pads']}")
+        return repo, saved["base"], saved["heads"]
+    repo.mkdir(parents=True, exist_ok=True)
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "pytest.ini").write_text("[pytest]\nperfguard_threads = 1\n", encoding="utf-8")
+    (repo / "test_layers.py").write_text(TEST, encoding="utf-8")
+    (repo / "study_model.py").write_text(model_source(0), encoding="utf-8")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "base")
+    base = git(repo, "rev-parse", "HEAD")
+    heads = {}
+    for level in LEVELS:
+        git(repo, "checkout", "-q", "--detach", base)
+        (repo / "study_model.py").write_text(model_source(pads.get(level, 0)), encoding="utf-8")
+        git(repo, "commit", "-q", "--allow-empty", "-am", f"head +{level}%")
+        heads[level] = git(repo, "rev-parse", "HEAD")
+    index.write_text(json.dumps({"base": base, "heads": heads, "pads": pads}), encoding="utf-8")
+    return repo, base, heads
+
+
+def run(directory: Path, runs: int, seed: int, pads: dict[str, int]) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    repo, base, heads = repository(directory, pads)
+    plan = [(level, i) for level in LEVELS for i in range(runs)]
+    random.Random(seed).shuffle(plan)
+    todo = [(lv, i) for lv, i in plan if not (directory / f"ab-{lv}-{i:03d}.json").exists()]
+    began = time.monotonic()
+    for done, (level, i) in enumerate(todo, 1):
+        out = directory / f"ab-{level}-{i:03d}.json"
+        git(repo, "checkout", "-q", "--detach", heads[level])
+        tmp = out.with_suffix(".tmp").resolve()
+        cmd = [*PYTEST, f"--perfguard-ab={base}", f"--perfguard-json={tmp}", "test_layers.py"]
+        started = time.monotonic()
+        subprocess.run(cmd, cwd=repo, check=True, stdout=subprocess.DEVNULL)
+        doc = json.loads(tmp.read_text())
+        doc["wall_s"] = round(time.monotonic() - started, 2)
+        out.write_text(json.dumps(doc), encoding="utf-8")
+        tmp.unlink()
+        left = (time.monotonic() - began) / done * (len(todo) - done)
+        print(f"{done}/{len(todo)} +{level}%: {doc['wall_s']} s ({left / 60:.0f} min left)")
+
+
+def cost(directory: Path, runs: int, pads: dict[str, int]) -> dict[str, Any]:
+    """One A/B run's wall time with the operators' blocks and without, in turn."""
+    repo, base, heads = repository(directory, pads)
+    git(repo, "checkout", "-q", "--detach", heads["0"])
+    walls: dict[str, list[float]] = {"with": [], "without": []}
+    for _ in range(runs):
+        for name, extra in (("with", []), ("without", ["--perfguard-op-blocks=0"])):
+            began = time.monotonic()
+            cmd = [*PYTEST, f"--perfguard-ab={base}", *extra, "test_layers.py"]
+            subprocess.run(cmd, cwd=repo, check=True, stdout=subprocess.DEVNULL)
+            walls[name].append(round(time.monotonic() - began, 2))
+    return walls
+
+
+def analyze(directory: Path) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for level in LEVELS:
+        docs = [json.loads(p.read_text()) for p in sorted(directory.glob(f"ab-{level}-*.json"))]
+        if not docs:
+            continue
+        model = {"regression": 0, "improvement": 0, "unchanged": 0, "inconclusive": 0}
+        changes, caught, flagged, located, walls = [], 0, 0, 0, []
+        places_called: dict[str, int] = {}
+        for doc in docs:
+            p50 = [c for c in doc["comparisons"] if c["metric"] == "latency_p50_ms"]
+            verdict = p50[0]["verdict"] if p50 else "missing"
+            model[verdict] = model.get(verdict, 0) + 1
+            changes.append(p50[0]["change_pct"] if p50 else None)
+            called = [c for c in doc.get("op_comparisons", ()) if c["verdict"] in ("regression",)]
+            any_called = [
+                c
+                for c in doc.get("op_comparisons", ())
+                if c["verdict"] in ("regression", "improvement")
+            ]
+            flagged += bool(any_called)
+            for c in any_called:
+                key = f"{c['place']} in {c.get('where')}: {c['verdict']}"
+                places_called[key] = places_called.get(key, 0) + 1
+            slowed = [c for c in called if c.get("where") == f"{SLOWED}.fc"]
+            caught += bool(slowed)
+            located += bool(slowed) and verdict != "regression"
+            walls.append(doc.get("wall_s"))
+        out[level] = {
+            "runs": len(docs),
+            "model_verdicts": model,
+            "model_change_pct_median": statistics.median(c for c in changes if c is not None),
+            "slowed_op_called": caught,
+            "any_op_called": flagged,
+            "located_where_the_model_was_not_called": located,
+            "places_called": places_called,
+            "wall_s_median": statistics.median(w for w in walls if w is not None),
+        }
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("pad")
+    for name in ("run", "cost", "analyze"):
+        p = sub.add_parser(name)
+        p.add_argument("--dir", type=Path, required=True)
+        p.add_argument("--runs", type=int, default=20)
+        p.add_argument("--seed", type=int, default=0)
+        p.add_argument("--pads", default="1=64,2=128", help="level=pad,...")
+        p.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    if args.cmd == "pad":
+        print(json.dumps(find_pads(), indent=1))
+        return
+    pads = {k: int(v) for k, v in (part.split("=") for part in args.pads.split(","))}
+    if args.cmd == "run":
+        run(args.dir, args.runs, args.seed, pads)
+        return
+    doc = cost(args.dir, args.runs, pads) if args.cmd == "cost" else analyze(args.dir)
+    text = json.dumps(doc, indent=1)
+    print(text)
+    if args.json is not None:
+        args.json.write_text(text + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
