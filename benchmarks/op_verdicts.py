@@ -169,17 +169,41 @@ def run(directory: Path, runs: int, seed: int, pads: dict[str, int]) -> None:
 
 
 def cost(directory: Path, runs: int, pads: dict[str, int]) -> dict[str, Any]:
-    """One A/B run's wall time with the operators' blocks and without, in turn."""
+    """Identical heads, in turn with the operators' blocks and without: each run's wall time and
+    the model's timed figures (both sides' p50, the change, the verdict), to show what the
+    blocks cost and that the latency samples, taken before them, do not move."""
     repo, base, heads = repository(directory, pads)
     git(repo, "checkout", "-q", "--detach", heads["0"])
-    walls: dict[str, list[float]] = {"with": [], "without": []}
-    for _ in range(runs):
+    runs_by: dict[str, list[dict[str, Any]]] = {"with": [], "without": []}
+    for i in range(runs):
         for name, extra in (("with", []), ("without", ["--perfguard-op-blocks=0"])):
+            tmp = (directory / f"cost-{name}-{i:03d}.json").resolve()
             began = time.monotonic()
-            cmd = [*PYTEST, f"--perfguard-ab={base}", *extra, "test_layers.py"]
+            cmd = [*PYTEST, f"--perfguard-ab={base}", f"--perfguard-json={tmp}", *extra]
+            cmd.append("test_layers.py")
             subprocess.run(cmd, cwd=repo, check=True, stdout=subprocess.DEVNULL)
-            walls[name].append(round(time.monotonic() - began, 2))
-    return walls
+            wall = round(time.monotonic() - began, 2)
+            doc = json.loads(tmp.read_text())
+            p50 = next(c for c in doc["comparisons"] if c["metric"] == "latency_p50_ms")
+            runs_by[name].append(
+                {
+                    "wall_s": wall,
+                    "base_p50_ms": p50["baseline"],
+                    "head_p50_ms": p50["current"],
+                    "change_pct": p50["change_pct"],
+                    "verdict": p50["verdict"],
+                }
+            )
+            print(f"{i + 1}/{runs} {name}: {wall} s", file=sys.stderr)
+    out: dict[str, Any] = {"runs": runs_by}
+    for name, rows in runs_by.items():
+        out[f"{name}_median"] = {
+            key: statistics.median(r[key] for r in rows)
+            for key in ("wall_s", "base_p50_ms", "head_p50_ms", "change_pct")
+        }
+    pairs = zip(runs_by["with"], runs_by["without"], strict=True)
+    out["wall_s_added_median"] = statistics.median(a["wall_s"] - b["wall_s"] for a, b in pairs)
+    return out
 
 
 def analyze(directory: Path) -> dict[str, Any]:

@@ -11,10 +11,17 @@ from dataclasses import replace
 import pytest
 
 from perfguard.measure.clock import FakeClock
-from perfguard.measure.op_times import _Event, _places, canonical
+from perfguard.measure.op_times import (
+    OP_CALLS_LEAST,
+    OP_CALLS_MOST,
+    _Event,
+    _places,
+    canonical,
+    summary,
+)
 from perfguard.measure.sampling import SamplingSettings, sample, sample_on_demand
 from perfguard.pytest_plugin.ab import protocol
-from perfguard.records import Comparison, Details, RecordError, Run
+from perfguard.records import Comparison, Details, RecordError, Run, VariantResult
 from perfguard.records.op_times import KEEP_MOST, OpChange, OpTimes, kept
 from perfguard.report.markdown import render_markdown
 from perfguard.stats.op_verdicts import compare_ops, compare_results
@@ -46,7 +53,7 @@ def blocks(
     return OpTimes(clock="host", calls=3, call_us=tuple(calls), blocks=tuple(out), where=where)
 
 
-def with_ops(seed: int, ops: OpTimes, center: float = 1.0) -> object:
+def with_ops(seed: int, ops: OpTimes, center: float = 1.0) -> VariantResult:
     r = result("t.py::test_m", "eager", center, seed=seed)
     return replace(r, details=replace(r.details, op_times=ops))
 
@@ -98,7 +105,7 @@ def test_the_correction_is_run_wide_over_every_place_of_every_item() -> None:
     base = with_ops(1, blocks(1, n=6, noise=0.05))
     head = with_ops(2, blocks(2, slowed=0.12, n=6, noise=0.05))
     alone = compare_ops([(base, head)], Thresholds(), paired=True)
-    alone_p = [c.adjusted_p for c in alone if c.place == "aten::addmm #7"]
+    alone_p = [c.adjusted_p or 0.0 for c in alone if c.place == "aten::addmm #7"]
     others = [
         (with_ops(10 + i, blocks(10 + i, n=6)), with_ops(50 + i, blocks(50 + i, n=6)))
         for i in range(20)
@@ -107,9 +114,49 @@ def test_the_correction_is_run_wide_over_every_place_of_every_item() -> None:
     pairs = [(replace(b, test=h.test), h) for b, h in pairs]
     together = compare_ops([(base, head), *pairs], Thresholds(), paired=True)
     together_p = [
-        c.adjusted_p for c in together if c.place == "aten::addmm #7" and c.test == head.test
+        c.adjusted_p or 0.0 for c in together if c.place == "aten::addmm #7" and c.test == head.test
     ]
     assert alone_p and (not together_p or together_p[0] > alone_p[0])
+
+
+def test_small_places_are_a_family_of_their_own() -> None:
+    """Places that can only be reported (under 1% of the call) never raise the bar of those
+    that may be called: forty more tiny places leave the matmul's adjusted p as it was."""
+    base, head = blocks(1, n=6, noise=0.05), blocks(2, slowed=0.12, n=6, noise=0.05)
+
+    def with_tiny(ops: OpTimes, seed: int) -> OpTimes:
+        rng = random.Random(seed)
+        grown = tuple(
+            {**b, **{f"aten::tiny #{i}": 0.5 * (1 + rng.gauss(0, 0.05)) for i in range(2, 42)}}
+            for b in ops.blocks
+        )
+        return replace(ops, blocks=grown)
+
+    def p_of(b: OpTimes, h: OpTimes) -> float | None:
+        found = compare_ops([(with_ops(1, b), with_ops(2, h))], Thresholds(), paired=True)
+        return next(c.adjusted_p for c in found if c.place == "aten::addmm #7")
+
+    assert p_of(with_tiny(base, 3), with_tiny(head, 4)) == pytest.approx(p_of(base, head))
+
+
+def test_a_block_keeps_medians_so_one_preempted_call_moves_nothing() -> None:
+    calls = [{"aten::addmm #1": 50.0, "aten::relu #1": 5.0} for _ in range(9)]
+    calls[4] = {"aten::addmm #1": 4050.0, "aten::relu #1": 5.0}  # a 4-ms time slice lost
+    calls[6] = {"aten::addmm #1": 50.0}  # a place one call did not run counts 0 there
+    call, kept_places = summary([100.0] * 8 + [4100.0], calls)
+    assert call == 100.0 and kept_places == {"aten::addmm #1": 50.0, "aten::relu #1": 5.0}
+
+
+def test_a_block_is_sized_to_its_calls() -> None:
+    torch = pytest.importorskip("torch")
+    import time
+
+    from perfguard.measure.op_times import OpProfiler
+
+    quick = OpProfiler(lambda: None, torch.device("cpu"))
+    slow = OpProfiler(lambda: time.sleep(0.05), torch.device("cpu"))
+    assert quick._sized() == OP_CALLS_MOST and slow._sized() == OP_CALLS_LEAST
+    assert OpProfiler(lambda: None, torch.device("cpu"), calls=5)._sized() == 5
 
 
 def test_against_a_stored_baseline_the_blocks_are_not_paired() -> None:
@@ -261,10 +308,8 @@ def test_sampling_takes_its_op_blocks_after_the_timed_ones() -> None:
 def test_the_protocol_carries_the_op_blocks() -> None:
     assert protocol.command(protocol.Ops().wire()) == protocol.Ops()
     assert protocol.report(protocol.OpsTaken(12).wire()) == protocol.OpsTaken(12)
-    assert (
-        protocol.report(protocol.Ready(repeats=5, warmup_calls=3, op_blocks=8).wire()).op_blocks
-        == 8
-    )
+    ready = protocol.report(protocol.Ready(repeats=5, warmup_calls=3, op_blocks=8).wire())
+    assert isinstance(ready, protocol.Ready) and ready.op_blocks == 8
     with pytest.raises(protocol.ProtocolError):
         protocol.command(protocol.OpsTaken(1).wire())
 
@@ -309,4 +354,5 @@ def test_the_profiler_names_each_layer_of_a_module_it_runs() -> None:
     assert [taken.where[p] for p in addmms] == ["0", "1", "2"]
     unnamed = OpProfiler(lambda: model(x), torch.device("cpu"), None)
     with torch.inference_mode():
-        assert unnamed.times([unnamed.block(), unnamed.block()]).where == {}
+        plain = unnamed.times([unnamed.block(), unnamed.block()])
+    assert plain is not None and plain.where == {}

@@ -319,12 +319,14 @@ def test_every_ab_message_round_trips_and_a_stray_one_is_named() -> None:
         p.Skip(),
         p.Time(),
         p.Block(slower_ms=0.25),
+        p.Ops(),
         p.Finish(),
         p.Collected(("t.py::a[eager]",), cuda=None),
         p.Next("t.py::a[eager]"),
         p.Built(),
         p.Ready(repeats=5, warmup_calls=12, call_ms=1.5),
         p.Times((1.5, 1.25)),
+        p.OpsTaken(places=12),
         p.Result("t.py::a[eager]", {"test": "t.py::a"}, {"torch": "2.13.0"}),
         p.Ended("t.py::a[eager]", "passed", ""),
     ]
@@ -338,7 +340,8 @@ def test_every_ab_message_round_trips_and_a_stray_one_is_named() -> None:
         p.report(p.Go().wire())
     with pytest.raises(p.ProtocolError, match="not an A/B message: 'hello'"):
         p.decode({"kind": "hello"})
-    with pytest.raises(p.ProtocolError, match=r"'ready': expected fields \['call_ms', 'repeats'"):
+    fields = r"'ready': expected fields \['call_ms', 'op_blocks', 'repeats'"
+    with pytest.raises(p.ProtocolError, match=fields):
         p.decode({"kind": "ready", "repeats": 5})
     # a field with a default may be left out (a worker of an older tree sends no call time)
     assert p.decode({"kind": "ready", "repeats": 5, "warmup_calls": 3}) == p.Ready(5, 3)

@@ -186,6 +186,7 @@ class FakeSide:
         self.time_limit: float | None = None
         self.call_ms: float | None = center
         self.delays: list[float] = []  # the canary's delay each block was asked for
+        self.op_blocks = 0  # profiled blocks after the timed ones: a test asks for some
 
     def limit(self, seconds: float | None) -> None:
         self.time_limit = seconds
@@ -207,6 +208,9 @@ class FakeSide:
         # the whole block shares the host's state of the moment: noise per block
         level = self.center * math.exp(self.rng.gauss(0, self.spread))
         return tuple(level * (1 + self.rng.gauss(0, 0.002)) for _ in range(30))
+
+    def op_block(self) -> None:
+        self.log.append(f"{self.name} ops")
 
     def finish(self) -> SideOutcome:
         return SideOutcome(None, "passed")
@@ -264,6 +268,22 @@ def test_both_sides_build_at_once_and_time_one_after_the_other(tmp_path: Path) -
     # both are built, and before the first block
     assert log[:6] == ["A begin", "B begin", "A built", "B built", "A turn", "B turn"]
     assert set(log[6:]) == {"A block", "B block"}
+
+
+def test_profiled_pairs_come_after_the_timed_ones_each_side_once_a_pair(tmp_path: Path) -> None:
+    log: list[str] = []
+    driver = _driver(tmp_path, 1.0, 0.01, log=log)
+    driver.a.op_blocks, driver.b.op_blocks = 5, 3  # the fewer: 3 pairs
+    driver.measure("t::x", ["t::x"], lambda _: None, Design())
+    first = log.index("A ops")
+    assert "A block" not in log[first:] and "B block" not in log[first:]
+    ops = log[first - 1 if log[first - 1] == "B ops" else first :]
+    assert sorted(ops[0:2]) == sorted(ops[2:4]) == sorted(ops[4:6]) == ["A ops", "B ops"]
+    assert len(ops) == 6
+    driver.recording_sites = True  # memory by site: the profiler is taken, no op pairs
+    log.clear()
+    driver.measure("t::x", ["t::x"], lambda _: None, Design())
+    assert "A ops" not in log
 
 
 def test_a_side_that_fails_to_build_leaves_the_other_measured_alone(tmp_path: Path) -> None:

@@ -1,10 +1,13 @@
 """The operators' and kernels' times of a variant's calls, block by block, for verdicts per op.
 
-A block is `OP_CALLS` calls under the profiler, each inside a range of its own: on a CPU each
-ATen operator's self time (its time less its children's, from the profiler's raw events, on
-its own thread), on CUDA each kernel's device time (CUPTI's, through the profiler; a kernel
-belongs to the call whose range launched it). Blocks are taken apart from the timed ones,
-after them: a profiled call is slower than a timed one, and the latency figures never see it.
+A block is a few calls under the profiler (as many as fill `OP_BLOCK_MS`, from
+`OP_CALLS_LEAST` to `OP_CALLS_MOST`, sized once from one unprofiled call), each inside a range
+of its own: on a CPU each ATen operator's self time (its time less its children's, from the
+profiler's raw events, on its own thread), on CUDA each kernel's device time (CUPTI's, through
+the profiler; a kernel belongs to the call whose range launched it). A block keeps each
+place's median over its calls (and the call's): a call preempted on a busy host moves one
+call's figures, not the block's. Blocks are taken apart from the timed ones, after them: a
+profiled call is slower than a timed one, and the latency figures never see it.
 
 A place in the call is an operator's (or kernel's) name and its occurrence among the call's
 events of that name, in the order they started: `aten::addmm #7` is the seventh addmm of the
@@ -20,7 +23,10 @@ ran in (`where`): `aten::addmm #7` ran in `layers.6.fc`.
 
 from __future__ import annotations
 
+import math
 import re
+import statistics
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -33,7 +39,8 @@ from torch import nn
 from perfguard.measure.counters import profiler
 from perfguard.records.op_times import OpTimes, kept
 
-OP_CALLS = 3  # calls per profiled block
+OP_BLOCK_MS = 30.0  # a profiled block's calls fill about this much time
+OP_CALLS_LEAST, OP_CALLS_MOST = 3, 64  # calls per profiled block
 CALL = "perfguard: op call"
 MODULE = "perfguard: module "
 _HASH = re.compile(
@@ -147,6 +154,17 @@ def _places(
     return [(end - start) / 1000.0 for start, end in calls], times, index
 
 
+def summary(
+    call_us: Sequence[float], times: Sequence[Mapping[str, float]]
+) -> tuple[float, dict[str, float]]:
+    """A block of calls as it is kept: the call's median time and each place's median over
+    the calls (0 in a call it did not run in), the places `kept` keeps."""
+    call = statistics.median(call_us)
+    places = {place for per_call in times for place in per_call}
+    median = {p: statistics.median(per_call.get(p, 0.0) for per_call in times) for p in places}
+    return call, kept(median, call)
+
+
 class OpProfiler:
     """Takes one variant's op blocks (`block`) and, once, where each place ran (`where`)."""
 
@@ -155,13 +173,26 @@ class OpProfiler:
         call: Callable[[], Any],
         device: torch.device,
         module: nn.Module | None = None,
-        calls: int = OP_CALLS,
+        calls: int | None = None,
     ) -> None:
         """`module`: the module the call runs as it is (None for a compiled, exported or
-        runtime variant: a range around its submodules would change what runs)."""
+        runtime variant: a range around its submodules would change what runs); `calls`
+        per block, None: sized at the first block."""
         self.call, self.device, self.module, self.calls = call, device, module, calls
         self.clock = "device" if device.type == "cuda" else "host"
         self.failed: str | None = None  # why the profiler could not take a block here
+
+    def _sized(self) -> int:
+        """Calls per block: as many as fill `OP_BLOCK_MS`, timed from one call."""
+        if self.calls is None:
+            start = time.perf_counter()
+            self.call()
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            ms = 1000.0 * (time.perf_counter() - start)
+            fill = math.ceil(OP_BLOCK_MS / ms) if ms > 0 else OP_CALLS_MOST
+            self.calls = min(OP_CALLS_MOST, max(OP_CALLS_LEAST, fill))
+        return self.calls
 
     def _profiled(self, calls: int) -> list[_Event]:
         from torch.autograd.profiler import record_function
@@ -175,24 +206,19 @@ class OpProfiler:
         return _raw(prof)
 
     def block(self) -> tuple[float, dict[str, float]]:
-        """One block: a call's time and each place's time per call (µs), as a block keeps
-        them (`records.op_times.kept`)."""
+        """One block: a call's time and each place's time per call (µs, medians over the
+        block's calls), as a block keeps them (`records.op_times.kept`)."""
         if self.failed is not None:
             return 0.0, {}
         try:
-            events = self._profiled(self.calls)
+            events = self._profiled(self._sized())
         except Exception as exc:  # another profiler already running, an unprofilable call
             self.failed = f"the operators' times could not be taken: {str(exc).strip()[:200]}"
             return 0.0, {}
         call_us, times, _ = _places(events, self.clock == "device")
         if not call_us:
             return 0.0, {}
-        mean_call = sum(call_us) / len(call_us)
-        total: dict[str, float] = defaultdict(float)
-        for per_call in times:
-            for place, us in per_call.items():
-                total[place] += us / len(times)
-        return mean_call, kept(total, mean_call)
+        return summary(call_us, times)
 
     def where(self) -> dict[str, str]:
         """The module each place ran in (one more call, ranges around every submodule);
@@ -230,7 +256,7 @@ class OpProfiler:
         places = {p for _, block in blocks for p in block}
         return OpTimes(
             clock=self.clock,  # type: ignore[arg-type]
-            calls=self.calls,
+            calls=self.calls or OP_CALLS_LEAST,
             call_us=tuple(call for call, _ in blocks),
             blocks=tuple(dict(block) for _, block in blocks),
             where={p: w for p, w in where.items() if p in places},

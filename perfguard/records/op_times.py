@@ -4,9 +4,10 @@ them said.
 `OpTimes`: the profiled blocks of one result, taken apart from its timed blocks (a profiled
 call is slower than a timed one; the latency figures never see them). Each block is a few
 calls; for each place in the call (an operator's or a kernel's name and its occurrence in the
-call, `aten::addmm #7`) its time per call in microseconds, and the call's own time, which an
-op's share is read against. A block keeps the places that hold at least `KEEP_SHARE` of the
-call, at most `KEEP_MOST`: its size is bounded whatever the model.
+call, `aten::addmm #7`) its time per call in microseconds (the median over the block's
+calls), and the call's own time, which an op's share is read against. A block keeps the places
+that hold at least `KEEP_SHARE` of the call, at most `KEEP_MOST`: its size is bounded whatever
+the model.
 
 `OpChange`: one place compared, base against head, with its verdict.
 """

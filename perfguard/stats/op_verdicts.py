@@ -10,7 +10,10 @@ that matmul's own noise. Each result keeps its places' times, block by block
   pairs: the log ratio of each pair, tested as the latency's pairs are (`paired_test`, the
   t-test and the trimmed-mean test); unpaired against a stored baseline: Welch on the logs;
 - every place of every item tested is corrected together (Benjamini-Hochberg, run-wide),
-  so a suite of many items and many places is not a lottery;
+  so a suite of many items and many places is not a lottery. The places that may be called
+  (`MIN_SHARE_PCT` of the call or more) are one family, the smaller ones (which can only be
+  reported as `minor`) another: twenty layers' small ops would otherwise raise the bar of the
+  twenty matmuls that may be called, for rows that never gate;
 - a change is called only past the place's bar (`op_min_change_pct`, 10% unless a test or
   the run sets it; `perfguard calibrate` measures what two processes of the same code read
   for each place and advises it per item) and only for a place that holds at least
@@ -24,7 +27,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -112,6 +115,16 @@ def _decide(op: OpChange, adjusted: float, alpha: float, gate: bool) -> OpChange
     )
 
 
+def _corrected(tested: Sequence[_Tested]) -> Iterator[tuple[_Tested, float]]:
+    """Each tested place with its adjusted p, corrected within its family: those that may
+    be called, and the smaller ones."""
+    for family in (
+        [t for t in tested if t.change.share_pct >= MIN_SHARE_PCT],
+        [t for t in tested if t.change.share_pct < MIN_SHARE_PCT],
+    ):
+        yield from zip(family, benjamini_hochberg([t.p for t in family]), strict=True)
+
+
 def compare_ops(
     pairs: Iterable[tuple[VariantResult | None, VariantResult]],
     thresholds: Thresholds,
@@ -140,9 +153,8 @@ def compare_ops(
             )
             if found is not None:
                 tested.append(found)
-    adjusted = benjamini_hochberg([t.p for t in tested])
     out = []
-    for t, adj in zip(tested, adjusted, strict=True):
+    for t, adj in _corrected(tested):
         th = thresholds.for_test(t.change.test)
         decided = _decide(t.change, adj, th.alpha, th.gate_kernels)
         if decided.verdict != "unchanged":
