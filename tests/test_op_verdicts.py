@@ -356,3 +356,34 @@ def test_the_profiler_names_each_layer_of_a_module_it_runs() -> None:
     with torch.inference_mode():
         plain = unnamed.times([unnamed.block(), unnamed.block()])
     assert plain is not None and plain.where == {}
+
+
+@pytest.mark.cuda
+def test_the_profiler_times_each_kernel_of_a_cuda_call_and_names_its_layer() -> None:
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    from perfguard.measure.op_times import OpProfiler
+
+    device = torch.device("cuda")
+    model = torch.nn.Sequential(*[torch.nn.Linear(512, 512) for _ in range(3)]).to(device).eval()
+    x = torch.randn(256, 512, device=device)
+    with torch.inference_mode():
+        model(x)
+        torch.cuda.synchronize()
+        profiler = OpProfiler(lambda: model(x), device, model)
+        taken = profiler.times([profiler.block() for _ in range(3)])
+    assert profiler.failed is None
+    assert taken is not None and taken.clock == "device" and len(taken.blocks) == 3
+    # kernels, not operators: three launches of the same GEMM kernel, one a layer, each timed
+    assert not any(p.startswith("aten::") for p in taken.places)
+    counts: dict[str, int] = {}
+    for place in taken.places:
+        name = place.rsplit(" #", 1)[0]
+        counts[name] = counts.get(name, 0) + 1
+    gemm = max(counts, key=lambda n: counts[n])
+    assert counts[gemm] >= 3
+    layers = [taken.where.get(f"{gemm} #{i}") for i in (1, 2, 3)]
+    assert layers == ["0", "1", "2"]
+    assert all(all(block[f"{gemm} #{i}"] > 0 for i in (1, 2, 3)) for block in taken.blocks)
+    assert all(call > 0 for call in taken.call_us)

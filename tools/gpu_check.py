@@ -70,6 +70,9 @@ budget 0.25 s, so that the 280 comparisons fit the stage's minutes; then, if tim
 the study model in compile-reduce-overhead on two pairs (every worker compiles it cold). It
 replaces the paired study's GPU stage, which started three processes and their CUDA per
 comparison: 57 s each on an H100."""
+OP_STUDY_RUNS = 4
+"""A/B runs per level of the kernels' verdicts study (identical code, +1%, +2%): its pads found
+first (about a minute), then 12 runs of two CUDA workers each."""
 STATE = Path(os.environ.get("GPU_CHECK_STATE") or "/tmp/perfguard-gpu-check").resolve()
 """Where the studies keep their runs between calls: a stage called again on a machine still
 warm goes on where the last call stopped (each run is kept as it finishes), and one given
@@ -106,7 +109,11 @@ def steps(stage: str) -> list[Step]:
             Step("torch, CUDA and NVML", ("{py}", "tools/gpu_env.py", "--device", "{device}")),
         ]
     if stage == "cuda":
-        picks = {"test_cuda": "not max-autotune", "test_distributed": "cuda"}
+        picks = {
+            "test_cuda": "not max-autotune",
+            "test_distributed": "cuda",
+            "test_op_verdicts": "cuda",
+        }
         return [
             _cuda_tests(name, pytest, picks.get(name))
             # the quick files first: a stage cut at its deadline loses the compiles, not them
@@ -115,6 +122,7 @@ def steps(stage: str) -> list[Step]:
                 "test_ort",
                 "test_fingerprint",
                 "test_lending",
+                "test_op_verdicts",  # its cuda item: the kernels of a call, each timed
                 "test_distributed",  # its cuda item: a DDP step on NCCL over every GPU here
                 "test_cuda",
                 "test_cuda_training",
@@ -172,6 +180,17 @@ def steps(stage: str) -> list[Step]:
                     needs=("git",),
                 )
                 for plan in STUDY_PLAN
+            ),
+            # the kernels' verdicts: a GPU-bound 20-layer model, one layer's matmul slower by
+            # +1% and +2% of the model (`--only 4` runs it in a call of its own)
+            Step(
+                "op verdicts study (kernels)",
+                (
+                    *("{py}", "-m", "benchmarks.op_verdicts", "study", "--device", "{device}"),
+                    *("--runs", str(OP_STUDY_RUNS), "--dir", f"{where}/op-verdicts"),
+                    *("--out", "{work}/data/op-verdicts-gpu.json"),
+                ),
+                needs=("git",),
             ),
             Step("paired study, the table", (*study, "analyze", "--ab-dir", where), closing=True),
         ]
