@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import random
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 
@@ -157,6 +158,22 @@ def test_a_block_is_sized_to_its_calls() -> None:
     slow = OpProfiler(lambda: time.sleep(0.05), torch.device("cpu"))
     assert quick._sized() == OP_CALLS_MOST and slow._sized() == OP_CALLS_LEAST
     assert OpProfiler(lambda: None, torch.device("cpu"), calls=5)._sized() == 5
+
+
+@pytest.mark.parametrize(("budget_s", "calls"), [(2.0, 16), (0.05, OP_CALLS_LEAST), (10.0, 64)])
+def test_the_blocks_take_a_share_of_the_sampling_budget(
+    monkeypatch: pytest.MonkeyPatch, budget_s: float, calls: int
+) -> None:
+    """A 2 ms call: the default budget's 31 ms blocks hold 16 calls; a test's 0.05 s budget
+    the fewest; a long budget the most."""
+    torch = pytest.importorskip("torch")
+    from perfguard.measure import op_times
+
+    assert op_times.op_block_ms(2.0, 8) == pytest.approx(31.25)
+    ticks = iter([0.0, 0.002])
+    monkeypatch.setattr(op_times, "time", SimpleNamespace(perf_counter=lambda: next(ticks)))
+    each = op_times.op_block_ms(budget_s, 8)
+    assert op_times.OpProfiler(lambda: None, torch.device("cpu"), block_ms=each)._sized() == calls
 
 
 def test_against_a_stored_baseline_the_blocks_are_not_paired() -> None:

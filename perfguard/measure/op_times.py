@@ -1,8 +1,9 @@
 """The operators' and kernels' times of a variant's calls, block by block, for verdicts per op.
 
-A block is a few calls under the profiler (as many as fill `OP_BLOCK_MS`, from
-`OP_CALLS_LEAST` to `OP_CALLS_MOST`, sized once from one unprofiled call), each inside a range
-of its own: on a CPU each ATen operator's self time (its time less its children's, from the
+A block is a few calls under the profiler (as many as fill `op_block_ms`: the blocks together
+take `OP_SHARE` of the sampling budget, 31 ms a block at the default 2 s and 8 blocks; from
+`OP_CALLS_LEAST` to `OP_CALLS_MOST` calls, sized once from one unprofiled call), each inside a
+range of its own: on a CPU each ATen operator's self time (its time less its children's, from the
 profiler's raw events, on its own thread), on CUDA each kernel's device time (CUPTI's, through
 the profiler; a kernel belongs to the call whose range launched it). A block keeps each
 place's median over its calls (and the call's): a call preempted on a busy host moves one
@@ -39,7 +40,7 @@ from torch import nn
 from perfguard.measure.counters import profiler
 from perfguard.records.op_times import OpTimes, kept
 
-OP_BLOCK_MS = 30.0  # a profiled block's calls fill about this much time
+OP_SHARE = 1 / 8  # the profiled blocks' calls together fill this share of the sampling budget
 OP_CALLS_LEAST, OP_CALLS_MOST = 3, 64  # calls per profiled block
 CALL = "perfguard: op call"
 MODULE = "perfguard: module "
@@ -165,6 +166,12 @@ def summary(
     return call, kept(median, call)
 
 
+def op_block_ms(budget_s: float, blocks: int) -> float:
+    """How long one profiled block's calls take: `OP_SHARE` of the sampling budget over the
+    blocks. The budget a user sets for the timed samples' precision sets theirs too."""
+    return 1000.0 * budget_s * OP_SHARE / max(blocks, 1)
+
+
 class OpProfiler:
     """Takes one variant's op blocks (`block`) and, once, where each place ran (`where`)."""
 
@@ -174,23 +181,25 @@ class OpProfiler:
         device: torch.device,
         module: nn.Module | None = None,
         calls: int | None = None,
+        block_ms: float = 1000.0 * 2.0 * OP_SHARE / 8,  # the default budget's (31 ms)
     ) -> None:
         """`module`: the module the call runs as it is (None for a compiled, exported or
         runtime variant: a range around its submodules would change what runs); `calls`
-        per block, None: sized at the first block."""
+        per block, None: as many as fill `block_ms` (`op_block_ms`), sized at the first block."""
         self.call, self.device, self.module, self.calls = call, device, module, calls
+        self.block_ms = block_ms
         self.clock = "device" if device.type == "cuda" else "host"
         self.failed: str | None = None  # why the profiler could not take a block here
 
     def _sized(self) -> int:
-        """Calls per block: as many as fill `OP_BLOCK_MS`, timed from one call."""
+        """Calls per block: as many as fill `block_ms`, timed from one call."""
         if self.calls is None:
             start = time.perf_counter()
             self.call()
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
             ms = 1000.0 * (time.perf_counter() - start)
-            fill = math.ceil(OP_BLOCK_MS / ms) if ms > 0 else OP_CALLS_MOST
+            fill = math.ceil(self.block_ms / ms) if ms > 0 else OP_CALLS_MOST
             self.calls = min(OP_CALLS_MOST, max(OP_CALLS_LEAST, fill))
         return self.calls
 

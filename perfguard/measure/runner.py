@@ -27,7 +27,7 @@ from perfguard.measure.isolation import (
 )
 from perfguard.measure.job import Hooks, Job, MeasureSettings
 from perfguard.measure.memory import probe_for
-from perfguard.measure.op_times import OpProfiler
+from perfguard.measure.op_times import OpProfiler, op_block_ms
 from perfguard.measure.sampling import (
     FixedWork,
     Progress,
@@ -266,7 +266,9 @@ def _take(built: Built, clock: Clock, device: torch.device, job: Job, hooks: Hoo
         call, compiled = compile_cached(
             built, device, settings.compile_cache, settings.warm_compile, progress
         )
-        ops = OpProfiler(call, device, None if built.compiled else built.module)  # op blocks
+        module = None if built.compiled else built.module
+        each_ms = op_block_ms(sampling.budget_s, sampling.op_blocks)
+        ops = OpProfiler(call, device, module, block_ms=each_ms)  # op blocks
         outcome = hooks.sampler(call, clock, sampling, progress, ops=ops.block)
         swept = _sweep(call, spec, settings, clock, progress)
         recompiles = (
