@@ -102,8 +102,16 @@ PYTEST = (
 )  # fmt: skip
 
 
-def pytest_on(device: str) -> tuple[str, ...]:
-    return (*PYTEST, f"--perfguard-device={device}")
+def ab_run(repo: Path, base: str, device: str, out: Path, *extra: str) -> dict[str, Any]:
+    """One `pytest --perfguard-ab=BASE` of the checked-out head: its results JSON (kept in
+    `out`, which it reads) and its wall time."""
+    cmd = [*PYTEST, f"--perfguard-device={device}", f"--perfguard-ab={base}"]
+    cmd += [f"--perfguard-json={out.resolve()}", *extra, "test_layers.py"]
+    began = time.monotonic()
+    subprocess.run(cmd, cwd=repo, check=True, stdout=subprocess.DEVNULL)
+    doc: dict[str, Any] = json.loads(out.read_text())
+    doc["wall_s"] = round(time.monotonic() - began, 2)
+    return doc
 
 
 def model_source(pad: int, device: str = "cpu") -> str:
@@ -165,10 +173,10 @@ def repository(
     size = sizes(device)
     if index.exists() and (repo / ".git").is_dir():
         saved = json.loads(index.read_text())
-        if saved["pads"] != pads or saved.get("width", SIZES["cpu"].width) != size.width:
+        width = saved.get("width", SIZES["cpu"].width)  # the first studies kept no width
+        if saved["pads"] != pads or width != size.width:
             raise SystemExit(
-                f"{directory} holds a study of other sizes: pads {saved['pads']}, "
-                f"width {saved.get('width', SIZES['cpu'].width)}"
+                f"{directory} holds a study of other sizes: pads {saved['pads']}, width {width}"
             )
         return repo, saved["base"], saved["heads"]
     repo.mkdir(parents=True, exist_ok=True)
@@ -201,13 +209,8 @@ def run(directory: Path, runs: int, seed: int, pads: dict[str, int], device: str
     for done, (level, i) in enumerate(todo, 1):
         out = directory / f"ab-{level}-{i:03d}.json"
         git(repo, "checkout", "-q", "--detach", heads[level])
-        tmp = out.with_suffix(".tmp").resolve()
-        cmd = [*pytest_on(device), f"--perfguard-ab={base}", f"--perfguard-json={tmp}"]
-        cmd.append("test_layers.py")
-        started = time.monotonic()
-        subprocess.run(cmd, cwd=repo, check=True, stdout=subprocess.DEVNULL)
-        doc = json.loads(tmp.read_text())
-        doc["wall_s"] = round(time.monotonic() - started, 2)
+        tmp = out.with_suffix(".tmp")
+        doc = ab_run(repo, base, device, tmp)
         out.write_text(json.dumps(doc), encoding="utf-8")
         tmp.unlink()
         left = (time.monotonic() - began) / done * (len(todo) - done)
@@ -226,13 +229,8 @@ def cost(directory: Path, runs: int, pads: dict[str, int], device: str = "cpu") 
     runs_by: dict[str, list[dict[str, Any]]] = {"with": [], "without": []}
     for i in range(runs):
         for name, extra in (("with", []), ("without", ["--perfguard-op-blocks=0"])):
-            tmp = (directory / f"cost-{name}-{i:03d}.json").resolve()
-            began = time.monotonic()
-            cmd = [*pytest_on(device), f"--perfguard-ab={base}", f"--perfguard-json={tmp}", *extra]
-            cmd.append("test_layers.py")
-            subprocess.run(cmd, cwd=repo, check=True, stdout=subprocess.DEVNULL)
-            wall = round(time.monotonic() - began, 2)
-            doc = json.loads(tmp.read_text())
+            doc = ab_run(repo, base, device, directory / f"cost-{name}-{i:03d}.json", *extra)
+            wall = doc["wall_s"]
             p50 = next(c for c in doc["comparisons"] if c["metric"] == "latency_p50_ms")
             runs_by[name].append(
                 {

@@ -8,6 +8,7 @@ import itertools
 import random
 from dataclasses import replace
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -106,7 +107,7 @@ def test_the_correction_is_run_wide_over_every_place_of_every_item() -> None:
     base = with_ops(1, blocks(1, n=6, noise=0.05))
     head = with_ops(2, blocks(2, slowed=0.12, n=6, noise=0.05))
     alone = compare_ops([(base, head)], Thresholds(), paired=True)
-    alone_p = [c.adjusted_p or 0.0 for c in alone if c.place == "aten::addmm #7"]
+    alone_p = [c.adjusted_p for c in alone if c.place == "aten::addmm #7"]
     others = [
         (with_ops(10 + i, blocks(10 + i, n=6)), with_ops(50 + i, blocks(50 + i, n=6)))
         for i in range(20)
@@ -115,9 +116,10 @@ def test_the_correction_is_run_wide_over_every_place_of_every_item() -> None:
     pairs = [(replace(b, test=h.test), h) for b, h in pairs]
     together = compare_ops([(base, head), *pairs], Thresholds(), paired=True)
     together_p = [
-        c.adjusted_p or 0.0 for c in together if c.place == "aten::addmm #7" and c.test == head.test
+        c.adjusted_p for c in together if c.place == "aten::addmm #7" and c.test == head.test
     ]
-    assert alone_p and (not together_p or together_p[0] > alone_p[0])
+    assert alone_p and alone_p[0] is not None
+    assert not together_p or (together_p[0] is not None and together_p[0] > alone_p[0])
 
 
 def test_small_places_are_a_family_of_their_own() -> None:
@@ -148,16 +150,22 @@ def test_a_block_keeps_medians_so_one_preempted_call_moves_nothing() -> None:
     assert call == 100.0 and kept_places == {"aten::addmm #1": 50.0, "aten::relu #1": 5.0}
 
 
-def test_a_block_is_sized_to_its_calls() -> None:
+def sized(monkeypatch: pytest.MonkeyPatch, call_s: float, **options: Any) -> int:
+    """Calls per block of a profiler whose sizing call reads `call_s` on its clock (a fake
+    one: a busy host cannot move it)."""
     torch = pytest.importorskip("torch")
-    import time
+    from perfguard.measure import op_times
 
-    from perfguard.measure.op_times import OpProfiler
+    ticks = iter([0.0, call_s])
+    monkeypatch.setattr(op_times, "time", SimpleNamespace(perf_counter=lambda: next(ticks)))
+    return op_times.OpProfiler(lambda: None, torch.device("cpu"), **options)._sized()
 
-    quick = OpProfiler(lambda: None, torch.device("cpu"))
-    slow = OpProfiler(lambda: time.sleep(0.05), torch.device("cpu"))
-    assert quick._sized() == OP_CALLS_MOST and slow._sized() == OP_CALLS_LEAST
-    assert OpProfiler(lambda: None, torch.device("cpu"), calls=5)._sized() == 5
+
+def test_a_block_is_sized_to_its_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert sized(monkeypatch, 0.00001) == OP_CALLS_MOST
+    assert sized(monkeypatch, 0.05) == OP_CALLS_LEAST
+    assert sized(monkeypatch, 0.05, calls=5) == 5
+    assert sized(monkeypatch, 0.002) == 16  # by default, the default budget's 31 ms blocks
 
 
 @pytest.mark.parametrize(("budget_s", "calls"), [(2.0, 16), (0.05, OP_CALLS_LEAST), (10.0, 64)])
@@ -166,14 +174,10 @@ def test_the_blocks_take_a_share_of_the_sampling_budget(
 ) -> None:
     """A 2 ms call: the default budget's 31 ms blocks hold 16 calls; a test's 0.05 s budget
     the fewest; a long budget the most."""
-    torch = pytest.importorskip("torch")
-    from perfguard.measure import op_times
+    from perfguard.measure.op_times import op_block_ms
 
-    assert op_times.op_block_ms(2.0, 8) == pytest.approx(31.25)
-    ticks = iter([0.0, 0.002])
-    monkeypatch.setattr(op_times, "time", SimpleNamespace(perf_counter=lambda: next(ticks)))
-    each = op_times.op_block_ms(budget_s, 8)
-    assert op_times.OpProfiler(lambda: None, torch.device("cpu"), block_ms=each)._sized() == calls
+    assert op_block_ms(2.0, 8) == pytest.approx(31.25)
+    assert sized(monkeypatch, 0.002, block_ms=op_block_ms(budget_s, 8)) == calls
 
 
 def test_against_a_stored_baseline_the_blocks_are_not_paired() -> None:

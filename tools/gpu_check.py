@@ -72,7 +72,7 @@ replaces the paired study's GPU stage, which started three processes and their C
 comparison: 57 s each on an H100."""
 OP_STUDY_RUNS = 4
 """A/B runs per level of the kernels' verdicts study (identical code, +1%, +2%): its pads found
-first (about a minute), then 12 runs of two CUDA workers each."""
+first (an estimated minute or two), then 12 runs of two CUDA workers each."""
 STATE = Path(os.environ.get("GPU_CHECK_STATE") or "/tmp/perfguard-gpu-check").resolve()
 """Where the studies keep their runs between calls: a stage called again on a machine still
 warm goes on where the last call stopped (each run is kept as it finishes), and one given

@@ -38,6 +38,7 @@ import torch
 from torch import nn
 
 from perfguard.measure.counters import profiler
+from perfguard.measure.sampling import SamplingSettings
 from perfguard.records.op_times import OpTimes, kept
 
 OP_SHARE = 1 / 8  # the profiled blocks' calls together fill this share of the sampling budget
@@ -181,12 +182,15 @@ class OpProfiler:
         device: torch.device,
         module: nn.Module | None = None,
         calls: int | None = None,
-        block_ms: float = 1000.0 * 2.0 * OP_SHARE / 8,  # the default budget's (31 ms)
+        block_ms: float | None = None,
     ) -> None:
         """`module`: the module the call runs as it is (None for a compiled, exported or
         runtime variant: a range around its submodules would change what runs); `calls`
-        per block, None: as many as fill `block_ms` (`op_block_ms`), sized at the first block."""
+        per block, None: as many as fill `block_ms` (`op_block_ms`; None: the default
+        sampling budget's), sized at the first block."""
         self.call, self.device, self.module, self.calls = call, device, module, calls
+        if block_ms is None:
+            block_ms = op_block_ms(SamplingSettings.budget_s, SamplingSettings.op_blocks)
         self.block_ms = block_ms
         self.clock = "device" if device.type == "cuda" else "host"
         self.failed: str | None = None  # why the profiler could not take a block here
