@@ -22,10 +22,16 @@ from tests.gitrepo import commit, git
 # plugin imports it), so the process, its fork server and every session they start inherit it.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 # The sessions the tests start leave out anyio's plugin (huggingface_hub brings anyio into this
-# environment): no test's session uses it, and importing it cost every session 0.2 s of CPU.
-os.environ["PYTEST_ADDOPTS"] = " ".join(
-    filter(None, [os.environ.get("PYTEST_ADDOPTS"), "-p no:anyio"])
-)
+# environment): no test's session uses it, and importing it cost every session 1-2 s of CPU
+# (pytester's sessions too: `_forked_sessions` gives them the option pytester takes away).
+NO_ANYIO = "-p no:anyio"
+os.environ["PYTEST_ADDOPTS"] = " ".join(filter(None, [os.environ.get("PYTEST_ADDOPTS"), NO_ANYIO]))
+# Bytecode is cached, whatever the shell says (PYTHONDONTWRITEBYTECODE): the suite starts some
+# hundreds of pytest sessions, and without the cache each one compiled the modules it imports
+# and rewrote the asserts of every test module and plugin again (a sampled profile of `make
+# test`: a fifth of its CPU). Where the tree cannot be written, Python goes on without it.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 forkserver.remember_environment()
 
 
@@ -49,9 +55,31 @@ FIRST_IMPORTS_UNJUDGED = 100
 session-wide fixture's server) is not judged: its CPU went to importing them."""
 
 
+KEPT = ("scipy.special",)
+"""Imported before the first test, in every process that runs tests: a test with pytester gets
+sys.modules put back as it was when the test began, and a module first imported during it
+is dropped; numpy's extensions under scipy.special cannot be loaded twice in one process."""
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
-    if not JUDGED or len(session.items) < 30:  # a few tests: not worth the seconds
-        return
+    import contextlib
+    import gc
+    import importlib
+
+    for name in KEPT:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
+    if JUDGED and len(session.items) >= 30:  # a few tests: not worth the seconds
+        _warm()
+    # What is here now (torch, the test modules, what they imported) lives as long as the
+    # process: the collector leaves it be. perfguard collects before it reads a process's
+    # memory, and each of those collections walked all of it (0.2-0.4 s in a pytest-xdist
+    # worker, a twentieth of the suite's CPU in a sampled profile of `make test`).
+    gc.collect()
+    gc.freeze()
+
+
+def _warm() -> None:
     import contextlib
     import importlib
     import logging
@@ -129,11 +157,14 @@ def _forked_sessions(request: pytest.FixtureRequest) -> None:
     """`pytester.runpytest_subprocess` forks its session from a server that has imported torch,
     pytest and the plugin once (`tests.forkserver`), unless the test is marked
     `fresh_interpreter` (or FRESH_INTERPRETERS=1 is set, to compare)."""
-    if "pytester" not in request.fixturenames or request.node.get_closest_marker(
-        "fresh_interpreter"
-    ):
+    if "pytester" not in request.fixturenames:
         return
     pytester: pytest.Pytester = request.getfixturevalue("pytester")
+    # pytester takes PYTEST_ADDOPTS away from its sessions; they leave anyio's plugin out too
+    monkeypatch = request.getfixturevalue("monkeypatch")
+    monkeypatch.setenv("PYTEST_ADDOPTS", NO_ANYIO)
+    if request.node.get_closest_marker("fresh_interpreter"):
+        return
     started = pytester.popen
 
     def popen(

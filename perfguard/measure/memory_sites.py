@@ -77,12 +77,14 @@ def record(call: Callable[[], Any], device: Any, snapshot: Path | None = None) -
 
 
 def _record_cpu(call: Callable[[], Any]) -> Recorded:
+    # torch.autograd's profiler, which torch.profiler wraps: the wrapper's start imports the
+    # compiler (2-3 s of CPU) in a process that may compile nothing (`counters.profiler`)
     from torch._C._profiler import _EventType
-    from torch.profiler import ProfilerActivity, profile
+    from torch.autograd.profiler import profile
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, with_stack=True) as p:
+    with profile(use_kineto=True, profile_memory=True, with_stack=True) as p:
         call()
-    tree = p.profiler.kineto_results.experimental_event_tree()
+    tree = p.kineto_results.experimental_event_tree()
     events = sorted(
         (
             n

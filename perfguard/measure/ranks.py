@@ -33,9 +33,11 @@ START_S = 120.0
 an error naming those that did not (within the item's own limit)."""
 
 
-PRELOAD = ("torch", "torch.distributed", "perfguard.measure.rank")
+PRELOAD = ("torch", "torch.distributed", "torch._dynamo", "perfguard.measure.rank")
 """What the ranks' fork server imports once: a spawned rank imported torch itself, about
-3 s of CPU a rank, every item again."""
+3 s of CPU a rank, every item again. The compiler's front end too: DistributedDataParallel
+(and FSDP) import it as they wrap a model, 2.3 s of CPU in each rank of each item on a
+2-core machine; imported here it costs that once for the measuring process."""
 
 
 def _rank_context() -> Any:
