@@ -59,6 +59,18 @@ PRELOAD = (
     "perfguard.store.baselines",
     "perfguard.store.sync",
     "perfguard.variants.registry",
+    # what a session imports at its end (the comparison, the reports, a saved baseline's
+    # summary part): about 1.5 s of CPU a session, pandas most of it
+    "pandas",
+    "fastparquet",
+    "perfguard.plan",
+    "perfguard.pipeline.finish",
+    "perfguard.pipeline.write",
+    "perfguard.pytest_plugin.startup",
+    "perfguard.pytest_plugin.confirm",
+    "perfguard.pytest_plugin.ab.roles",
+    "perfguard.pytest_plugin.ab.worker",
+    "perfguard.store.history",
 )
 
 
