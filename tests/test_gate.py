@@ -17,14 +17,9 @@ import pytest
 
 from perfguard import cli
 from perfguard.records import Gap, Run
-from perfguard.report import markdown
 from tests.gitrepo import git
 from tests.test_plugin import FAST
 from tests.timing import SCRIPTED_CLOCK
-
-# imported before any pytester test: pytester puts sys.modules back after each test, and
-# scipy (under the report) cannot be imported twice in one process
-assert markdown.render_markdown is not None
 
 MODEL = """
 import torch
