@@ -178,11 +178,11 @@ def _forked_sessions(request: pytest.FixtureRequest) -> None:
             and hasattr(stdout, "name")
             and hasattr(stderr, "name")
         )
-        server = forkserver.shared() if plain else None
-        if server is None:
-            return started(cmdargs, stdout=stdout, stderr=stderr, stdin=stdin, **kw)
         env = dict(os.environ)  # as pytester gives its subprocess: the test's folder importable
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH")]))
+        server = forkserver.shared(env) if plain else None
+        if server is None:
+            return started(cmdargs, stdout=stdout, stderr=stderr, stdin=stdin, **kw)
         stdout.flush()
         stderr.flush()
         return server.start(args[2:], os.getcwd(), env, stdout.name, stderr.name)

@@ -9,10 +9,14 @@ standard streams, runs `python -m pytest` as the interpreter would, and exits as
 session is still a process of its own, with its own signals, state and exit code.
 
 The server never runs a torch operation and starts no Python thread, so that forking it is
-safe (OpenBLAS's parked threads, started as numpy and scipy load, are fork-safe); it
-leaves the compiler (dynamo, inductor) unimported, since its configuration is read from the
-environment at import. A test about what a session imports (or when it imports it) is marked
-`fresh_interpreter`, and its sessions start a new interpreter as before.
+safe (OpenBLAS's parked threads, started as numpy and scipy load, are fork-safe). It imports
+the compiler's front end too (dynamo and inductor, about 1.7 s of CPU): not only compiling
+sessions import it, but training ones (torch's optimizers import dynamo as they are made),
+quantizing ones (torchao) and generating ones (transformers). Their configuration is read from
+the environment at import, so a session whose `TORCH*` variables differ from the server's
+starts a new interpreter instead (`shares_compiler_config`). A test about what a session
+imports (or when it imports it) is marked `fresh_interpreter`, and its sessions start a new
+interpreter as before.
 
 The protocol is one JSON line each way on the server's standard streams: a request (argv, cwd,
 env, the two output files), then the child's pid, then its exit status as `Popen` gives it.
@@ -31,14 +35,18 @@ import subprocess
 import sys
 import threading
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
-# what a measuring session imports before it measures. The compiler is left out on purpose, and
-# so are the other plugins pytest loads: pytest rewrites their asserts, which it cannot do (and
-# warns) once they are imported
+# what a measuring session imports before it measures. The other plugins pytest loads are left
+# out: pytest rewrites their asserts, which it cannot do (and warns) once they are imported
 PRELOAD = (
     "torch",
+    # the compiler's front end: what a compiling, training, quantizing or generating session
+    # imports (its configuration is the server's: `shares_compiler_config`)
+    "torch._dynamo",
+    "torch._inductor.compile_fx",
     "torch.profiler",
     "torch.utils.flop_counter",
     "numpy",
@@ -87,8 +95,8 @@ def _serve() -> None:
     import torch
 
     # a CUDA runtime started here would be unusable in every child; nothing here starts one
-    if threading.active_count() != 1 or "torch._dynamo" in sys.modules or torch.cuda._initialized:
-        raise SystemExit("forkserver: a thread, the compiler or CUDA was started")
+    if threading.active_count() != 1 or torch.cuda._initialized:
+        raise SystemExit("forkserver: a thread or CUDA was started")
     # the path a new interpreter would have, less this file's folder and the server's PYTHONPATH
     own = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     base = sys.path[1 + len(own) :]
@@ -406,10 +414,13 @@ class _Launcher:
         if (out is not None and not hasattr(out, "name")) or err not in (None, subprocess.STDOUT):
             return None
         path = None if out is None else str(out.name)
+        env = dict(kwargs.get("env") or os.environ)
+        if not shares_compiler_config(env, os.environ):  # torch here read this session's
+            return None
         request = {
             "argv": argv,
             "cwd": str(kwargs.get("cwd") or os.getcwd()),
-            "env": dict(kwargs.get("env") or os.environ),
+            "env": env,
             "stdout": path,
             "stderr": path if err is not None else None,
         }
@@ -557,21 +568,48 @@ def remember_environment() -> None:
     _START_ENV = dict(os.environ)
 
 
+def compiler_config(env: Mapping[str, str]) -> dict[str, str]:
+    """What torch reads from the environment as it imports (dynamo's and inductor's
+    configuration among it): the `TORCH*` and `PYTORCH*` variables, less those read where
+    they are used (`READ_WHEN_USED`)."""
+    return {
+        k: v
+        for k, v in env.items()
+        if k.startswith(("TORCH", "PYTORCH")) and k not in READ_WHEN_USED
+    }
+
+
+READ_WHEN_USED = frozenset({"TORCHINDUCTOR_CACHE_DIR"})
+"""Read each time they are used, not at import: inductor sets its cache folder's variable in
+the process's environment the first time it looks for the folder (a test that compiled in a
+pytest-xdist worker left it set there, and every later session would have started anew)."""
+
+
+def shares_compiler_config(env: Mapping[str, str], than: Mapping[str, str]) -> bool:
+    """Whether a session with `env` may be forked from a process started with `than`: torch,
+    imported there, read the same configuration the session's own import would."""
+    return compiler_config(env) == compiler_config(than)
+
+
 def fresh_interpreters() -> bool:
     """Whether every session is to start a new interpreter (FRESH_INTERPRETERS=1, to compare)."""
     return os.environ.get("FRESH_INTERPRETERS") == "1"
 
 
-def shared() -> Server | None:
-    """This process's server, started on first use; None while its one session runs, or where
-    every session is to start a new interpreter."""
+def shared(env: Mapping[str, str] | None = None) -> Server | None:
+    """This process's server, started on first use; None while its one session runs, where
+    every session is to start a new interpreter, or where a session's environment (`env`)
+    would configure torch otherwise than the server's did."""
     global _server
     if fresh_interpreters():
+        return None
+    start = _START_ENV if _START_ENV is not None else dict(os.environ)
+    if env is not None and not shares_compiler_config(env, start):
         return None
     if _server is not None and _server.process.poll() is not None:
         _server = None  # it died: start a new one
     if _server is None:
-        _server = Server(_START_ENV if _START_ENV is not None else dict(os.environ))
+        _server = Server(start)
         atexit.register(_server.close)
     return None if _server.busy else _server
 
@@ -581,7 +619,7 @@ def run_pytest(
 ) -> subprocess.CompletedProcess[str]:
     """`python -m pytest *args` in `cwd`, as `subprocess.run` with its output captured, forked
     from this process's server where it can be."""
-    server = shared()
+    server = shared(env if env is not None else os.environ)
     if server is None:
         command = [sys.executable, "-m", "pytest", *args]
         return subprocess.run(

@@ -38,7 +38,7 @@ def test_a_forked_session_sees_its_folder_environment_and_path_and_says_how_it_e
             "env given",
             f"path0 {pytester.path}",
             "main pytest.__main__",
-            "dynamo False",
+            f"dynamo {not forkserver.fresh_interpreters()}",  # the compiler comes with a fork
         ]
     )
     # forked by the server, not started by this process (unless asked for fresh interpreters)
@@ -136,3 +136,22 @@ def test_a_forked_sessions_workers_and_re_measures_are_forked_from_its_zygote(
     pytester.makepyfile(test_zygote=ZYGOTE_PROBE)
     done = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=300)
     assert done.ret == 0, done.stdout.str() + done.stderr.str()
+
+
+def test_a_session_that_configures_torch_otherwise_starts_a_new_interpreter() -> None:
+    """torch reads its compiler's configuration from the environment as it imports: a session
+    (or a session's worker) whose `TORCH*` variables differ from the server's is not forked
+    from a process that has read them already."""
+    import sys
+
+    mine = dict(os.environ)
+    other = {**mine, "TORCHINDUCTOR_MAX_AUTOTUNE": "1"}
+    assert forkserver.shares_compiler_config(mine, os.environ)
+    assert not forkserver.shares_compiler_config(other, os.environ)
+    cached = {**mine, "TORCHINDUCTOR_CACHE_DIR": "/elsewhere"}  # read where it is used
+    assert forkserver.shares_compiler_config(cached, os.environ)
+    assert forkserver.shared(other) is None
+    launcher = forkserver._Launcher(None)  # type: ignore[arg-type]  # asks nothing of it here
+    argv = [sys.executable, "-m", "pytest", "-q"]
+    assert launcher._request(argv, {"env": mine}) is not None
+    assert launcher._request(argv, {"env": other}) is None
