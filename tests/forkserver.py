@@ -415,7 +415,7 @@ class _Launcher:
             return None
         path = None if out is None else str(out.name)
         env = dict(kwargs.get("env") or os.environ)
-        if not shares_compiler_config(env, os.environ):  # torch here read this session's
+        if not shares_compiler_config(env, os.environ):  # torch here read other settings
             return None
         request = {
             "argv": argv,
@@ -568,6 +568,12 @@ def remember_environment() -> None:
     _START_ENV = dict(os.environ)
 
 
+READ_WHEN_USED = frozenset({"TORCHINDUCTOR_CACHE_DIR"})
+"""Read each time they are used, not at import: inductor sets its cache folder's variable in
+the process's environment the first time it looks for the folder (a test that compiled in a
+pytest-xdist worker left it set there, and every later session would have started anew)."""
+
+
 def compiler_config(env: Mapping[str, str]) -> dict[str, str]:
     """What torch reads from the environment as it imports (dynamo's and inductor's
     configuration among it): the `TORCH*` and `PYTORCH*` variables, less those read where
@@ -577,12 +583,6 @@ def compiler_config(env: Mapping[str, str]) -> dict[str, str]:
         for k, v in env.items()
         if k.startswith(("TORCH", "PYTORCH")) and k not in READ_WHEN_USED
     }
-
-
-READ_WHEN_USED = frozenset({"TORCHINDUCTOR_CACHE_DIR"})
-"""Read each time they are used, not at import: inductor sets its cache folder's variable in
-the process's environment the first time it looks for the folder (a test that compiled in a
-pytest-xdist worker left it set there, and every later session would have started anew)."""
 
 
 def shares_compiler_config(env: Mapping[str, str], than: Mapping[str, str]) -> bool:
