@@ -133,6 +133,39 @@ def test_without_the_flag_perf_items_skip_and_plain_tests_run(pytester: pytest.P
     assert not (pytester.path / "reports").exists()
 
 
+HEAP = """
+import gc
+import pytest, torch
+
+COLLECTED = gc.get_freeze_count()  # what was frozen before this module was imported
+
+
+@pytest.mark.perfguard(variants=["eager"])
+def test_model(perfguard):
+    perfguard.run(torch.nn.Linear(4, 4), (torch.randn(2, 4),))
+
+
+def test_heap(request):
+    frozen = gc.get_freeze_count() > COLLECTED  # this module's objects among them
+    assert frozen == request.config.getoption("--perfguard")
+"""
+
+
+@pytest.mark.slow  # two pytest sessions
+def test_a_measuring_session_takes_what_it_collected_out_of_the_collectors_walks(
+    pytester: pytest.Pytester,
+) -> None:
+    """A full collection before each memory reading and after each variant walked every
+    object torch and the test modules hold (most of a small model's measurement): once the
+    tests are collected, a measuring session freezes them; a session without perfguard does
+    not."""
+    pytester.makepyfile(test_heap=HEAP)
+    measured = pytester.runpytest_subprocess(*FAST, "--perfguard", "--perfguard-compare=none")
+    measured.assert_outcomes(passed=2)
+    plain = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    plain.assert_outcomes(passed=1, skipped=1)
+
+
 SUITE_NO_VARIANTS = """
 import pytest, torch
 

@@ -39,7 +39,13 @@ from perfguard.pytest_plugin.ab.channel import connect
 from perfguard.pytest_plugin.ab.protocol import Collected, Ended, Result
 from perfguard.pytest_plugin.collection import measured_in_ab, test_id, times_itself, variant_of
 from perfguard.pytest_plugin.options import configured
-from perfguard.pytest_plugin.roles import Role, begin_item, end_item, within_import_limit
+from perfguard.pytest_plugin.roles import (
+    Role,
+    begin_item,
+    end_item,
+    settle_heap,
+    within_import_limit,
+)
 from perfguard.pytest_plugin.state import SessionState
 from perfguard.pytest_plugin.timeout import paused
 
@@ -206,6 +212,8 @@ class AbWorker(Role):
                 tuple(i.nodeid for i in kept), cuda, errors, others, rules, environment, settings
             )
         )
+        if kept:
+            settle_heap()  # while the driver makes its plan
 
     @pytest.hookimpl(hookwrapper=True, tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> Generator[None, Any, None]:
