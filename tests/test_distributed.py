@@ -90,7 +90,7 @@ def test_exits(perfguard):
     perfguard.distributed(build_exits, world_size=2)
 
 
-@pytest.mark.perfguard(variants=["eager"], timeout_s=10)
+@pytest.mark.perfguard(variants=["eager"], timeout_s=7)
 def test_hangs(perfguard):
     perfguard.distributed(build_hangs, world_size=2)
 
