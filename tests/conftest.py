@@ -63,20 +63,20 @@ is dropped; numpy's extensions under scipy.special cannot be loaded twice in one
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     import contextlib
-    import gc
     import importlib
+
+    from perfguard.pytest_plugin.roles import settle_heap
 
     for name in KEPT:
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
     if JUDGED and len(session.items) >= 30:  # a few tests: not worth the seconds
         _warm()
-    # What is here now (torch, the test modules, what they imported) lives as long as the
-    # process: the collector leaves it be. perfguard collects before it reads a process's
-    # memory, and each of those collections walked all of it (0.2-0.4 s in a pytest-xdist
-    # worker, a twentieth of the suite's CPU in a sampled profile of `make test`).
-    gc.collect()
-    gc.freeze()
+    # what a measuring session does after its collection, for the tests that measure in this
+    # process: each of perfguard's collections walked torch, transformers and every test
+    # module (0.2-0.4 s in a pytest-xdist worker, a twentieth of the suite's CPU in a sampled
+    # profile of `make test`)
+    settle_heap()
 
 
 def _warm() -> None:
