@@ -95,9 +95,13 @@ def _serve() -> None:
     import torch
     from torch._inductor.cpu_vec_isa import pick_vec_isa
 
+    from perfguard.report.markdown import compile_templates
+
     # inductor's check of the CPU's vector instructions, once for every session: it builds and
     # loads a small program for each (1-2.5 s of CPU in each session that compiled on the CPU)
     pick_vec_isa()
+    # and the report's templates, which every session that ends with a report compiled again
+    compile_templates()
     # a CUDA runtime started here would be unusable in every child; nothing here starts one
     if threading.active_count() != 1 or torch.cuda._initialized:
         raise SystemExit("forkserver: a thread or CUDA was started")

@@ -235,6 +235,24 @@ def test_trimming_degrades_step_by_step() -> None:
     assert len(tiny) <= 3000 and "## perfguard: 20 regression(s) in 10 of 240" in tiny
 
 
+def test_templates_compiled_ahead_are_not_compiled_again_by_a_report(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`compile_templates` (a process that forks sessions calls it once for all of them)
+    leaves a report nothing to parse or compile."""
+    from perfguard.report import markdown
+
+    markdown._environment.cache_clear()  # a new process's: nothing compiled yet
+    markdown.compile_templates()
+
+    def compiled_again(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a template was compiled while rendering")
+
+    monkeypatch.setattr(markdown._environment(), "compile", compiled_again)
+    text = render_markdown(big_run(tests=3, variants=2, regressed=1), limit=None)
+    assert "## perfguard" in text and "<summary>6 results</summary>" in text
+
+
 def test_regressions_get_a_trend_chart_that_data_cannot_break() -> None:
     text = render_markdown(big_run(tests=3, variants=1, regressed=1))
     assert text.count("```mermaid") == 2  # p50 and p95 of the one regressed test
