@@ -645,12 +645,32 @@ def run_pytest(
 
 
 class Sessions:
-    """`subprocess` for a module that this process calls and that runs `python -m pytest`
-    with its output captured as text (`bisect`'s steps): each such session is forked from
-    this process's server (`run_pytest`); anything else runs as usual."""
+    """`subprocess` for a module that this process calls and that runs `python -m pytest`,
+    with its output captured as text (`bisect`'s steps, `run`) or sent to a stream (the
+    calibrate command's session, `Popen`): each such session is forked from this process's
+    server (`run_pytest`); anything else runs as usual."""
 
     def __getattr__(self, name: str) -> Any:
         return getattr(subprocess, name)
+
+    def Popen(self, argv: Any, **kwargs: Any) -> Any:  # subprocess's own name
+        stream: Any = kwargs.get("stdout")
+        plain = (
+            isinstance(argv, list)
+            and argv[:3] == [sys.executable, "-m", "pytest"]
+            and not set(kwargs) - {"cwd", "env", "stdout"}
+            and hasattr(stream, "write")
+        )
+        env = dict(kwargs.get("env") or os.environ)
+        server = shared(env) if plain else None
+        if server is None:
+            return subprocess.Popen(argv, **kwargs)
+        import tempfile
+
+        fd, log = tempfile.mkstemp(prefix="forked-session-", suffix=".log")
+        os.close(fd)
+        cwd = str(kwargs.get("cwd") or os.getcwd())
+        return _Echoed(server.start(argv[3:], cwd, env, log, log), Path(log), stream)
 
     def run(self, argv: Any, **kwargs: Any) -> subprocess.CompletedProcess[Any]:
         plain = (
@@ -665,6 +685,31 @@ class Sessions:
             return subprocess.run(argv, **kwargs)
         done = run_pytest(Path(kwargs.get("cwd") or os.getcwd()), *argv[3:], env=kwargs.get("env"))
         return subprocess.CompletedProcess(argv, done.returncode, done.stdout, done.stderr)
+
+
+class _Echoed:
+    """A forked session whose output, written to a file, goes to the caller's stream as it
+    ends (the stream has no descriptor of its own where pytest captures it)."""
+
+    def __init__(self, session: Session, log: Path, stream: IO[str]) -> None:
+        self.session, self.log, self.stream = session, log, stream
+        self.pid, self.args = session.pid, session.args
+
+    def wait(self, timeout: float | None = None) -> int:
+        code = self.session.wait(timeout)
+        if self.log.exists():
+            self.stream.write(self.log.read_text(errors="replace"))
+            self.log.unlink()
+        return code
+
+    def poll(self) -> int | None:
+        return self.session.poll()
+
+    def terminate(self) -> None:
+        self.session.terminate()
+
+    def kill(self) -> None:
+        self.session.kill()
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from perfguard.calibrate.record import Comparison, Item, Round
 from perfguard.calibrate.render import markdown
 from perfguard.stats.sequential import LOOKS
 from perfguard.stats.thresholds import Thresholds
+from tests import forkserver
 from tests.timing import SCRIPTED_CLOCK
 
 
@@ -217,20 +218,23 @@ def test_small(perfguard):
 
 @pytest.mark.slow
 def test_calibrate_end_to_end_catches_its_canary_and_starts_each_pair_once(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """On a scripted clock (what the canary adds is added to the script): identical sides
     are never flagged, a +10% canary is caught every time; the rounds shared among two pairs
-    of workers, each started once."""
+    of workers, each started once. (The command runs here, its session forked as the suite's
+    sessions are; `test_sigterm_ends_a_calibration_with_its_session_and_workers` runs it as
+    a user does, in an interpreter of its own.)"""
+    from perfguard.cli import main
+
     (tmp_path / "conftest.py").write_text(SCRIPTED_CLOCK + CANARY_SCRIPT)
     (tmp_path / "test_small.py").write_text(TESTS)
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     out = tmp_path / "cal.json"
-    done = subprocess.run(
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("perfguard.cli.calibrate.subprocess", forkserver.Sessions())
+    code = main(
         [
-            sys.executable,
-            "-m",
-            "perfguard.cli",
             "calibrate",
             "--rounds",
             "4",
@@ -246,13 +250,9 @@ def test_calibrate_end_to_end_catches_its_canary_and_starts_each_pair_once(
             "test_small.py",
             "--perfguard-device=cpu",
             "--perfguard-budget=0.05",
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=600,
+        ]
     )
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert code == 0, capsys.readouterr().err[-3000:]
     found = json.loads(out.read_text())
     assert found["launches"] == {"A": 2, "B": 2}
     (item,) = found["items"]
